@@ -1,0 +1,1 @@
+"""fsdp-observe: observability for FSDP fine-tunes (catalog, agent, TUI, dashboards, CLI)."""

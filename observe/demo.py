@@ -1,0 +1,173 @@
+"""``fsdp-observe demo``: a bounded two-rank CPU fine-tune on this machine, watched end to end.
+
+Starts ``torchrun`` with the ``tiny`` preset on the default corpus (the Python standard
+library's sources), prints each rank's metrics URL, scrapes those endpoints over HTTP while the
+run goes, and ends with a summary table. Runs to the end with no terminal attached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from observe.catalog import TRAIN_STEP, TRAINER_PORT_BASE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The demo's command line."""
+    ap = argparse.ArgumentParser(prog="fsdp-observe demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200, help="training steps (default 200, about a minute)")
+    ap.add_argument("--nproc-per-node", type=int, default=2, help="CPU ranks (default 2)")
+    ap.add_argument("--metrics-port", type=int, default=TRAINER_PORT_BASE, help="base port of the ranks' /metrics")
+    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
+    return ap
+
+
+@dataclass
+class ScrapeRecord:
+    """What the demo saw on one rank's ``/metrics`` during the run."""
+
+    url: str
+    ok: int = 0
+    failed: int = 0
+    series: int = 0
+    last_step: float | None = None
+    last_error: str | None = None
+
+
+@dataclass
+class Scraper:
+    """Polls each rank's ``/metrics`` every ``interval`` seconds on a background thread."""
+
+    urls: list[str]
+    interval: float = 2.0
+    records: list[ScrapeRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.records = [ScrapeRecord(u) for u in self.urls]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="demo-scraper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        with httpx.Client(timeout=2.0) as client:
+            while not self._stop.wait(self.interval):
+                for record in self.records:
+                    self._scrape(client, record)
+
+    @staticmethod
+    def _scrape(client: httpx.Client, record: ScrapeRecord) -> None:
+        try:
+            text = client.get(record.url).raise_for_status().text
+            families = list(text_string_to_metric_families(text))
+        except (httpx.HTTPError, ValueError) as exc:
+            record.failed += 1
+            record.last_error = type(exc).__name__
+            return
+        record.ok += 1
+        record.series = sum(len(f.samples) for f in families)
+        for family in families:
+            if family.name == TRAIN_STEP.name and family.samples:
+                record.last_step = family.samples[0].value
+
+
+def read_log(path: Path) -> tuple[list[dict], dict | None]:
+    """The windows and end record of a trainer JSON log (``--log-json``)."""
+    windows, end = [], None
+    if path.exists():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("event") == "window":
+                windows.append(record)
+            elif record.get("event") == "end":
+                end = record
+    return windows, end
+
+
+def summary_rows(windows: list[dict], end: dict | None, scrapes: list[ScrapeRecord], status: int) -> list[tuple[str, str]]:
+    """The summary table as (label, value) rows."""
+    rows: list[tuple[str, str]] = [("steps", str(end["steps"]) if end else "n/a")]
+    if windows:
+        first, last = windows[0], windows[-1]
+        rows += [
+            ("loss, first window", f"{first['loss']:.4f} (to step {first['step']})"),
+            ("loss, last window", f"{last['loss']:.4f} (to step {last['step']})"),
+            ("global tokens/s, last window", f"{last['global_tokens_per_second']:,.0f}"),
+        ]
+    if end and end.get("step_seconds_p50") is not None:
+        rows.append(("step time p50 / p95", f"{end['step_seconds_p50']:.3f} s / {end['step_seconds_p95']:.3f} s"))
+    for rank, rec in enumerate(scrapes):
+        seen = (f"{rec.ok} scrapes ok, {rec.series} series, last step {rec.last_step:.0f}"
+                if rec.ok and rec.last_step is not None else f"{rec.ok} ok, {rec.failed} failed")
+        rows.append((f"rank {rank} /metrics", seen))
+    rows.append(("exit status", str(status)))
+    return rows
+
+
+def print_table(title: str, rows: list[tuple[str, str]]) -> None:
+    """Print rows as a two-column table."""
+    width = max(len(label) for label, _ in rows)
+    print(f"\n{title}")
+    print("-" * (width + 2 + max(len(v) for _, v in rows)))
+    for label, value in rows:
+        print(f"{label:<{width}}  {value}")
+
+
+def main(argv: list[str]) -> int:
+    """Run the demo; return the trainer's exit status (2 for a bad flag)."""
+    from trainer.errors import ConfigError
+    from trainer.launch import prepare, torchrun_command, torchrun_env
+
+    ns = build_parser().parse_args(argv)
+    out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    log_json = out / f"{run_id}.jsonl"
+    trainer_args = ["--preset", "tiny", "--steps", str(ns.steps), "--log-every", str(ns.log_every),
+                    "--metrics-port", str(ns.metrics_port), "--metrics-address", "127.0.0.1",
+                    "--log-json", str(log_json), "--run-id", run_id]
+    try:
+        prepare(trainer_args, ns.nproc_per_node)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_status
+
+    urls = [f"http://127.0.0.1:{ns.metrics_port + r}/metrics" for r in range(ns.nproc_per_node)]
+    print(f"fsdp-observe demo: run {run_id}, {ns.nproc_per_node} CPU ranks, {ns.steps} steps")
+    for rank, url in enumerate(urls):
+        print(f"  rank {rank} metrics: {url}")
+    scraper = Scraper(urls)
+    proc = subprocess.Popen(torchrun_command(trainer_args, ns.nproc_per_node),
+                            env=torchrun_env(ns.nproc_per_node), start_new_session=True)
+    scraper.start()
+    try:
+        status = proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)
+        status = proc.wait()
+    finally:
+        scraper.stop()
+    windows, end = read_log(log_json)
+    print_table(f"fsdp-observe demo: run {run_id} {'finished' if status == 0 else 'FAILED'}",
+                summary_rows(windows, end, scraper.records, status))
+    print(f"\nJSON log: {log_json}")
+    return status

@@ -1,0 +1,30 @@
+"""``fsdp-observe train``: validate a configuration, then start its ranks with torchrun."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+
+def main(argv: list[str]) -> int:
+    """Validate ``argv`` as trainer flags (plus ``--nproc-per-node``), then run torchrun."""
+    from trainer.config import build_parser
+    from trainer.errors import ConfigError
+    from trainer.launch import prepare, torchrun_command, torchrun_env
+
+    ap = argparse.ArgumentParser(prog="fsdp-observe train", add_help=False)
+    ap.add_argument("--nproc-per-node", type=int, default=2)
+    ap.add_argument("-h", "--help", action="store_true")
+    ns, rest = ap.parse_known_args(argv)
+    if ns.help:
+        print("usage: fsdp-observe train [--nproc-per-node N] [trainer flags]\n\n"
+              "  --nproc-per-node N    ranks on this machine (default 2)\n")
+        build_parser("fsdp-observe train").print_help()
+        return 0
+    try:
+        prepare(rest, ns.nproc_per_node)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    return subprocess.call(torchrun_command(rest, ns.nproc_per_node), env=torchrun_env(ns.nproc_per_node))

@@ -1,0 +1,47 @@
+"""``python -m trainer``: one rank of a training run (start it with torchrun).
+
+Exit status: 0 on success, 2 for a user mistake (one line naming the flag and the fix), 1 for
+any other failure (one line; ``FSDP_OBSERVE_DEBUG=1`` adds the traceback). The process ends
+with ``os._exit`` after flushing, so no teardown race of the runtime's threads can turn a
+finished run into a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+
+from trainer.config import build_parser, config_from_args
+from trainer.errors import ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, validate, train; return the exit status."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    cfg = config_from_args(build_parser().parse_args(argv))
+    rank = os.environ.get("RANK", "0")
+    try:
+        files = cfg.validate()
+        from trainer.train import run
+
+        return run(cfg, files)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print(f"rank {rank}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line for the user, traceback on request
+        if os.environ.get("FSDP_OBSERVE_DEBUG"):
+            traceback.print_exc()
+        print(f"error: rank {rank}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

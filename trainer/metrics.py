@@ -1,0 +1,221 @@
+"""The trainer's Prometheus exporter: plain host-side state, read at scrape time.
+
+The training loop updates Python numbers (``on_step`` every step, ``on_window`` on log steps);
+a custom collector turns the latest values into metric families when Prometheus scrapes.
+Nothing here touches a device, so the exporter adds no host-device synchronisation, and a
+failure while collecting is logged once and counted, never raised into training.
+Names, kinds and help texts come from ``observe.catalog``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from observe import catalog as c
+from trainer.errors import ConfigError
+from trainer.window import WindowStats
+
+log = logging.getLogger(__name__)
+
+
+class Histogram:
+    """A cumulative-bucket histogram kept as plain lists (one ``bisect`` per observation).
+
+    Args:
+        upper_bounds: sorted finite bucket upper bounds; ``+Inf`` is implied.
+    """
+
+    def __init__(self, upper_bounds: tuple[float, ...]) -> None:
+        self.upper_bounds = upper_bounds
+        self.counts = [0] * (len(upper_bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        """Add one observation (seconds)."""
+        self.counts[bisect.bisect_left(self.upper_bounds, value)] += 1
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """Cumulative ``(le, count)`` pairs, ``+Inf`` last, as the exposition format wants."""
+        out, total = [], 0
+        for bound, n in zip((*map(str, self.upper_bounds), "+Inf"), self.counts):
+            total += n
+            out.append((bound, total))
+        return out
+
+
+@dataclass
+class DeviceMemory:
+    """CUDA caching-allocator figures read on a log step (bytes; retries is a count)."""
+
+    allocated: int
+    reserved: int
+    peak_allocated: int
+    alloc_retries: int
+
+
+class TrainerMetrics(Collector):
+    """Per-rank training state exported as ``fsdp_train_*`` series.
+
+    Args:
+        labels: constant labels on every series: ``run_id``, ``rank``, ``local_rank``, ``node``
+            and, on CUDA, ``gpu_uuid`` (``observe.catalog.TRAINER_LABELS``).
+        info: values of ``fsdp_train_info``'s extra labels (model, sharding_strategy, ...).
+        planned_steps: the step the run is configured to reach.
+        flops_per_token: model FLOPs per token (``trainer.flops.flops_per_token``).
+        peak_flops: the device's dense BF16 peak FLOP/s, or ``None`` (then MFU is absent).
+        export_global: export the run-wide series (global tokens/s); rank 0 only.
+    """
+
+    def __init__(self, labels: dict[str, str], info: dict[str, str], planned_steps: int,
+                 flops_per_token: int, peak_flops: float | None, export_global: bool) -> None:
+        self.labels = dict(labels)
+        self.info = dict(info)
+        self.planned_steps = planned_steps
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops
+        self.export_global = export_global
+        self.steps_total = 0
+        self.labelled_tokens_total = 0
+        self.samples_total = 0
+        self.step = 0
+        self.last_step_timestamp: float | None = None
+        self.step_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
+        self.data_wait_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
+        self.learning_rate: float | None = None
+        self.window: WindowStats | None = None
+        self.loss: float | None = None
+        self.grad_norm: float | None = None
+        self.global_tokens_per_second: float | None = None
+        self.memory: DeviceMemory | None = None
+        self.exporter_errors = 0
+        self._error_logged = False
+
+    # -- updates from the training loop (host values only) ------------------------------------
+
+    def on_step(self, step: int, step_seconds: float, data_wait_seconds: float,
+                labelled_tokens: int, samples: int, learning_rate: float) -> None:
+        """Record one completed optimizer step. Host floats and ints only."""
+        self.steps_total += 1
+        self.labelled_tokens_total += labelled_tokens
+        self.samples_total += samples
+        self.step = step
+        self.step_seconds.observe(step_seconds)
+        self.data_wait_seconds.observe(data_wait_seconds)
+        self.learning_rate = learning_rate
+        self.last_step_timestamp = time.time()
+
+    def on_window(self, window: WindowStats, loss: float, grad_norm: float | None,
+                  global_tokens_per_second: float, memory: DeviceMemory | None) -> None:
+        """Record the figures of a closed log window (after the log step's all-reduce)."""
+        self.window = window
+        self.loss = loss
+        self.grad_norm = grad_norm
+        self.global_tokens_per_second = global_tokens_per_second
+        self.memory = memory
+
+    @property
+    def mfu(self) -> float | None:
+        """MFU of the last window, or ``None`` (no window yet, or no known peak)."""
+        from trainer.flops import mfu
+
+        if self.window is None:
+            return None
+        return mfu(self.flops_per_token, self.window.tokens_per_second, self.peak_flops)
+
+    # -- scrape-time collection ----------------------------------------------------------------
+
+    def collect(self) -> Iterator:
+        """Yield metric families; never raises (an error is logged once and counted)."""
+        try:
+            families = list(self._families())
+        except Exception:  # noqa: BLE001 - metrics must never break training or the scrape
+            self.exporter_errors += 1
+            if not self._error_logged:
+                log.exception("metrics exporter failed; training continues (logged once)")
+                self._error_logged = True
+            families = []
+        families.append(self._counter(c.TRAIN_EXPORTER_ERRORS, self.exporter_errors))
+        return iter(families)
+
+    def _families(self) -> Iterator:
+        names, values = list(self.labels), list(self.labels.values())
+        info = GaugeMetricFamily(c.TRAIN_INFO.name, c.TRAIN_INFO.help, labels=names + list(self.info))
+        info.add_metric(values + list(self.info.values()), 1)
+        yield info
+        yield self._counter(c.TRAIN_STEPS, self.steps_total)
+        yield self._counter(c.TRAIN_LABELLED_TOKENS, self.labelled_tokens_total)
+        yield self._counter(c.TRAIN_SAMPLES, self.samples_total)
+        yield self._histogram(c.TRAIN_STEP_SECONDS, self.step_seconds)
+        yield self._histogram(c.TRAIN_DATA_WAIT_SECONDS, self.data_wait_seconds)
+        yield self._gauge(c.TRAIN_STEP, self.step)
+        yield self._gauge(c.TRAIN_PLANNED_STEPS, self.planned_steps)
+        yield self._gauge(c.TRAIN_FLOPS_PER_TOKEN, self.flops_per_token)
+        optional = {
+            c.TRAIN_LAST_STEP_TIMESTAMP: self.last_step_timestamp,
+            c.TRAIN_LEARNING_RATE: self.learning_rate,
+            c.TRAIN_LOSS: self.loss,
+            c.TRAIN_GRAD_NORM: self.grad_norm,
+            c.TRAIN_MFU: self.mfu,
+        }
+        if self.window is not None:
+            optional[c.TRAIN_WINDOW_STEP_SECONDS] = self.window.step_seconds
+            optional[c.TRAIN_WINDOW_DATA_WAIT_RATIO] = self.window.data_wait_ratio
+            optional[c.TRAIN_TOKENS_PER_SECOND] = self.window.tokens_per_second
+        if self.export_global:
+            optional[c.TRAIN_GLOBAL_TOKENS_PER_SECOND] = self.global_tokens_per_second
+        if self.memory is not None:
+            optional[c.TRAIN_DEVICE_MEMORY_ALLOCATED] = self.memory.allocated
+            optional[c.TRAIN_DEVICE_MEMORY_RESERVED] = self.memory.reserved
+            optional[c.TRAIN_DEVICE_MEMORY_PEAK] = self.memory.peak_allocated
+        for metric, value in optional.items():
+            if value is not None:  # absent, never 0, when unknown
+                yield self._gauge(metric, value)
+        if self.memory is not None:
+            yield self._counter(c.TRAIN_DEVICE_ALLOC_RETRIES, self.memory.alloc_retries)
+
+    def _gauge(self, metric: c.Metric, value: float) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(metric.name, metric.help, labels=list(self.labels))
+        family.add_metric(list(self.labels.values()), value)
+        return family
+
+    def _counter(self, metric: c.Metric, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(metric.family, metric.help, labels=list(self.labels))
+        family.add_metric(list(self.labels.values()), value)
+        return family
+
+    def _histogram(self, metric: c.Metric, hist: Histogram) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(metric.name, metric.help, labels=list(self.labels))
+        family.add_metric(list(self.labels.values()), hist.buckets(), hist.sum)
+        return family
+
+
+def serve(metrics: TrainerMetrics, address: str, port: int) -> CollectorRegistry:
+    """Serve ``metrics`` (and this process's CPU/RSS) as Prometheus text on ``address:port``.
+
+    Uses a fresh ``CollectorRegistry`` (never the global one) and prometheus_client's threaded
+    HTTP server.
+
+    Raises:
+        ConfigError: the port is taken or cannot be bound (flag ``--metrics-port``).
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    ProcessCollector(registry=registry)
+    try:
+        start_http_server(port, addr=address, registry=registry)
+    except OSError as exc:
+        problem = (f"port {port} on {address} is already in use" if exc.errno == errno.EADDRINUSE
+                   else f"cannot serve on {address}:{port} ({exc.strerror})")
+        raise ConfigError("--metrics-port", problem,
+                          "stop what holds it or pass --metrics-port with a free base port") from None
+    return registry

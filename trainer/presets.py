@@ -1,0 +1,92 @@
+"""Named model shapes: keyword arguments for ``transformers.LlamaConfig``.
+
+Imports nothing heavy, so the launcher can validate ``--preset`` and ``--seq-len`` without
+importing torch. Shapes of the real models come from their published ``config.json`` files
+(meta-llama/Llama-2-7b-hf, -13b-hf, -70b-hf; meta-llama/Meta-Llama-3-8B).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LLAMA2_COMMON: dict[str, Any] = {
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # About 0.9 M parameters: trains a few hundred steps a minute on two CPU ranks. The vocabulary
+    # covers the byte tokenizer (256 bytes + BOS, EOS, PAD). Tied embeddings, as small Llamas
+    # (Llama 3.2 1B/3B) use, so the grouping of embed_tokens with lm_head is exercised.
+    "tiny": {
+        "vocab_size": 259,
+        "hidden_size": 128,
+        "intermediate_size": 352,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+    },
+    "llama2-7b": {
+        **_LLAMA2_COMMON,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+    },
+    "llama2-13b": {
+        **_LLAMA2_COMMON,
+        "hidden_size": 5120,
+        "intermediate_size": 13824,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 40,
+    },
+    "llama2-70b": {
+        **_LLAMA2_COMMON,
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+    },
+    "llama3-8b": {
+        "vocab_size": 128256,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def approx_parameter_count(shape: dict[str, Any]) -> int:
+    """Parameter count of a Llama shape (embeddings, attention, MLP, norms), without building it.
+
+    Args:
+        shape: ``LlamaConfig`` keyword arguments as in ``PRESETS``.
+
+    Returns:
+        The number of parameters (exact for ``LlamaForCausalLM`` without biases).
+    """
+    d = shape["hidden_size"]
+    heads = shape["num_attention_heads"]
+    kv = shape.get("num_key_value_heads", heads)
+    head_dim = shape.get("head_dim") or d // heads
+    attn = d * heads * head_dim * 2 + d * kv * head_dim * 2
+    mlp = 3 * d * shape["intermediate_size"]
+    per_layer = attn + mlp + 2 * d
+    embeddings = shape["vocab_size"] * d * (1 if shape.get("tie_word_embeddings") else 2)
+    return shape["num_hidden_layers"] * per_layer + embeddings + d
