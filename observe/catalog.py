@@ -133,6 +133,11 @@ TRAIN_DEVICE_MEMORY_PEAK = Metric(
     "fsdp_train_device_memory_peak_allocated_bytes", "gauge",
     "CUDA caching allocator: peak bytes allocated since start (absent on CPU).",
 )
+TRAIN_PROCESS_RESIDENT_MEMORY_PEAK = Metric(
+    "fsdp_train_process_resident_memory_peak_bytes", "gauge",
+    "Peak resident set size of this rank's process since it started (the kernel's high-water "
+    "mark, VmHWM in /proc/self/status), bytes; absent where the kernel does not report it.",
+)
 TRAIN_DEVICE_ALLOC_RETRIES = Metric(
     "fsdp_train_device_alloc_retries_total", "counter",
     "CUDA caching allocator: allocations that had to free cached blocks and retry (absent on CPU).",
@@ -148,5 +153,6 @@ TRAINER_METRICS: tuple[Metric, ...] = (
     TRAIN_WINDOW_STEP_SECONDS, TRAIN_WINDOW_DATA_WAIT_RATIO, TRAIN_TOKENS_PER_SECOND,
     TRAIN_GLOBAL_TOKENS_PER_SECOND, TRAIN_LOSS, TRAIN_GRAD_NORM, TRAIN_LEARNING_RATE,
     TRAIN_FLOPS_PER_TOKEN, TRAIN_MFU, TRAIN_DEVICE_MEMORY_ALLOCATED, TRAIN_DEVICE_MEMORY_RESERVED,
-    TRAIN_DEVICE_MEMORY_PEAK, TRAIN_DEVICE_ALLOC_RETRIES, TRAIN_EXPORTER_ERRORS,
+    TRAIN_DEVICE_MEMORY_PEAK, TRAIN_PROCESS_RESIDENT_MEMORY_PEAK, TRAIN_DEVICE_ALLOC_RETRIES,
+    TRAIN_EXPORTER_ERRORS,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
@@ -11,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from observe import catalog as c
 from trainer.errors import ConfigError
-from trainer.metrics import DeviceMemory, TrainerMetrics, serve
+from trainer.metrics import DeviceMemory, TrainerMetrics, process_resident_memory_peak_bytes, serve
 from trainer.window import WindowStats
 
 LABELS = {"run_id": "r1", "rank": "0", "local_rank": "0", "node": "n1"}
@@ -120,3 +121,20 @@ def test_every_trainer_metric_follows_the_naming_rules() -> None:
         assert metric.name.startswith("fsdp_train_")
         assert (metric.kind == "counter") == metric.name.endswith("_total")
         assert not any(unit in metric.name for unit in ("_ms", "_mb", "_percent", "(%)"))
+
+
+def test_peak_resident_memory_is_the_kernels_high_water_mark(tmp_path) -> None:
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmPeak:\t 9999 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n")
+    assert process_resident_memory_peak_bytes(str(status)) == 2048 * 1024
+    status.write_text("Name:\tpython\n")  # a kernel that does not report it: absent, never 0
+    assert process_resident_memory_peak_bytes(str(status)) is None
+    assert process_resident_memory_peak_bytes(str(tmp_path / "missing")) is None
+
+
+def test_peak_resident_memory_is_exported_and_not_below_current_rss() -> None:
+    # Linux /proc, as on every machine the trainer targets (and CI).
+    current = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
+                   if line.startswith("VmRSS:"))
+    peak = value(scrape(make()), c.TRAIN_PROCESS_RESIDENT_MEMORY_PEAK.name)
+    assert peak >= current > 0
