@@ -1,0 +1,224 @@
+"""Local mode: the same short job at several world sizes on this machine, one after another.
+
+Each size is a real ``torchrun`` of the trainer (gloo on CPU, NCCL on a GPU host). While it
+runs, rank 0's ``/metrics`` is polled over HTTP; once rank 0 is past the warm-up every rank is
+scraped (the start snapshot), and once every rank has finished its last step every rank is
+scraped again (the end snapshot, served while the ranks linger). The trainer logs every step
+(``--log-every 1``), so rank 0's JSON log gives the exact per-step times for p50/p95.
+Figures come from ``observe.scaling.figures.measure``; nothing is timed from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from observe.catalog import TRAINER_PORT_BASE
+from observe.scaling.figures import SizeFigures, measure
+from observe.scaling.snapshot import RankSnapshot, Sample, rank_snapshots
+
+
+class RunFailed(RuntimeError):
+    """A local run did not produce figures (it exited early, failed, or timed out)."""
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """What local mode runs.
+
+    Attributes:
+        world_sizes: ranks per run, ascending, each >= 1.
+        strong: same global batch at every size (strong scaling) instead of the same per-rank
+            batch (weak scaling).
+        steps: optimizer steps per run.
+        warmup_steps: steps excluded at the start of every run (must be < ``steps``).
+        batch_size: sequences per rank at the smallest size; in strong scaling the global
+            batch ``batch_size × world_sizes[0]`` is split evenly over the ranks.
+        seq_len: tokens per sequence.
+        preset: the trainer's model preset.
+        metrics_port: base port of the ranks' ``/metrics`` (rank r serves on base + r).
+        threads_per_rank: ``OMP_NUM_THREADS`` of each rank, the same at every size.
+        linger_seconds: how long ranks keep serving after their last step.
+        timeout_seconds: the longest one run may take.
+        trainer_args: further trainer flags, appended as given.
+    """
+
+    world_sizes: tuple[int, ...] = (1, 2, 4)
+    strong: bool = False
+    steps: int = 40
+    warmup_steps: int = 5
+    batch_size: int = 8
+    seq_len: int = 256
+    preset: str = "tiny"
+    metrics_port: int = TRAINER_PORT_BASE
+    threads_per_rank: int = 1
+    linger_seconds: float = 3.0
+    timeout_seconds: float = 600.0
+    trainer_args: tuple[str, ...] = ()
+
+    def per_rank_batch(self, world_size: int) -> int:
+        """Sequences per rank at ``world_size``.
+
+        Raises:
+            ConfigError: strong scaling whose global batch does not split evenly.
+        """
+        from trainer.errors import ConfigError
+
+        if not self.strong:
+            return self.batch_size
+        global_batch = self.batch_size * self.world_sizes[0]
+        if global_batch % world_size:
+            raise ConfigError("--batch-size", f"--strong keeps a global batch of {global_batch} sequences "
+                              f"({self.batch_size} x {self.world_sizes[0]} ranks), which does not split "
+                              f"evenly over {world_size} ranks",
+                              "choose a --batch-size that makes it divisible by every world size")
+        return global_batch // world_size
+
+    def trainer_argv(self, world_size: int, run_id: str, log_json: Path) -> list[str]:
+        """The trainer's flags for the run at ``world_size``."""
+        return ["--preset", self.preset, "--steps", str(self.steps), "--seq-len", str(self.seq_len),
+                "--batch-size", str(self.per_rank_batch(world_size)), "--log-every", "1",
+                "--log-json", str(log_json), "--run-id", run_id,
+                "--metrics", "on", "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+                "--metrics-linger", str(self.linger_seconds), *self.trainer_args]
+
+
+def check(plan: LocalPlan) -> None:
+    """Validate the plan and every size's trainer configuration before anything runs.
+
+    Raises:
+        ConfigError: the first problem (flag, data, port), naming the flag and the fix.
+    """
+    from trainer.errors import ConfigError
+    from trainer.launch import prepare
+
+    if plan.warmup_steps >= plan.steps:
+        raise ConfigError("--warmup-steps", f"{plan.warmup_steps} leaves none of the {plan.steps} steps to measure",
+                          "pass fewer warm-up steps or more --steps")
+    argvs = {n: plan.trainer_argv(n, "check", Path(os.devnull)) for n in plan.world_sizes}  # batches first
+    for n, argv in argvs.items():
+        prepare(argv, n)
+
+
+def scrape(client: httpx.Client, url: str) -> list[Sample] | None:
+    """One rank's ``/metrics`` as samples, or ``None`` when it does not answer (yet)."""
+    try:
+        text = client.get(url).raise_for_status().text
+        return [Sample(s.name, s.labels, s.value)
+                for family in text_string_to_metric_families(text) for s in family.samples]
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def run_all(plan: LocalPlan, out: Path, say: Callable[[str], None] = print) -> list[SizeFigures]:
+    """Run every world size of ``plan`` in turn; return their figures.
+
+    Run logs go to ``out/runs/n<N>/trainer.log`` and ``trainer.jsonl``.
+
+    Raises:
+        RunFailed: a run failed, ended before it could be measured, or timed out.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return [run_size(plan, n, f"scaling-{stamp}-n{n}", out / "runs" / f"n{n}", say) for n in plan.world_sizes]
+
+
+def run_size(plan: LocalPlan, world_size: int, run_id: str, run_dir: Path,
+             say: Callable[[str], None] = print) -> SizeFigures:
+    """Run the job at ``world_size`` ranks and measure it from its own metrics.
+
+    Raises:
+        RunFailed: as ``run_all``.
+    """
+    from trainer.launch import torchrun_command, torchrun_env
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path, log_json = run_dir / "trainer.log", run_dir / "trainer.jsonl"
+    log_json.unlink(missing_ok=True)
+    env = torchrun_env(world_size)
+    env["OMP_NUM_THREADS"] = str(plan.threads_per_rank)
+    urls = [f"http://127.0.0.1:{plan.metrics_port + r}/metrics" for r in range(world_size)]
+    say(f"world size {world_size}: {plan.steps} steps, {plan.per_rank_batch(world_size)} sequences per rank "
+        f"(run {run_id}, log {log_path})")
+    deadline = time.monotonic() + plan.timeout_seconds
+    with open(log_path, "w") as log, httpx.Client(timeout=2.0) as client:
+        proc = subprocess.Popen(torchrun_command(plan.trainer_argv(world_size, run_id, log_json), world_size),
+                                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            watch = _Watch(client, urls, proc, deadline, log_path)
+            start = watch.until(lambda s: s.step >= plan.warmup_steps, interval=0.1)
+            end = watch.until(lambda s: s.planned_steps is not None and s.step >= s.planned_steps, interval=0.25)
+            status = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise RunFailed(f"world size {world_size}: no exit within --timeout; see {log_path}") from None
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+    if status != 0:
+        raise RunFailed(f"world size {world_size}: the trainer exited with status {status}; see {log_path}")
+    exact = per_step_seconds(log_json, int(start[0].step), int(end[0].step))
+    figures = measure(run_id, start, end, exact)
+    say(f"  steps {figures.step_from + 1}-{figures.step_to}: {figures.global_tokens_per_second:,.0f} tokens/s")
+    return figures
+
+
+def per_step_seconds(log_json: Path, step_from: int, step_to: int) -> list[float] | None:
+    """Rank 0's per-step wall times for steps ``step_from+1 .. step_to`` from its JSON log.
+
+    Returns ``None`` unless every one of those steps has a one-step window (``--log-every 1``).
+    """
+    times = {}
+    if log_json.exists():
+        for line in log_json.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("event") == "window" and record.get("window_steps") == 1:
+                times[record["step"]] = record["step_seconds"]
+    wanted = range(step_from + 1, step_to + 1)
+    if not wanted or any(step not in times for step in wanted):
+        return None
+    return [times[step] for step in wanted]
+
+
+@dataclass
+class _Watch:
+    """Polls rank 0 until a condition holds, then scrapes every rank (until each one holds it)."""
+
+    client: httpx.Client
+    urls: list[str]
+    proc: subprocess.Popen
+    deadline: float
+    log_path: Path
+
+    def until(self, condition: Callable[[RankSnapshot], bool], interval: float) -> dict[int, RankSnapshot]:
+        """Snapshots of every rank, each taken once ``condition`` holds for that rank.
+
+        Only rank 0 is polled (every ``interval`` seconds) until it meets the condition, so the
+        scrapes cost the run little; then each rank is scraped in turn.
+        """
+        found = {0: self._wait(0, condition, interval)}
+        for rank in range(1, len(self.urls)):
+            found[rank] = self._wait(rank, condition, interval)
+        return found
+
+    def _wait(self, rank: int, condition: Callable[[RankSnapshot], bool], interval: float) -> RankSnapshot:
+        while True:
+            samples = scrape(self.client, self.urls[rank])
+            snapshot = rank_snapshots(samples).get(rank) if samples else None
+            if snapshot is not None and condition(snapshot):
+                return snapshot
+            if self.proc.poll() is not None:
+                raise RunFailed(f"the run ended (status {self.proc.returncode}) before rank {rank} could be "
+                                f"measured; see {self.log_path}")
+            if time.monotonic() > self.deadline:
+                raise RunFailed(f"rank {rank} was not measured within --timeout; see {self.log_path}")
+            time.sleep(interval)

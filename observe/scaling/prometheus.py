@@ -1,0 +1,158 @@
+"""Cluster mode: read finished runs from Prometheus' HTTP API and measure them like local runs.
+
+For each run id:
+
+1. Rank 0's raw ``fsdp_train_step`` samples over ``lookback`` (one range-selector query) give
+   the scrape at which the run first stood at or past the warm-up (``t_w``) and its last
+   scrape (``t_e``), and the scrape interval (median gap).
+2. Start snapshot: every snapshot series of the run as of ``t_w`` (instant queries).
+3. End snapshot: ``last_over_time(series[t_e + 2 intervals - t_w])`` at ``t_e`` + 2 intervals,
+   so every rank's final scrape counts even after Prometheus marked the series stale.
+4. ``observe.scaling.figures.measure`` turns them into figures, exactly as in local mode.
+
+Warm-up exclusion is as fine as the scrape interval: a rank's start is its last scrape at or
+before ``t_w``. Run the trainer with ``--metrics-linger`` of two scrape intervals or more so the
+final scrape sees the last step. API: https://prometheus.io/docs/prometheus/latest/querying/api/
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+import httpx
+
+from observe import catalog as c
+from observe.scaling.figures import SizeFigures, measure
+from observe.scaling.snapshot import SNAPSHOT_SAMPLE_NAMES, Sample, rank_snapshots
+
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d|w)$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus could not be reached or did not answer a query."""
+
+
+class RunNotFound(LookupError):
+    """Prometheus holds no trainer series for a run id in the look-back window."""
+
+
+def parse_duration(text: str) -> float:
+    """A Prometheus duration with one unit (``90s``, ``30m``, ``7d``) in seconds.
+
+    Raises:
+        ValueError: not such a duration, or zero.
+    """
+    match = _DURATION.match(text.strip())
+    if not match or int(match.group(1)) == 0:
+        raise ValueError(f"{text!r} is not a duration like 30m, 12h or 7d")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def promql_string(value: str) -> str:
+    """``value`` as a double-quoted PromQL string literal (backslash and quote escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+@dataclass
+class PrometheusAPI:
+    """A minimal client of Prometheus' query API.
+
+    Args:
+        url: the server's base URL (``http://host:9090``, or with a path prefix).
+        timeout: seconds per request.
+    """
+
+    url: str
+    timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        self._client = httpx.Client(base_url=self.url.rstrip("/"), timeout=self.timeout)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+    def query(self, expr: str, at: float) -> tuple[str, list[dict]]:
+        """Evaluate ``expr`` at Unix time ``at``; return ``(resultType, result)``.
+
+        Raises:
+            PrometheusError: unreachable, a non-Prometheus answer, or a query error.
+        """
+        try:
+            response = self._client.get("/api/v1/query", params={"query": expr, "time": f"{at:.3f}"})
+        except httpx.HTTPError as exc:
+            raise PrometheusError(f"cannot reach {self.url} ({type(exc).__name__}: {exc})") from None
+        try:
+            body = response.json()
+        except ValueError:
+            raise PrometheusError(f"{self.url} answered HTTP {response.status_code} without Prometheus "
+                                  "API JSON; is it a Prometheus server?") from None
+        if body.get("status") != "success":
+            raise PrometheusError(f"query failed at {self.url}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]["resultType"], body["data"]["result"]
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """When a run was scraped: rank 0's first scrape past the warm-up, its last, the interval."""
+
+    start: float
+    end: float
+    interval: float
+
+
+def find_window(api: PrometheusAPI, run_id: str, warmup_steps: int, lookback: float, now: float) -> RunWindow:
+    """Locate a run's measured window from rank 0's raw ``fsdp_train_step`` samples.
+
+    Raises:
+        RunNotFound: no samples for the run within ``lookback`` before ``now``.
+        ValueError: fewer than two scrapes past the warm-up.
+    """
+    selector = f'{c.TRAIN_STEP.name}{{run_id={promql_string(run_id)},rank="0"}}[{math.ceil(lookback)}s]'
+    _, result = api.query(selector, now)
+    if not result:
+        raise RunNotFound(run_id)
+    values = max(result, key=lambda series: len(series["values"]))["values"]  # duplicates: the fullest
+    points = [(float(t), float(v)) for t, v in values]
+    first = next((i for i, (_, step) in enumerate(points) if step >= warmup_steps), None)
+    if first is None or points[-1][1] <= points[first][1]:
+        raise ValueError(f"run {run_id}: Prometheus holds no step after the warm-up to measure (last step "
+                         f"{points[-1][1]:.0f}, warm-up {warmup_steps}); lower --warmup-steps or scrape more often")
+    gaps = [b - a for (a, _), (b, _) in zip(points, points[1:])]
+    return RunWindow(start=points[first][0], end=points[-1][0], interval=statistics.median(gaps))
+
+
+def samples_at(api: PrometheusAPI, run_id: str, at: float, last_over: float | None = None) -> list[Sample]:
+    """Every snapshot series of ``run_id`` as of ``at``.
+
+    With ``last_over`` (seconds), each series' last sample within that range before ``at``
+    (``last_over_time``), which also finds series Prometheus has already marked stale.
+    """
+    out = []
+    for name in SNAPSHOT_SAMPLE_NAMES:
+        selector = f"{name}{{run_id={promql_string(run_id)}}}"
+        expr = selector if last_over is None else f"last_over_time({selector}[{math.ceil(last_over)}s])"
+        _, result = api.query(expr, at)
+        for series in result:
+            labels = {k: v for k, v in series["metric"].items() if k != "__name__"}
+            out.append(Sample(name, labels, float(series["value"][1])))
+    return out
+
+
+def read_run(api: PrometheusAPI, run_id: str, warmup_steps: int, lookback: float, now: float) -> SizeFigures:
+    """Figures of one finished (or running) run, read from Prometheus.
+
+    Raises:
+        RunNotFound: no series for ``run_id``.
+        PrometheusError: a query failed.
+        ValueError (``MeasureError`` among them): the run cannot be measured.
+    """
+    window = find_window(api, run_id, warmup_steps, lookback, now)
+    start = rank_snapshots(samples_at(api, run_id, window.start))
+    end_at = window.end + 2 * window.interval
+    end = rank_snapshots(samples_at(api, run_id, end_at, last_over=end_at - window.start))
+    return measure(run_id, start, end)
