@@ -8,6 +8,7 @@ canvas (no pyplot state, no display needed).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from observe.scaling.figures import EFFICIENCY_DEFINITION, ScalingReport
@@ -50,7 +51,12 @@ def render(report: ScalingReport, path: Path) -> None:
 
     fig = Figure(figsize=(13, 6), dpi=110, layout="constrained")
     fig.suptitle(f"Scaling: {headline(report)}", fontsize=12)
-    grid = fig.add_gridspec(2, 2, height_ratios=(1, 0.07))
+    footnote = [EFFICIENCY_DEFINITION + ".",
+                (f"memory: {report.memory_source}" if report.memory_source else "memory: not exported by these runs")
+                + f"; step time and throughput after the first {report.warmup_steps} steps of each run.",
+                *(textwrap.wrap(f"note: {note}", 160) for note in report.notes)]
+    footnote = [line for item in footnote for line in ([item] if isinstance(item, str) else item)]
+    grid = fig.add_gridspec(2, 2, height_ratios=(1, 0.035 * len(footnote)))
     ax_tp, ax_eff = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     ax_note = fig.add_subplot(grid[1, :])
     ax_note.axis("off")
@@ -116,8 +122,6 @@ def render(report: ScalingReport, path: Path) -> None:
         ax_mem.tick_params(labelsize=10)
     ax_eff.legend(lines, [line.get_label() for line in lines], loc="lower left", fontsize=10, frameon=False)
 
-    memory_text = f"memory: {report.memory_source}" if report.memory_source else "memory: not exported by these runs"
-    ax_note.text(0, 0.5, f"{EFFICIENCY_DEFINITION}.\n{memory_text}; step time and throughput after the "
-                 f"first {report.warmup_steps} steps of each run.", fontsize=9.5, color="#333333",
-                 ha="left", va="center", transform=ax_note.transAxes)
+    ax_note.text(0, 0.5, "\n".join(footnote), fontsize=9.5, color="#333333", ha="left", va="center",
+                 transform=ax_note.transAxes)
     fig.savefig(path)

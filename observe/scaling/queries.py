@@ -84,5 +84,6 @@ def scaling_queries(matchers: str = "", info_matchers: str = "", range_: str = "
     smallest = (f"({ranks}) == on (model, sharding_strategy) group_left "
                 f"min by (model, sharding_strategy) ({ranks})")
     baseline = f"avg by (model, sharding_strategy) (({per_rank}) and ({smallest}))"
-    efficiency = f"({per_rank}) / on (model, sharding_strategy) group_left ({baseline})"
+    # No parenthesis right after group_left: PromQL would read it as group_left's label list.
+    efficiency = f"({per_rank}) / on (model, sharding_strategy) group_left {baseline}"
     return ScalingQueries(ranks=ranks, throughput=throughput, efficiency=efficiency)

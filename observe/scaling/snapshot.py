@@ -161,7 +161,8 @@ def _snapshot(rank: int, named: dict[str, list[Sample]]) -> RankSnapshot | None:
                 hist + "_bucket", hist + "_sum", hist + "_count", c.TRAIN_DATA_WAIT_SECONDS.name + "_sum")
     if any(name not in named for name in required):
         return None
-    buckets = sorted((float(s.labels["le"]), s.value) for s in named[hist + "_bucket"])
+    # One count per bound, even if a series arrived twice (two scrape jobs for one pod).
+    buckets = sorted({float(s.labels["le"]): s.value for s in reversed(named[hist + "_bucket"])}.items())
     memory, source = None, None
     for metric, description in MEMORY_SOURCES:
         if one(metric.name) is not None:

@@ -82,3 +82,9 @@ def test_minus_gives_the_observations_in_between_and_catches_restarts() -> None:
         early.minus(late)
     with pytest.raises(ValueError, match="layouts differ"):
         late.minus(hist((0.5, 1), (0.25, 2), (math.inf, 2)))
+
+
+def test_a_series_seen_twice_counts_once() -> None:
+    samples = exposition(0, 3)
+    snaps = rank_snapshots(samples + samples)  # e.g. a pod scraped by two Prometheus jobs
+    assert snaps[0].step_seconds == rank_snapshots(samples)[0].step_seconds
