@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lookback", type=_lookback, default=7 * 86400.0, metavar="DURATION",
                    help="how far back to look for the runs (default 7d)")
     g = ap.add_argument_group("both modes")
-    g.add_argument("--warmup-steps", type=_count, default=5, metavar="N", help="steps excluded at the start of each run (default 5)")
+    g.add_argument("--warmup-steps", type=_count, default=5, metavar="N", help="steps left out of the figures at the start of each run (default 5); not the "
+                        "trainer's learning-rate warm-up, which goes after -- like any trainer flag")
     g.add_argument("--out", type=Path, default=Path("scaling-report"), metavar="DIR",
                    help="where report.json and report.png go (default ./scaling-report/)")
     return ap

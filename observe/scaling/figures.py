@@ -146,7 +146,7 @@ def measure(run_id: str, start: Mapping[int, RankSnapshot], end: Mapping[int, Ra
                                "snapshots (the process restarted); measure a run without restarts")
         if steps <= 0 or s.last_step_timestamp is None or e.last_step_timestamp is None:
             raise MeasureError(f"run {run_id}: rank {r} completed no step after the warm-up "
-                               f"(step {s.step:.0f} at both snapshots); run more steps or lower the warm-up")
+                               f"(step {s.step:.0f} at both snapshots); run more steps or lower --warmup-steps")
         seconds = e.last_step_timestamp - s.last_step_timestamp
         if seconds <= 0:
             raise MeasureError(f"run {run_id}: rank {r}'s step clock did not advance")

@@ -146,7 +146,8 @@ def run_size(plan: LocalPlan, world_size: int, run_id: str, run_dir: Path,
     env = torchrun_env(world_size)
     env["OMP_NUM_THREADS"] = str(plan.threads_per_rank)
     urls = [f"http://127.0.0.1:{plan.metrics_port + r}/metrics" for r in range(world_size)]
-    say(f"world size {world_size}: {plan.steps} steps, {plan.per_rank_batch(world_size)} sequences per rank "
+    batch = plan.per_rank_batch(world_size)
+    say(f"world size {world_size}: {plan.steps} steps, {batch} sequence{'s' if batch != 1 else ''} per rank "
         f"(run {run_id}, log {log_path})")
     deadline = time.monotonic() + plan.timeout_seconds
     with open(log_path, "w") as log, httpx.Client(timeout=2.0) as client:

@@ -105,7 +105,7 @@ def render(report: ScalingReport, path: Path) -> None:
     lines = ax_eff.plot([p[0] for p in eff_points], [p[1] for p in eff_points], "o-", color=_GREEN,
                         lw=2.2, ms=7, label="scaling efficiency (left axis)")
     for xi, ei in eff_points:
-        ax_eff.annotate(f"{ei:.0f} %", (xi, ei), textcoords="offset points", xytext=(0, 9), ha="center",
+        ax_eff.annotate(f"{ei:.0f} %", (xi, ei), textcoords="offset points", xytext=(7, 7), ha="left",
                         fontsize=10, color=_GREEN)
     ax_eff.set_ylim(0, max(110, max((p[1] for p in eff_points), default=100) * 1.15))
     ax_eff.set_ylabel("scaling efficiency (%)", fontsize=11, color=_GREEN)

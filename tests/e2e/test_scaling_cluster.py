@@ -38,7 +38,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
 
 @pytest.fixture
 def prometheus(tmp_path: Path, port_block):
-    """A real Prometheus on loopback scraping ports (base_a) and (base_b, base_b+1) every 0.5 s."""
+    """A real Prometheus on loopback scraping ports (base_a) and (base_b, base_b+1) every 0.25 s."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("the prometheus binary is missing: apt-get install prometheus (CI installs it)")
@@ -47,7 +47,7 @@ def prometheus(tmp_path: Path, port_block):
     targets = [f"127.0.0.1:{base_a}", f"127.0.0.1:{base_b}", f"127.0.0.1:{base_b + 1}"]
     config = tmp_path / "prometheus.yml"
     config.write_text(json.dumps({  # JSON is YAML
-        "global": {"scrape_interval": "500ms", "scrape_timeout": "400ms"},
+        "global": {"scrape_interval": "250ms", "scrape_timeout": "200ms"},
         "scrape_configs": [{"job_name": "trainer", "static_configs": [{"targets": targets}]}],
     }))
     log = open(tmp_path / "prometheus.log", "w")
