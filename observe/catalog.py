@@ -29,10 +29,12 @@ DCGM_EXPORTER_PORT = 9400
 TRAINER_LABELS: tuple[str, ...] = ("run_id", "rank", "local_rank", "node")
 TRAINER_CUDA_LABELS: tuple[str, ...] = TRAINER_LABELS + ("gpu_uuid",)
 
-#: Upper bounds (seconds) of the step-time and data-wait histograms. They reach 600 s so a step
-#: that stalls on a slow collective or a checkpoint still lands in a finite bucket.
+#: Upper bounds (seconds) of the step-time and data-wait histograms: roughly three per decade
+#: (1, 1.5, 2, 3, 5, 7.5) so quantiles of sub-second steps are not coarse, reaching 600 s so a
+#: step that stalls on a slow collective or a checkpoint still lands in a finite bucket.
 STEP_SECONDS_BUCKETS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
+    1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 )
 
 

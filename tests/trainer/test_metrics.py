@@ -57,7 +57,8 @@ def test_step_and_window_series_with_labels() -> None:
     assert value(s, c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name) == 5120
     assert value(s, c.TRAIN_WINDOW_STEP_SECONDS.name) == pytest.approx(0.2)
     assert value(s, c.TRAIN_STEP_SECONDS.name + "_count") == 3
-    assert value(s, c.TRAIN_STEP_SECONDS.name + "_bucket", le="0.25") == 3
+    assert value(s, c.TRAIN_STEP_SECONDS.name + "_bucket", le="0.15") == 0
+    assert value(s, c.TRAIN_STEP_SECONDS.name + "_bucket", le="0.2") == 3  # le is inclusive
     assert value(s, c.TRAIN_STEP_SECONDS.name + "_bucket", le="600.0") == 3
     assert value(s, c.TRAIN_INFO.name, **INFO) == 1
     assert "job" not in {k for series in s.values() for key in series for k, _ in key}
