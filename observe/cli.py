@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("observe.demo", "a two-rank CPU fine-tune on this machine, watched end to end"),
     "train": ("observe.train_cmd", "validate, then start a local torchrun run of the trainer"),
+    "job": ("observe.job_cmd", "render a PyTorchJob; show, read and stop one on Kubernetes"),
 }
 
 
