@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,9 @@ def api_errors(kube: Kube, what: str, namespace: str | None = None) -> Iterator[
         yield
     except urllib3.exceptions.HTTPError as exc:
         reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, urllib3.exceptions.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
+            raise ConfigError(f"API server {kube.server}", f"TLS verification failed ({_short(reason)})",
+                              "check the server address and certificate-authority-data in your kubeconfig") from None
         raise ConfigError(f"API server {kube.server}", f"unreachable ({_short(reason)})",
                           "check the cluster is up and kubectl cluster-info works, "
                           "or pass --context/--kubeconfig") from None
@@ -149,4 +153,7 @@ def _short(text: object) -> str:
         return "connection timed out"
     if "Name or service not known" in line or "nodename nor servname" in line:
         return "host name not found"
+    verify = re.search(r"certificate verify failed: ([^(]*)", line)
+    if verify:
+        return f"certificate verify failed: {verify.group(1).strip()}"
     return line[:200]

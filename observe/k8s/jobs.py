@@ -131,9 +131,15 @@ def job_status(kube: Kube, name: str) -> JobStatus:
 
 
 def find_master_addr(kube: Kube, pods: list[PodState]) -> tuple[str | None, str | None]:
-    """The last ``master_addr=`` in the first worker logs that have one: ``(value, pod)``."""
+    """The last ``master_addr=`` in the first worker logs that have one: ``(value, pod)``.
+
+    A log the API refuses (a container between restarts) is skipped for the next worker's.
+    """
     for pod in [p for p in pods if p.has_log][:LEADER_SEARCH_PODS]:
-        found = last_master_addr(_log_lines(kube, pod.name, follow=False))
+        try:
+            found = last_master_addr(_log_lines(kube, pod.name, follow=False))
+        except ConfigError:
+            continue
         if found:
             return found, pod.name
     return None, None

@@ -93,7 +93,7 @@ def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
                 "Worker": {
                     "replicas": s.num_nodes,
                     "restartPolicy": "OnFailure",
-                    "template": {"metadata": {"labels": labels}, "spec": _pod_spec(s, run_id)},
+                    "template": {"metadata": {"labels": dict(labels)}, "spec": _pod_spec(s, run_id)},
                 },
             },
         },

@@ -172,12 +172,8 @@ class JobSettings:
             raise ConfigError("INSTANCE_TYPE", f"{s.instance_type!r} is not a valid label value",
                               "write an instance type such as p5.48xlarge")
         _check_model(s.model)
-        if s.sharding_strategy not in SHARDING_STRATEGIES:
-            raise ConfigError("SHARDING_STRATEGY", f"unknown strategy {self.sharding_strategy!r}",
-                              f"choose one of {', '.join(SHARDING_STRATEGIES)}")
-        if s.rdzv_backend not in RDZV_BACKENDS:
-            raise ConfigError("RDZV_BACKEND", f"unknown backend {s.rdzv_backend!r}",
-                              f"choose one of {', '.join(RDZV_BACKENDS)}")
+        _one_of("SHARDING_STRATEGY", "strategy", self.sharding_strategy, s.sharding_strategy, SHARDING_STRATEGIES)
+        _one_of("RDZV_BACKEND", "backend", s.rdzv_backend, s.rdzv_backend, RDZV_BACKENDS)
         if s.rdzv_host is not None and not _DNS1123_SUBDOMAIN.fullmatch(s.rdzv_host):
             raise ConfigError("RDZV_HOST", f"{s.rdzv_host!r} is not a host name",
                               f"write a host such as {names.ETCD_HOST}, without scheme or port")
@@ -209,6 +205,11 @@ def _check_name(name: str, max_nodes: int) -> None:
     if len(name) > longest:
         raise ConfigError("JOB_NAME", f"{name!r} is {len(name)} characters; pod names "
                                       f"'{name}{_WORKER_INFIX}N' must fit in 63", f"use {longest} characters or fewer")
+
+
+def _one_of(key: str, what: str, given: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(key, f"unknown {what} {given!r}", f"choose one of {', '.join(choices)}")
 
 
 def _in_range(key: str, value: int, lo: int, hi: int) -> None:

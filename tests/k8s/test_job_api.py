@@ -103,6 +103,16 @@ def test_status_of_a_job_in_trouble(api_server, kubeconfig, capsys) -> None:
     assert log_path(2) not in [r.path for r in server.requests]
 
 
+def test_a_refused_log_is_skipped_for_the_next_worker(api_server, kubeconfig, capsys) -> None:
+    waiting = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "BadRequest",
+               "message": f'container "pytorch" in pod "{JOB}-worker-0" is waiting to start: ContainerCreating',
+               "code": 400}
+    server = api_server(healthy() | {("GET", log_path(0)): Reply(400, json.dumps(waiting).encode())})
+    status, out, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert status == 0, err
+    assert f"leader: {JOB}-worker-1 (master_addr={JOB}-worker-1 in {JOB}-worker-1's log)" in out.splitlines()
+
+
 def test_logs_prints_the_leaders_log(api_server, kubeconfig, capsys) -> None:
     server = api_server(healthy())
     status, out, err = run(["logs", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
@@ -268,3 +278,28 @@ def test_a_terminating_pod_says_so() -> None:
     data = copy.deepcopy(data)
     data["metadata"]["deletionTimestamp"] = "2025-06-11T19:20:00Z"
     assert pod_state(client.V1Pod.from_dict(data)).state == "Terminating"
+
+
+def test_a_server_certificate_that_does_not_verify_is_one_line(tmp_path: Path, kubeconfig, capsys) -> None:
+    """A real TLS listener with a self-signed certificate the kubeconfig does not trust."""
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    httpd = HTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        url = f"https://127.0.0.1:{httpd.server_address[1]}"
+        status, _, err = run(["status", JOB, "--kubeconfig", kubeconfig(url)], capsys)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert status == 2
+    one_line_error(err, f"API server {url}: TLS verification failed (certificate verify failed",
+                   "certificate-authority-data")
