@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("observe.demo", "a two-rank CPU fine-tune on this machine, watched end to end"),
     "train": ("observe.train_cmd", "validate, then start a local torchrun run of the trainer"),
     "scaling": ("observe.scaling.cli", "throughput, step time and memory against the number of ranks"),
+    "job": ("observe.job_cmd", "render a PyTorchJob; show, read and stop one on Kubernetes"),
 }
 
 

@@ -1,0 +1,159 @@
+"""A connection to the Kubernetes API through the official ``kubernetes`` client, with every
+failure a user can fix (no kubeconfig, unreachable server, expired credentials, missing RBAC,
+no such job, training operator not installed) turned into one ``ConfigError`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from trainer.errors import ConfigError
+
+#: (connect, read) seconds for one API call; log streams with ``--follow`` have no read limit.
+REQUEST_TIMEOUT = (5.0, 60.0)
+_INCLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_KUBECONFIG_FIX = ("set KUBECONFIG or pass --kubeconfig FILE (on EKS: aws eks update-kubeconfig --name CLUSTER)")
+
+
+@dataclass
+class Kube:
+    """API handles for one cluster and the namespace commands default to.
+
+    Attributes:
+        core: ``CoreV1Api`` (pods, logs, services).
+        custom: ``CustomObjectsApi`` (PyTorchJobs).
+        namespace: ``--namespace``, else the kubeconfig context's, else ``default``.
+        server: the API server URL, for error messages.
+    """
+
+    core: client.CoreV1Api
+    custom: client.CustomObjectsApi
+    namespace: str
+    server: str
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None, namespace: str | None = None) -> Kube:
+    """Load credentials the way kubectl does and return API handles.
+
+    Reads ``kubeconfig`` (else ``$KUBECONFIG``, else ``~/.kube/config``); inside a pod with no
+    kubeconfig, the pod's service account. Nothing is sent to the server yet.
+
+    Raises:
+        ConfigError: no kubeconfig, an unknown context, or an unreadable file.
+    """
+    cfg = client.Configuration()
+    default_ns = "default"
+    in_cluster = (kubeconfig is None and "KUBECONFIG" not in os.environ
+                  and not Path(os.path.expanduser("~/.kube/config")).exists()
+                  and "KUBERNETES_SERVICE_HOST" in os.environ)
+    try:
+        if in_cluster:
+            config.load_incluster_config(client_configuration=cfg)
+            if _INCLUSTER_NAMESPACE.exists():
+                default_ns = _INCLUSTER_NAMESPACE.read_text().strip()
+        else:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+            default_ns = _context_namespace(kubeconfig, context) or default_ns
+    except ConfigException as exc:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "No configuration found" in text:
+            raise ConfigError("kubeconfig", f"no kubeconfig at {where}", _KUBECONFIG_FIX) from None
+        if context and context in text:
+            raise ConfigError("--context", f"no context {context!r} in {where}",
+                              "list them with kubectl config get-contexts") from None
+        raise ConfigError("kubeconfig", f"{where}: {text}", _KUBECONFIG_FIX) from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError("kubeconfig", f"cannot read it ({exc})", _KUBECONFIG_FIX) from None
+    cfg.retries = 1  # one retry, no backoff: an unreachable server fails within seconds
+    api = client.ApiClient(cfg)
+    return Kube(client.CoreV1Api(api), client.CustomObjectsApi(api), namespace or default_ns, cfg.host)
+
+
+def _context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+    chosen = next((c for c in contexts if c["name"] == context), None) if context else active
+    return (chosen or {}).get("context", {}).get("namespace")
+
+
+@contextmanager
+def api_errors(kube: Kube, what: str, namespace: str | None = None) -> Iterator[None]:
+    """Turn errors of API calls made inside the block into one-line ``ConfigError``s.
+
+    Args:
+        kube: the connection (for the server URL).
+        what: the object the calls concern, e.g. ``pytorchjob fsdp``; named in 404s.
+        namespace: its namespace, named in 404s and 403s.
+    """
+    ns = namespace or kube.namespace
+    try:
+        yield
+    except urllib3.exceptions.HTTPError as exc:
+        reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, urllib3.exceptions.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
+            raise ConfigError(f"API server {kube.server}", f"TLS verification failed ({_short(reason)})",
+                              "check the server address and certificate-authority-data in your kubeconfig") from None
+        raise ConfigError(f"API server {kube.server}", f"unreachable ({_short(reason)})",
+                          "check the cluster is up and kubectl cluster-info works, "
+                          "or pass --context/--kubeconfig") from None
+    except ApiException as exc:
+        raise _api_error(exc, kube, what, ns) from None
+
+
+def _api_error(exc: ApiException, kube: Kube, what: str, ns: str) -> ConfigError:
+    status = _status_body(exc)
+    message = status.get("message") or exc.reason or "no message"
+    if exc.status == 0:
+        return ConfigError(f"API server {kube.server}", _short(message),
+                           "check the server's certificate in your kubeconfig")
+    if exc.status == 401:
+        return ConfigError(f"API server {kube.server}", "rejected the credentials (401 Unauthorized)",
+                           "refresh them (on EKS: aws eks update-kubeconfig --name CLUSTER)")
+    if exc.status == 403:
+        return ConfigError(what, f"forbidden in namespace {ns}: {_short(message)}",
+                           "ask for the fsdp-observe-viewer ClusterRole (daemonsets/) to read; stop also needs "
+                           "delete on pytorchjobs and pods")
+    if exc.status == 404 and not status:
+        # A bare "404 page not found": the API group itself is missing.
+        return ConfigError(what, "the cluster has no kubeflow.org/v1 PyTorchJob API",
+                           "install the Kubeflow training operator (docs/kubernetes.md, prerequisites)")
+    if exc.status == 404:
+        return ConfigError(what, f"not found in namespace {ns}",
+                           "list jobs with kubectl get pytorchjobs -A, and pass -n NAMESPACE")
+    return ConfigError(what, f"API error {exc.status} {exc.reason}: {_short(message)}",
+                       "retry, or check kubectl get events")
+
+
+def _status_body(exc: ApiException) -> dict:
+    """The ``Status`` object of an error response, or ``{}`` when the body is not one."""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
+
+
+def _short(text: object) -> str:
+    """First line of an error text, without urllib3's object reprs."""
+    line = str(text).splitlines()[0] if str(text) else ""
+    if "Connection refused" in line:
+        return "connection refused"
+    if "timed out" in line:
+        return "connection timed out"
+    if "Name or service not known" in line or "nodename nor servname" in line:
+        return "host name not found"
+    verify = re.search(r"certificate verify failed: ([^(]*)", line)
+    if verify:
+        return f"certificate verify failed: {verify.group(1).strip()}"
+    return line[:200]

@@ -1,0 +1,140 @@
+"""Build a Kubeflow ``kubeflow.org/v1`` PyTorchJob from validated ``JobSettings``.
+
+The shape follows the AWS EKS FSDP walkthroughs (one ``Worker`` replica set, one pod per node,
+torchrun started by the pod, an ``elasticPolicy`` the training operator turns into torchrun's
+``PET_*`` rendezvous variables, ``/dev/shm`` in memory) with what they lacked: a unique
+rendezvous id per job, named metrics ports per rank with the labels the trainer PodMonitor selects,
+and the Hugging Face token taken from a Secret only.
+
+The result is plain data (dicts and lists) ready for ``yaml.safe_dump``; nothing here is a
+string template. Field names follow the CRD in ``tests/schemas/kubeflow.org_pytorchjobs.yaml``
+(training-operator release-1.9).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from observe.k8s import names
+from observe.k8s.settings import JobSettings
+from trainer.presets import PRESETS
+
+#: Environment of every rank. LOGLEVEL=INFO makes torchrun's elastic agent log its rendezvous
+#: result (``master_addr=...``), which ``fsdp-observe job status`` reads to find the leader.
+BASE_ENV: tuple[tuple[str, str], ...] = (
+    ("LOGLEVEL", "INFO"),
+    ("PYTHONUNBUFFERED", "1"),
+)
+#: Added on GPU nodes: NCCL and allocator settings of the walkthrough's manifests.
+GPU_ENV: tuple[tuple[str, str], ...] = (
+    ("NCCL_DEBUG", "WARN"),
+    ("NCCL_SOCKET_IFNAME", "^lo"),
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+)
+SHM_VOLUME = "shm"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+
+def new_run_id(job_name: str) -> str:
+    """A fresh rendezvous id, ``<job_name>-<8 hex>``: ≤ 63 characters for a validated name.
+
+    torchrun keeps rendezvous state in its backend under this id, so a job that reused an id
+    (the walkthrough's fixed one) could meet the closed rendezvous of an earlier run
+    (``RendezvousClosedError``). The same id becomes the trainer's ``run_id`` label.
+    """
+    return f"{job_name}-{secrets.token_hex(4)}"
+
+
+def trainer_command(s: JobSettings, run_id: str) -> list[str]:
+    """The pod's command: torchrun over ``python -m trainer`` with the job's flags.
+
+    Rendezvous options are not on the command line: the operator passes them from
+    ``elasticPolicy`` as ``PET_*`` variables, which torchrun reads as its defaults.
+    """
+    model = ["--preset", s.model] if s.model in PRESETS else ["--model", s.model]
+    data = ["--data", *s.data] if s.data else []
+    device = ["--device", "cpu"] if s.gpu_per_node == 0 else []
+    return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", "-m", "trainer", *model, *data,
+            "--sharding-strategy", s.sharding_strategy, "--metrics-port", str(s.metrics_port),
+            "--run-id", run_id, *device, *s.trainer_args]
+
+
+def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
+    """The PyTorchJob for settings ``s`` (already validated).
+
+    Args:
+        s: validated settings (``JobSettings.validate()``).
+        run_id: the rendezvous id; a new one from ``new_run_id`` when ``None``.
+
+    Returns:
+        The manifest as a JSON-compatible dict.
+    """
+    run_id = run_id or new_run_id(s.job_name)
+    lo, hi = s.node_range
+    host, port = s.rdzv_endpoint
+    elastic: dict[str, Any] = {"rdzvBackend": s.rdzv_backend, "rdzvId": run_id}
+    if host is not None:
+        elastic["rdzvHost"] = host
+    if port is not None:
+        elastic["rdzvPort"] = port
+    elastic.update(minReplicas=lo, maxReplicas=hi, maxRestarts=s.max_restarts)
+    labels = {**names.TRAINER_LABELS, "app.kubernetes.io/instance": s.job_name, names.RUN_ID_LABEL: run_id}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": s.job_name, "namespace": s.namespace, "labels": labels},
+        "spec": {
+            "elasticPolicy": elastic,
+            "nprocPerNode": str(s.ranks_per_node),
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": s.num_nodes,
+                    "restartPolicy": "OnFailure",
+                    "template": {"metadata": {"labels": dict(labels)}, "spec": _pod_spec(s, run_id)},
+                },
+            },
+        },
+    }
+
+
+def _pod_spec(s: JobSettings, run_id: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [_container(s, run_id)],
+        "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", **({"sizeLimit": s.shm_size}
+                                                                                 if s.shm_size else {})}}],
+    }
+    if s.instance_type:
+        spec["nodeSelector"] = {"node.kubernetes.io/instance-type": s.instance_type}
+    if s.gpu_per_node:
+        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    return spec
+
+
+def _container(s: JobSettings, run_id: str) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [
+        {"name": names.NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        *({"name": k, "value": v} for k, v in BASE_ENV + (GPU_ENV if s.gpu_per_node else ())),
+    ]
+    if s.hf_token_secret:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": s.hf_token_secret, "key": s.hf_token_secret_key}}})
+    ports = [{"name": names.OPERATOR_PORT_NAME, "containerPort": names.OPERATOR_PORT, "protocol": "TCP"}]
+    ports += [{"name": names.trainer_port_name(r), "containerPort": names.trainer_port(r, s.metrics_port),
+               "protocol": "TCP"} for r in range(s.ranks_per_node)]
+    devices = {GPU_RESOURCE: s.gpu_per_node, EFA_RESOURCE: s.efa_per_node}
+    wanted = {name: count for name, count in devices.items() if count}
+    container: dict[str, Any] = {
+        "name": names.TRAINER_CONTAINER,
+        "image": s.image,
+        "command": trainer_command(s, run_id),
+        "env": env,
+        "ports": ports,
+        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    if wanted:
+        container["resources"] = {"requests": dict(wanted), "limits": dict(wanted)}
+    return container
