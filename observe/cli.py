@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("observe.demo", "a two-rank CPU fine-tune on this machine, watched end to end"),
     "train": ("observe.train_cmd", "validate, then start a local torchrun run of the trainer"),
+    "agent": ("observe.agent.cli", "the node agent: host, process, GPU and XID data as /metrics and /snapshot"),
 }
 
 
