@@ -30,9 +30,9 @@ _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]+")
 def label_name(text: str) -> str:
     """``text`` as a valid Prometheus label name ``[a-zA-Z_][a-zA-Z0-9_]*``.
 
-    Runs of other characters become one ``_`` (``"Source: Fan"`` -> ``"Source_Fan"``); a leading
-    digit gets a ``_`` in front; an empty result is ``"_"``. Names starting with ``__`` are
-    reserved by Prometheus, so a leading run of underscores is cut to one.
+    Runs of other characters become one ``_`` (``"Source: Fan"`` -> ``"Source_Fan"``); leading and
+    trailing underscores are removed (Prometheus reserves names starting with ``__``); a leading
+    digit then gets a ``_`` in front; an empty result is ``"_"``.
     """
     name = _INVALID_LABEL_CHARS.sub("_", text).strip("_") or "_"
     return f"_{name}" if name[0].isdigit() else name

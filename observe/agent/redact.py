@@ -48,7 +48,8 @@ _NAME_WORDS = re.compile(r"[-_.]+")
 _FLAG_ASSIGN = re.compile(r"^(?P<name>-{1,2}[A-Za-z][\w.-]*|[A-Za-z_][A-Za-z0-9_.]*)=(?P<value>.*)$", re.S)
 _FLAG = re.compile(r"^-{1,2}(?P<name>[A-Za-z][\w.-]*)$")
 _WORD = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)$")
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):(?P<password>[^/\s@]+)@")
+# Bounded repeats keep every pattern linear in the text's length (a 100,000-character argument).
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@]{0,256}):(?P<password>[^/\s@]+)@")
 _QUERY = re.compile(r"(?P<head>[?&;](?P<name>[\w.-]+)=)(?P<value>[^&#;\s]+)")
 _HEADER = re.compile(r"(?i)\b(?P<head>(?:proxy-)?authorization|x-api-key|api-key|x-auth-token|cookie)"
                      r"(?P<sep>\s*[:=]\s*)(?P<value>\S.*)$", re.S)

@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
 from observe.model import NodeSnapshot
 
+#: The text format every Prometheus 2.x reads (our names need none of format 1.0.0's UTF-8 escaping).
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 JSON_TYPE = "application/json; charset=utf-8"
 TEXT_TYPE = "text/plain; charset=utf-8"
 
@@ -99,9 +99,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503, TEXT_TYPE, b"no snapshot yet\n")
         elif path == "/metrics":
             if "gzip" in (self.headers.get("Accept-Encoding") or ""):
-                self._send(200, CONTENT_TYPE_LATEST, current.metrics_gzip(), encoding="gzip")
+                self._send(200, METRICS_TYPE, current.metrics_gzip(), encoding="gzip")
             else:
-                self._send(200, CONTENT_TYPE_LATEST, current.metrics)
+                self._send(200, METRICS_TYPE, current.metrics)
         elif path == "/snapshot":
             self._send(200, JSON_TYPE, current.json())
         elif path == "/":
