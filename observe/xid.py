@@ -148,6 +148,13 @@ RECOVERY_ACTION_SEVERITY: dict[str, Severity] = {
 }
 
 
+#: The first action for each severity class, for XID 154's recovery action.
+SEVERITY_ACTION: dict[str, str] = {
+    "application": RESTART_APP, "gpu_reset": RESET_GPU, "node_reboot": REBOOT, "nvlink_fabric": NVLINK,
+    "informational": WATCH,
+}
+
+
 def lookup(code: int) -> XidInfo:
     """The meaning of ``code``; a code outside the catalogue comes back with severity ``unknown``."""
     return CATALOGUE.get(code) or XidInfo(code, "Unknown XID", "unknown", UNKNOWN_ACTION)
@@ -261,7 +268,7 @@ class KernelLogParser:
     def _event(self, code: int, bus: str, raw: str, when: float, pid: int | None,
                process: str | None, rest: str) -> XidEvent:
         info = lookup(code)
-        severity: str = info.severity
+        severity, action = info.severity, info.action
         fatal = link = recovery = caused_by = None
         if code in _NVLINK5:
             if f := _FATAL.search(rest):
@@ -271,10 +278,11 @@ class KernelLogParser:
         if r := _RECOVERY.search(rest):
             recovery = r["action"].strip()
             severity = RECOVERY_ACTION_SEVERITY.get(recovery.lower(), severity)
+            action = f"The driver now requires: {recovery}. {SEVERITY_ACTION.get(severity, info.action)}"
         if c := _CAUSED_BY.search(rest):
             caused_by = int(c.group(1))
         return XidEvent(
-            xid=code, name=info.name, severity=severity, action=info.action, node=self.node,
+            xid=code, name=info.name, severity=severity, action=action, node=self.node,
             gpu=None, gpu_uuid=self.bus_uuids.get(bus), pci_bus=bus, pid=pid, process=process,
             time_unix=when, source="kernel_log", message=rest, raw=raw, fatal=fatal, link=link,
             recovery_action=recovery, caused_by=caused_by,

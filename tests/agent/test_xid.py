@@ -113,3 +113,4 @@ def test_xid_154_takes_its_severity_from_the_recovery_action(action: str, severi
     event = KernelLogParser().feed(
         f"NVRM: Xid (PCI:0011:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 ({action})")
     assert (event.recovery_action, event.severity) == (action, severity)
+    assert event.action.startswith(f"The driver now requires: {action}.")
