@@ -240,6 +240,7 @@ class AgentHealth:
         version: package version. interval_seconds: collection period.
         collection_seconds: wall time of the collection that produced this snapshot.
         collections: collections completed since start.
+        cpu_seconds, resident_memory_bytes: what the agent itself has used.
         sources: procfs / nvml / kernel_log -> ``ok`` or why it cannot be read.
         errors: error kind -> count (each kind is logged once).
         dropped: implausible-reading kind -> count.
@@ -250,6 +251,8 @@ class AgentHealth:
     interval_seconds: float = 1.0
     collection_seconds: float | None = None
     collections: int = 0
+    cpu_seconds: float | None = None
+    resident_memory_bytes: int | None = None
     sources: dict[str, str] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)

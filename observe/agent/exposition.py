@@ -6,8 +6,10 @@ value the snapshot does not have is left out, never written as 0, and a family w
 is not written at all (a CPU-only node has no ``fsdp_gpu_*`` lines).
 
 ``render`` builds a fresh ``CollectorRegistry`` (never the global one) holding the snapshot
-collector and prometheus_client's ``ProcessCollector`` (the agent's own CPU and memory), and
-returns the exposition as bytes; the server renders each snapshot once and serves the bytes.
+collector and returns the exposition as bytes; the server renders each snapshot once and serves
+the bytes. The agent's own CPU and memory are ``fsdp_node_agent_*`` series from the snapshot
+(prometheus_client's ``ProcessCollector`` would list the agent's ~1,000 open descriptors on
+every render).
 Label values are escaped by prometheus_client; label names pass through ``label_name``.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric as Family
 from prometheus_client.registry import Collector
 
@@ -162,6 +164,8 @@ class SnapshotCollector(Collector):
                 f.add(c.AGENT_UP, node, 1 if a.sources[source] == "ok" else 0, source)
         f.add(c.AGENT_COLLECTION_SECONDS, node, a.collection_seconds)
         f.add(c.AGENT_COLLECTIONS, node, a.collections)
+        f.add(c.AGENT_CPU_SECONDS, node, a.cpu_seconds)
+        f.add(c.AGENT_RESIDENT_MEMORY, node, a.resident_memory_bytes)
         f.add(c.AGENT_LAST_COLLECTION, node, self.snapshot.time_unix)
         for kind, count in sorted(a.errors.items()):
             f.add(c.AGENT_ERRORS, node, count, kind)
@@ -170,8 +174,7 @@ class SnapshotCollector(Collector):
 
 
 def render(snapshot: NodeSnapshot, process_series: int = 20) -> bytes:
-    """The Prometheus text exposition (format 0.0.4) of ``snapshot``, plus the agent's own process metrics."""
+    """The Prometheus text exposition (format 0.0.4) of ``snapshot``."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot, process_series))
-    ProcessCollector(registry=registry)
     return generate_latest(registry)

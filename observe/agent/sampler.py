@@ -11,6 +11,7 @@ adds a notice that the agent needs the host PID namespace.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -53,6 +54,17 @@ class Settings:
     max_processes: int = 100
     interval_seconds: float = 1.0
     version: str = ""
+
+
+def own_usage() -> tuple[float | None, int | None]:
+    """This process's CPU seconds (user + system) and resident bytes, from ``/proc/self/stat``."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
+                int(fields[21]) * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, IndexError):
+        return None, None
 
 
 def read_pid_max(proc_root: str) -> int:
@@ -195,9 +207,11 @@ class Sampler:
         if not self.watcher.up and self.nvml.available:
             kernel_log += "; XIDs from NVML events"
         all_notices = [n for n in (self.nvml.reason, None if self.watcher.up else kernel_log) if n] + notices
+        cpu_seconds, rss = own_usage()
         return AgentHealth(
             version=self.settings.version, interval_seconds=self.settings.interval_seconds,
-            collection_seconds=seconds, collections=self.collections,
+            collection_seconds=seconds, collections=self.collections, cpu_seconds=cpu_seconds,
+            resident_memory_bytes=rss,
             sources={"procfs": self._procfs, "nvml": "ok" if self.nvml.available else (self.nvml.reason or ""),
                      "kernel_log": kernel_log},
             errors=dict(sorted(errors.items())), dropped=dict(sorted(self.gpus.dropped.items())),

@@ -94,15 +94,16 @@ def test_every_gpu_series_carries_node_gpu_and_uuid() -> None:
 
 def test_agent_health_is_exported() -> None:
     snapshot = NodeSnapshot(node="n", time_unix=5.0, agent=AgentHealth(
-        collection_seconds=0.004, collections=3, sources={"procfs": "ok", "nvml": "no driver", "kernel_log": "ok"},
+        collection_seconds=0.004, collections=3, cpu_seconds=1.5, sources={"procfs": "ok", "nvml": "no driver", "kernel_log": "ok"},
         errors={"xid_parse": 1}, dropped={"temperature": 2}))
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in parsed(snapshot)}
     assert got[("fsdp_node_agent_errors_total", (("kind", "xid_parse"), ("node", "n")))] == 1
     assert got[("fsdp_node_agent_dropped_readings_total", (("kind", "temperature"), ("node", "n")))] == 2
     assert got[("fsdp_node_agent_source_up", (("node", "n"), ("source", "nvml")))] == 0
     assert got[("fsdp_node_agent_collections_total", (("node", "n"),))] == 3
+    assert got[("fsdp_node_agent_cpu_seconds_total", (("node", "n"),))] == 1.5
     assert got[("fsdp_node_agent_last_collection_timestamp_seconds", (("node", "n"),))] == 5.0
-    assert any(name == "process_resident_memory_bytes" for name, _ in got)  # the agent's own RSS
+    assert ("fsdp_node_agent_resident_memory_bytes", (("node", "n"),)) not in got  # unknown: absent
 
 
 def test_only_the_requested_number_of_processes_get_series() -> None:

@@ -188,3 +188,19 @@ def test_busiest_orders_by_cpu_then_memory(tmp_path: Path) -> None:
     table = ProcessTable(str(tmp_path))
     table.refresh(0.0)
     assert table.busiest(2) == [2, 3]
+
+
+def test_idle_processes_are_read_again_every_few_collections(tmp_path: Path) -> None:
+    make_proc(tmp_path, 10, utime=0, stime=0)
+    table = ProcessTable(str(tmp_path), idle_every=5)
+    table.refresh(0.0)
+    table.refresh(1.0)  # unchanged: idle, and from now on read every 5th collection (staggered by pid)
+    hz = os.sysconf("SC_CLK_TCK")
+    make_proc(tmp_path, 10, utime=2 * hz, stime=0)  # it wakes up and uses 2 s of CPU
+    shares = []
+    for now in (2.0, 3.0, 4.0):  # collections 3, 4, 5: pid 10 is due at the 5th
+        table.refresh(now)
+        shares.append(table.info(10, None).cpu_cores)
+    assert shares == [0.0, 0.0, pytest.approx(2 / 3)]  # 2 s of CPU over the 3 s since its last read
+    table.refresh(5.0)  # busy at its last read: read every collection again
+    assert table.info(10, None).cpu_cores == 0.0
