@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -78,3 +79,12 @@ def unreadable_path(tmp_path: Path) -> Path:
     except PermissionError:
         return path
     pytest.fail(f"found no path this user cannot read (tried {path})")
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A 127.0.0.1 port something is listening on for the whole test."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]

@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: agent._stop.set())
+        signal.signal(sig, lambda *_: agent.request_stop())
     agent.start()
     host = ns.address if ns.address not in ("0.0.0.0", "::") else "127.0.0.1"
     host = f"[{host}]" if ":" in host else host

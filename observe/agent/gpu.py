@@ -207,7 +207,8 @@ class GpuCollector:
                 gpu.pci_bus = normalise_bus(_text(pci.busId)) if pci is not None else None
             except GpuLost:
                 self._lose(gpu)
-            self.gpus.append(gpu)
+            if gpu.handle is not None or gpu.lost:  # no handle and not lost: the error is logged
+                self.gpus.append(gpu)
         if xid_events:
             self._register_xid_events()
         return True
@@ -368,10 +369,6 @@ class GpuCollector:
             pass  # the GPU shows up lost on its own next read
         return out
 
-    def by_bus(self) -> dict[str, _Gpu]:
-        """GPUs by normalised PCI bus (for matching kernel-log XIDs)."""
-        return {g.pci_bus: g for g in self.gpus if g.pci_bus}
-
     def by_index(self, index: int | None) -> _Gpu | None:
         """The GPU with NVML index ``index``, if any."""
-        return self.gpus[index] if index is not None and 0 <= index < len(self.gpus) else None
+        return next((g for g in self.gpus if g.index == index), None)

@@ -13,7 +13,7 @@ process to one system call:
   processes are read every time. Most of a node's processes sleep, so this cuts the reads about
   fivefold; a process that wakes up shows its CPU within ``IDLE_EVERY`` collections, averaged
   over the time since its previous read (measured on the reference machine, 1,100 processes:
-  about 8 ms of CPU per collection reading all, about 2.5 ms with this);
+  about 7 ms of CPU per collection reading all, about 2 ms with this);
 - command line, owner and cgroup are read only for the processes a snapshot shows, and cached
   until the process's name (``comm``) changes, which it does on ``exec``.
 

@@ -75,8 +75,12 @@ class Agent:
             now = time.monotonic()
             next_tick += interval * max(1, int((now - next_tick) // interval) + 1)
 
+    def request_stop(self) -> None:
+        """Make ``wait`` return (safe from a signal handler)."""
+        self._stop.set()
+
     def wait(self) -> None:
-        """Block until ``stop`` is called."""
+        """Block until ``request_stop`` or ``stop`` is called."""
         self._stop.wait()
 
     def stop(self) -> None:

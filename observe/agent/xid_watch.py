@@ -23,6 +23,7 @@ import select
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 
 from observe.agent.redact import safe_text
 from observe.model import XidEvent
@@ -135,7 +136,7 @@ class KernelLogWatcher:
         if self._thread is not None:
             self._thread.join(timeout=2 * self.poll_seconds + 1)
 
-    def _run(self, target) -> None:  # noqa: ANN001 - a bound method
+    def _run(self, target: Callable[[], None]) -> None:
         try:
             target()
         except Exception as exc:  # noqa: BLE001 - report, never kill the agent

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,13 +9,6 @@ import pytest
 from observe.agent.cli import main
 from observe.cli import main as top_main
 
-
-@pytest.fixture
-def taken_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def one_error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:

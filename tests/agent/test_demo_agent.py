@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,9 @@ def test_start_agent_returns_a_serving_agent(tmp_path: Path) -> None:
         proc.wait()
 
 
-def test_start_agent_reports_the_agents_own_error(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        with pytest.raises(RuntimeError, match=r"^error: --port: port \d+ on 127.0.0.1 is already in use"):
-            start_agent(taken.getsockname()[1], tmp_path / "agent.log")
+def test_start_agent_reports_the_agents_own_error(tmp_path: Path, taken_port: int) -> None:
+    with pytest.raises(RuntimeError, match=rf"^error: --port: port {taken_port} on 127.0.0.1 is already in use"):
+        start_agent(taken_port, tmp_path / "agent.log")
 
 
 def snapshot(**kw) -> NodeSnapshot:

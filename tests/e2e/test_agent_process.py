@@ -6,7 +6,6 @@ driver, put on the agent's library path); processes, /proc and the HTTP server a
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -142,13 +141,6 @@ def test_command_lines_leave_the_node_redacted_and_intact(run_agent, sleepers, s
     for secret in SECRETS:
         assert secret not in metrics_text and secret not in snapshot_text
 
-
-@pytest.fixture
-def taken_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 @pytest.mark.parametrize("args, flag", [(["--port", "TAKEN"], "--port"), (["--interval", "-1"], "--interval"),
