@@ -37,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--nproc-per-node", type=int, default=2, help="CPU ranks (default 2)")
     ap.add_argument("--metrics-port", type=int, default=TRAINER_PORT_BASE, help="base port of the ranks' /metrics")
     ap.add_argument("--log-every", type=int, default=20)
-    ap.add_argument("--agent-port", type=int, default=AGENT_PORT,
-                    help=f"port of the local node agent (default {AGENT_PORT}; 0 picks a free one)")
+    ap.add_argument("--agent-port", type=int, default=None,
+                    help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
+                         "0 picks a free one)")
     ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
     return ap
 
@@ -155,6 +156,20 @@ def start_agent(port: int, log_path: Path, timeout: float = 30.0) -> tuple[subpr
     raise RuntimeError(errors[0] if errors else f"the node agent did not start within {timeout:g} s (log: {log_path})")
 
 
+def start_local_agent(port: int | None, log_path: Path) -> tuple[subprocess.Popen, str]:
+    """``start_agent`` on ``port``; with ``None``, on ``AGENT_PORT``, or on a free port when that is taken.
+
+    Raises:
+        RuntimeError: as ``start_agent`` (an explicit ``port`` that is taken is an error).
+    """
+    try:
+        return start_agent(AGENT_PORT if port is None else port, log_path)
+    except RuntimeError as exc:
+        if port is not None or "already in use" not in str(exc):
+            raise
+        return start_agent(0, log_path)
+
+
 def agent_snapshot(url: str) -> NodeSnapshot | None:
     """The agent's ``/snapshot``, or ``None`` when it cannot be read."""
     try:
@@ -214,7 +229,7 @@ def main(argv: list[str]) -> int:
         return exc.exit_status
 
     try:
-        agent, agent_url = start_agent(ns.agent_port, out / "agent.log")
+        agent, agent_url = start_local_agent(ns.agent_port, out / "agent.log")
     except RuntimeError as exc:
         print(f"{exc}" if str(exc).startswith("error:") else f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,10 +1,12 @@
-"""Fixtures shared by the test suite: the field cases, and the C stand-ins built with gcc."""
+"""Shared fixtures: free TCP ports, a clean environment for subprocesses, the field cases, and the
+C stand-ins (fake NVML library, sleeper) built with gcc."""
 
 from __future__ import annotations
 
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,46 @@ import pytest
 from tests.support.fake_nvml import FakeNvml
 from tests.support.native import build_fake_nvml, build_sleeper
 from tests.support.processes import spawn_sleeper
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port_block(count: int) -> int:
+    """A base port such that ``base .. base+count-1`` are free right now on 127.0.0.1."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65535:
+            continue
+        ok = True
+        for port in range(base, base + count):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free block of ports")
+
+
+@pytest.fixture
+def port_block():
+    """A function returning a base port with ``n`` consecutive free ports."""
+    return free_port_block
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for child processes: this interpreter's bin first, one thread per rank."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("FSDP_OBSERVE_RUN_ID", None)
+    return env
 
 #: The in-repo copy of the shared field cases (``../shared/cases``), so a clean clone has them.
 CASES = Path(__file__).resolve().parent / "cases"

@@ -50,3 +50,18 @@ def test_summary_rows_with_gpus_and_xids() -> None:
 
 def test_summary_when_the_agent_cannot_be_read() -> None:
     assert agent_rows(None, "u") == [("node agent", "u (no snapshot could be read)")]
+
+
+
+def test_the_default_port_falls_back_to_a_free_one(tmp_path: Path, monkeypatch, taken_port: int) -> None:
+    import observe.demo as demo
+
+    monkeypatch.setattr(demo, "AGENT_PORT", taken_port)
+    proc, url = demo.start_local_agent(None, tmp_path / "agent.log")
+    try:
+        assert not url.endswith(f":{taken_port}") and agent_snapshot(url) is not None
+    finally:
+        proc.terminate()
+        proc.wait()
+    with pytest.raises(RuntimeError, match="already in use"):  # a port the user chose is not replaced
+        demo.start_local_agent(taken_port, tmp_path / "agent.log")

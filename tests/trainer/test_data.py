@@ -1,0 +1,93 @@
+"""Packing, per-rank sharding and token counting on real text."""
+
+from __future__ import annotations
+
+import json
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.corpus import read_documents, resolve_data_files, stdlib_sources
+from trainer.data import IGNORE_INDEX, BatchIterator, ByteTokenizer, count_labelled_tokens, make_batch, packed_blocks
+from trainer.errors import ConfigError
+
+
+def test_stdlib_corpus_is_real_python_source() -> None:
+    files = stdlib_sources()
+    assert len(files) > 100
+    assert all(f.suffix == ".py" and "site-packages" not in f.parts for f in files)
+    assert any(f.name == "argparse.py" for f in files)
+
+
+def test_counting_excludes_padding() -> None:
+    targets = torch.tensor([[5, 6, IGNORE_INDEX, IGNORE_INDEX], [1, 2, 3, 4]])
+    assert count_labelled_tokens(targets) == 6
+    assert count_labelled_tokens(targets.numpy()) == 6
+
+
+def test_partial_tail_block_is_padded_and_its_padding_carries_no_label() -> None:
+    stream = iter([np.arange(10, dtype=np.int64)])
+    blocks = list(packed_blocks(stream, block_len=4, rank=0, world_size=1))
+    assert [b.tolist() for b in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, IGNORE_INDEX, IGNORE_INDEX]]
+    batch = make_batch(blocks, pad_id=258)
+    assert batch.labelled_tokens == 3 + 3 + 1
+    assert batch.input_ids[2].tolist() == [8, 9, 258]  # padding never reaches the embedding as -100
+
+
+def test_full_blocks_label_every_position(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello world, " * 200)
+    it = BatchIterator(resolve_data_files([str(tmp_path)]), ByteTokenizer(), seq_len=16, batch_size=4,
+                       rank=0, world_size=1, seed=0)
+    batch = next(it)
+    assert batch.input_ids.shape == (4, 16)
+    assert batch.labelled_tokens == 4 * 16
+    assert torch.equal(batch.input_ids[:, 1:], batch.targets[:, :-1])
+
+
+def _blocks(files, rank: int, world: int, n: int, seed: int = 0) -> list[bytes]:
+    it = BatchIterator(files, ByteTokenizer(), seq_len=32, batch_size=1, rank=rank, world_size=world, seed=seed)
+    return [next(it).input_ids.numpy().tobytes() for _ in range(n)]
+
+
+def test_ranks_read_disjoint_shards_that_cover_the_stream() -> None:
+    files = stdlib_sources()[:40]
+    single = _blocks(files, 0, 1, 60)
+    rank0, rank1 = _blocks(files, 0, 2, 30), _blocks(files, 1, 2, 30)
+    assert not set(rank0) & set(rank1)
+    assert rank0 == single[0::2] and rank1 == single[1::2]
+
+
+def test_layout_is_deterministic_given_seed() -> None:
+    files = stdlib_sources()[:40]
+    assert _blocks(files, 1, 2, 10, seed=3) == _blocks(files, 1, 2, 10, seed=3)
+    assert _blocks(files, 1, 2, 10, seed=3) != _blocks(files, 1, 2, 10, seed=4)
+
+
+def test_skip_batches_resumes_at_the_same_place() -> None:
+    files = stdlib_sources()[:40]
+    full = BatchIterator(files, ByteTokenizer(), 32, 2, rank=0, world_size=2, seed=1)
+    expected = [b.input_ids for b in islice(full, 7)][5:]
+    resumed = BatchIterator(files, ByteTokenizer(), 32, 2, rank=0, world_size=2, seed=1, skip_batches=5)
+    for want in expected:
+        assert torch.equal(next(resumed).input_ids, want)
+
+
+def test_jsonl_documents_take_the_text_field(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join([json.dumps({"text": "one"}), "not json", json.dumps({"id": 3}),
+                               json.dumps({"text": "two"})]))
+    assert list(read_documents(path)) == ["one", "two"]
+
+
+def test_data_errors_name_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--data: nothing matches"):
+        resolve_data_files([str(tmp_path / "missing*.txt")])
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ConfigError, match="--data: no non-empty"):
+        resolve_data_files([str(tmp_path / "empty.txt")])
+    (tmp_path / "x.bin").write_bytes(b"\0")
+    with pytest.raises(ConfigError, match="unsupported type"):
+        resolve_data_files([str(tmp_path / "x.bin")])
