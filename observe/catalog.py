@@ -158,3 +158,184 @@ TRAINER_METRICS: tuple[Metric, ...] = (
     TRAIN_DEVICE_MEMORY_PEAK, TRAIN_PROCESS_RESIDENT_MEMORY_PEAK, TRAIN_DEVICE_ALLOC_RETRIES,
     TRAIN_EXPORTER_ERRORS,
 )
+
+
+# --- node agent (one per node; every series carries AGENT_LABELS) -----------------------------
+#
+# Host series start with ``fsdp_node_``, GPU series with ``fsdp_gpu_`` and carry AGENT_GPU_LABELS
+# (the GPU's index and its ``GPU-…`` UUID, the join key with DCGM). The agent's own health is
+# ``fsdp_node_agent_*``. A value the agent cannot read is absent, never 0.
+
+#: Labels on every agent series: the Kubernetes node name (or host name in local mode).
+AGENT_LABELS: tuple[str, ...] = ("node",)
+#: Labels on every agent GPU series.
+AGENT_GPU_LABELS: tuple[str, ...] = ("node", "gpu", "gpu_uuid")
+
+NODE_CPU_BUSY = Metric(
+    "fsdp_node_cpu_busy_ratio", "gauge",
+    "Share of all CPU time that was not idle or iowait over the last collection interval (0..1).",
+)
+NODE_CPU_CORE_BUSY = Metric(
+    "fsdp_node_cpu_core_busy_ratio", "gauge",
+    "Share of one logical CPU's time that was not idle or iowait over the last collection interval "
+    "(0..1).",
+    ("cpu",),
+)
+NODE_MEMORY_TOTAL = Metric("fsdp_node_memory_total_bytes", "gauge", "Physical memory (MemTotal).")
+NODE_MEMORY_USED = Metric(
+    "fsdp_node_memory_used_bytes", "gauge",
+    "Memory in use by processes and the kernel: total - free - buffers - cache (as htop and free).",
+)
+NODE_MEMORY_AVAILABLE = Metric(
+    "fsdp_node_memory_available_bytes", "gauge",
+    "Memory available for new work without swapping (MemAvailable).",
+)
+NODE_MEMORY_BUFFERS = Metric("fsdp_node_memory_buffers_bytes", "gauge", "Kernel buffers (Buffers).")
+NODE_MEMORY_CACHED = Metric(
+    "fsdp_node_memory_cached_bytes", "gauge", "Page cache and reclaimable slab (Cached + SReclaimable).",
+)
+NODE_SWAP_TOTAL = Metric("fsdp_node_swap_total_bytes", "gauge", "Swap space configured.")
+NODE_SWAP_USED = Metric("fsdp_node_swap_used_bytes", "gauge", "Swap space in use.")
+NODE_LOAD1 = Metric("fsdp_node_load1", "gauge", "Load average over 1 minute.")
+NODE_LOAD5 = Metric("fsdp_node_load5", "gauge", "Load average over 5 minutes.")
+NODE_LOAD15 = Metric("fsdp_node_load15", "gauge", "Load average over 15 minutes.")
+NODE_UPTIME = Metric("fsdp_node_uptime_seconds", "gauge", "Seconds since the node booted.")
+NODE_PROCESSES = Metric(
+    "fsdp_node_processes", "gauge",
+    "Processes on the node by state (running, sleeping, disk_sleep, stopped, zombie, idle, other).",
+    ("state",),
+)
+NODE_THREADS = Metric("fsdp_node_threads", "gauge", "Threads of all processes on the node.")
+NODE_GPUS = Metric(
+    "fsdp_node_gpus", "gauge", "GPUs NVML reports on the node (absent when NVML is unavailable).",
+)
+NODE_PROCESS_INFO = Metric(
+    "fsdp_node_process_info", "gauge",
+    "One of the node's busiest processes, or one using a GPU (value 1). The command line is "
+    "redacted and cut (docs/agent.md).",
+    ("pid", "ppid", "user", "name", "command", "pod_uid", "container_id"),
+)
+NODE_PROCESS_CPU_SECONDS = Metric(
+    "fsdp_node_process_cpu_seconds_total", "counter",
+    "CPU time (user + system) this process has used since it started.", ("pid",),
+)
+NODE_PROCESS_RESIDENT_MEMORY = Metric(
+    "fsdp_node_process_resident_memory_bytes", "gauge", "Resident set size of this process.", ("pid",),
+)
+
+GPU_INFO = Metric(
+    "fsdp_gpu_info", "gauge", "Static facts of one GPU (value 1).", ("name", "pci_bus", "driver_version"),
+)
+GPU_LOST = Metric(
+    "fsdp_gpu_lost", "gauge",
+    "1 when NVML reports the GPU lost (fallen off the bus; reset or reboot needed), else 0.",
+)
+GPU_UTILIZATION = Metric(
+    "fsdp_gpu_utilization_ratio", "gauge",
+    "Share of the last sample period in which a kernel ran on the GPU (0..1; absent under MIG).",
+)
+GPU_MEMORY_UTILIZATION = Metric(
+    "fsdp_gpu_memory_utilization_ratio", "gauge",
+    "Share of the last sample period in which device memory was read or written (0..1).",
+)
+GPU_MEMORY_TOTAL = Metric("fsdp_gpu_memory_total_bytes", "gauge", "Device memory installed.")
+GPU_MEMORY_USED = Metric("fsdp_gpu_memory_used_bytes", "gauge", "Device memory allocated by processes.")
+GPU_MEMORY_RESERVED = Metric(
+    "fsdp_gpu_memory_reserved_bytes", "gauge", "Device memory reserved by the driver and firmware.",
+)
+GPU_TEMPERATURE = Metric("fsdp_gpu_temperature_celsius", "gauge", "GPU core temperature.")
+GPU_POWER = Metric("fsdp_gpu_power_watts", "gauge", "Power drawn by the board.")
+GPU_POWER_LIMIT = Metric("fsdp_gpu_power_limit_watts", "gauge", "Power limit the driver enforces.")
+GPU_SM_CLOCK = Metric("fsdp_gpu_sm_clock_hertz", "gauge", "Current SM clock.")
+GPU_MEMORY_CLOCK = Metric("fsdp_gpu_memory_clock_hertz", "gauge", "Current memory clock.")
+GPU_FAN_SPEED = Metric(
+    "fsdp_gpu_fan_speed_ratio", "gauge",
+    "Intended fan speed as a share of the maximum (0..1; absent on passively cooled GPUs).",
+)
+GPU_PCIE_RX = Metric(
+    "fsdp_gpu_pcie_rx_bytes_per_second", "gauge", "PCIe receive throughput over NVML's 20 ms sample.",
+)
+GPU_PCIE_TX = Metric(
+    "fsdp_gpu_pcie_tx_bytes_per_second", "gauge", "PCIe transmit throughput over NVML's 20 ms sample.",
+)
+GPU_ENCODER_UTILIZATION = Metric(
+    "fsdp_gpu_encoder_utilization_ratio", "gauge", "Video encoder busy share (0..1).",
+)
+GPU_DECODER_UTILIZATION = Metric(
+    "fsdp_gpu_decoder_utilization_ratio", "gauge", "Video decoder busy share (0..1).",
+)
+GPU_ECC_ERRORS = Metric(
+    "fsdp_gpu_ecc_errors_total", "counter",
+    "ECC errors in device memory since the driver loaded (NVML volatile counters), by type "
+    "(corrected, uncorrected).",
+    ("type",),
+)
+GPU_CLOCK_THROTTLE = Metric(
+    "fsdp_gpu_clock_throttle_reason", "gauge",
+    "1 when this reason is holding the GPU's clocks down now, else 0 (NVML clock event reasons).",
+    ("reason",),
+)
+GPU_MIG_MODE = Metric("fsdp_gpu_mig_mode", "gauge", "1 when MIG mode is enabled on the GPU, else 0.")
+GPU_MIG_MEMORY_TOTAL = Metric(
+    "fsdp_gpu_mig_memory_total_bytes", "gauge", "Device memory of one MIG instance.",
+    ("mig_uuid", "gpu_instance", "compute_instance"),
+)
+GPU_MIG_MEMORY_USED = Metric(
+    "fsdp_gpu_mig_memory_used_bytes", "gauge", "Device memory in use in one MIG instance.",
+    ("mig_uuid", "gpu_instance", "compute_instance"),
+)
+GPU_PROCESS_MEMORY = Metric(
+    "fsdp_gpu_process_memory_bytes", "gauge",
+    "Device memory used by one process on this GPU (join fsdp_node_process_info on pid).", ("pid",),
+)
+GPU_PROCESS_SM_UTILIZATION = Metric(
+    "fsdp_gpu_process_sm_utilization_ratio", "gauge",
+    "Share of the GPU's SM time used by one process over NVML's last sample (0..1).", ("pid",),
+)
+GPU_XID_ERRORS = Metric(
+    "fsdp_gpu_xid_errors_total", "counter",
+    "XID errors the driver reported for this GPU (kernel log, or NVML events when the kernel log "
+    "cannot be read), by code and severity class (observe.xid). Each report counts once.",
+    ("pci_bus", "xid", "severity"),
+)
+
+AGENT_UP = Metric(
+    "fsdp_node_agent_source_up", "gauge",
+    "1 when the agent can read this source (procfs, nvml, kernel_log), else 0.", ("source",),
+)
+AGENT_COLLECTION_SECONDS = Metric(
+    "fsdp_node_agent_collection_seconds", "gauge", "Wall time of the agent's last collection.",
+)
+AGENT_COLLECTIONS = Metric("fsdp_node_agent_collections_total", "counter", "Collections completed.")
+AGENT_LAST_COLLECTION = Metric(
+    "fsdp_node_agent_last_collection_timestamp_seconds", "gauge",
+    "Unix time at which the snapshot being served was taken.",
+)
+AGENT_ERRORS = Metric(
+    "fsdp_node_agent_errors_total", "counter",
+    "Errors while collecting, by kind (each kind is logged once; collection goes on).", ("kind",),
+)
+AGENT_DROPPED = Metric(
+    "fsdp_node_agent_dropped_readings_total", "counter",
+    "Readings dropped as implausible, by kind (e.g. temperature above 150 C, pid above pid_max).",
+    ("kind",),
+)
+
+AGENT_CPU_SECONDS = Metric(
+    "fsdp_node_agent_cpu_seconds_total", "counter", "CPU time (user + system) the agent has used.",
+)
+AGENT_RESIDENT_MEMORY = Metric("fsdp_node_agent_resident_memory_bytes", "gauge", "Resident set size of the agent.")
+
+AGENT_METRICS: tuple[Metric, ...] = (
+    NODE_CPU_BUSY, NODE_CPU_CORE_BUSY, NODE_MEMORY_TOTAL, NODE_MEMORY_USED, NODE_MEMORY_AVAILABLE,
+    NODE_MEMORY_BUFFERS, NODE_MEMORY_CACHED, NODE_SWAP_TOTAL, NODE_SWAP_USED, NODE_LOAD1, NODE_LOAD5,
+    NODE_LOAD15, NODE_UPTIME, NODE_PROCESSES, NODE_THREADS, NODE_GPUS, NODE_PROCESS_INFO,
+    NODE_PROCESS_CPU_SECONDS, NODE_PROCESS_RESIDENT_MEMORY,
+    GPU_INFO, GPU_LOST, GPU_UTILIZATION, GPU_MEMORY_UTILIZATION, GPU_MEMORY_TOTAL, GPU_MEMORY_USED,
+    GPU_MEMORY_RESERVED, GPU_TEMPERATURE, GPU_POWER, GPU_POWER_LIMIT, GPU_SM_CLOCK, GPU_MEMORY_CLOCK,
+    GPU_FAN_SPEED, GPU_PCIE_RX, GPU_PCIE_TX, GPU_ENCODER_UTILIZATION, GPU_DECODER_UTILIZATION,
+    GPU_ECC_ERRORS, GPU_CLOCK_THROTTLE, GPU_MIG_MODE, GPU_MIG_MEMORY_TOTAL, GPU_MIG_MEMORY_USED,
+    GPU_PROCESS_MEMORY, GPU_PROCESS_SM_UTILIZATION, GPU_XID_ERRORS,
+    AGENT_UP, AGENT_COLLECTION_SECONDS, AGENT_COLLECTIONS, AGENT_LAST_COLLECTION, AGENT_ERRORS,
+    AGENT_DROPPED, AGENT_CPU_SECONDS, AGENT_RESIDENT_MEMORY,
+)

@@ -1,8 +1,10 @@
 """``fsdp-observe demo``: a bounded two-rank CPU fine-tune on this machine, watched end to end.
 
-Starts ``torchrun`` with the ``tiny`` preset on the default corpus (the Python standard
-library's sources), prints each rank's metrics URL, scrapes those endpoints over HTTP while the
-run goes, and ends with a summary table. Runs to the end with no terminal attached.
+Starts a local node agent (``python -m observe.agent``) and ``torchrun`` with the ``tiny`` preset
+on the default corpus (the Python standard library's sources), prints the agent's and each rank's
+metrics URL, scrapes the ranks over HTTP while the run goes, and ends with a summary table that
+includes what the agent saw (CPU, memory, GPUs or "no GPUs", XID errors). Runs to the end with no
+terminal attached.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -22,7 +26,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from observe.catalog import TRAIN_STEP, TRAINER_PORT_BASE
+from observe.catalog import AGENT_PORT, TRAIN_STEP, TRAINER_PORT_BASE
+from observe.model import NodeSnapshot
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--nproc-per-node", type=int, default=2, help="CPU ranks (default 2)")
     ap.add_argument("--metrics-port", type=int, default=TRAINER_PORT_BASE, help="base port of the ranks' /metrics")
     ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--agent-port", type=int, default=None,
+                    help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
+                         "0 picks a free one)")
     ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
     return ap
 
@@ -123,6 +131,75 @@ def summary_rows(windows: list[dict], end: dict | None, scrapes: list[ScrapeReco
     return rows
 
 
+def start_agent(port: int, log_path: Path, timeout: float = 30.0) -> tuple[subprocess.Popen, str]:
+    """Start ``python -m observe.agent`` on 127.0.0.1:``port``, its log in ``log_path``.
+
+    Returns the process and its base URL (read from the line the agent prints once it serves).
+
+    Raises:
+        RuntimeError: the agent exited or printed no URL within ``timeout`` seconds; the message
+            is the agent's own error line when it gave one (e.g. a taken port).
+    """
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "observe.agent", "--address", "127.0.0.1", "--port", str(port),
+                                 "--interval", "1"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                start_new_session=True)
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline().decode() if ready else ""
+    proc.stdout.close()
+    if match := re.search(r"(http://\S+)/metrics", line):
+        return proc, match.group(1)
+    if proc.poll() is None:
+        proc.terminate()
+    proc.wait()
+    errors = [text for text in log_path.read_text(errors="replace").splitlines() if text.startswith("error:")]
+    raise RuntimeError(errors[0] if errors else f"the node agent did not start within {timeout:g} s (log: {log_path})")
+
+
+def start_local_agent(port: int | None, log_path: Path) -> tuple[subprocess.Popen, str]:
+    """``start_agent`` on ``port``; with ``None``, on ``AGENT_PORT``, or on a free port when that is taken.
+
+    Raises:
+        RuntimeError: as ``start_agent`` (an explicit ``port`` that is taken is an error).
+    """
+    try:
+        return start_agent(AGENT_PORT if port is None else port, log_path)
+    except RuntimeError as exc:
+        if port is not None or "already in use" not in str(exc):
+            raise
+        return start_agent(0, log_path)
+
+
+def agent_snapshot(url: str) -> NodeSnapshot | None:
+    """The agent's ``/snapshot``, or ``None`` when it cannot be read."""
+    try:
+        return NodeSnapshot.from_json(httpx.get(f"{url}/snapshot", timeout=5.0).raise_for_status().content)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def agent_rows(snapshot: NodeSnapshot | None, url: str) -> list[tuple[str, str]]:
+    """What the node agent saw, as summary rows."""
+    if snapshot is None:
+        return [("node agent", f"{url} (no snapshot could be read)")]
+    host, mem = snapshot.host, snapshot.host.memory
+    cpu = "n/a" if host.cpu.busy_ratio is None else f"{host.cpu.busy_ratio:.0%} busy"
+    rows = [("node agent", f"{url}/metrics, {snapshot.agent.collections} collections"),
+            ("agent: CPU", f"{cpu} of {host.cpu_count} CPUs, load {host.load1:.2f}, {host.processes} processes")]
+    if mem.total_bytes and mem.used_bytes is not None:
+        rows.append(("agent: memory", f"{mem.used_bytes / 2**30:.1f} of {mem.total_bytes / 2**30:.1f} GiB used"))
+    if snapshot.gpus:
+        names = sorted({g.name or "unknown" for g in snapshot.gpus})
+        lost = sum(g.lost for g in snapshot.gpus)
+        rows.append(("agent: GPUs", f"{len(snapshot.gpus)} x {', '.join(names)}" + (f", {lost} lost" if lost else "")))
+    else:
+        rows.append(("agent: GPUs", "no GPUs"))
+    xids = sum(x.count for x in snapshot.xid_counts)
+    readable = snapshot.agent.sources.get("kernel_log") == "ok"
+    rows.append(("agent: XID errors", f"{xids}" + ("" if readable else " (kernel log not readable here)")))
+    return rows
+
+
 def print_table(title: str, rows: list[tuple[str, str]]) -> None:
     """Print rows as a two-column table."""
     width = max(len(label) for label, _ in rows)
@@ -151,8 +228,14 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_status
 
+    try:
+        agent, agent_url = start_local_agent(ns.agent_port, out / "agent.log")
+    except RuntimeError as exc:
+        print(f"{exc}" if str(exc).startswith("error:") else f"error: {exc}", file=sys.stderr)
+        return 2
     urls = [f"http://127.0.0.1:{ns.metrics_port + r}/metrics" for r in range(ns.nproc_per_node)]
     print(f"fsdp-observe demo: run {run_id}, {ns.nproc_per_node} CPU ranks, {ns.steps} steps")
+    print(f"  node agent: {agent_url}/metrics  {agent_url}/snapshot  (log: {out / 'agent.log'})")
     for rank, url in enumerate(urls):
         print(f"  rank {rank} metrics: {url}")
     scraper = Scraper(urls)
@@ -166,8 +249,12 @@ def main(argv: list[str]) -> int:
         status = proc.wait()
     finally:
         scraper.stop()
+        snapshot = agent_snapshot(agent_url)
+        agent.terminate()
+        agent.wait()
     windows, end = read_log(log_json)
+    rows = summary_rows(windows, end, scraper.records, status)
     print_table(f"fsdp-observe demo: run {run_id} {'finished' if status == 0 else 'FAILED'}",
-                summary_rows(windows, end, scraper.records, status))
+                rows[:-1] + agent_rows(snapshot, agent_url) + rows[-1:])
     print(f"\nJSON log: {log_json}")
     return status

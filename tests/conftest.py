@@ -1,13 +1,21 @@
-"""Shared fixtures: free TCP ports and a clean environment for subprocesses."""
+"""Shared fixtures: free TCP ports, a clean environment for subprocesses, the field cases, and the
+C stand-ins (fake NVML library, sleeper) built with gcc."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.fake_nvml import FakeNvml
+from tests.support.native import build_fake_nvml, build_sleeper
+from tests.support.processes import spawn_sleeper
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,3 +56,77 @@ def subprocess_env() -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("FSDP_OBSERVE_RUN_ID", None)
     return env
+
+#: The in-repo copy of the shared field cases (``../shared/cases``), so a clean clone has them.
+CASES = Path(__file__).resolve().parent / "cases"
+
+
+@dataclass(frozen=True)
+class Native:
+    """Paths of the compiled stand-ins."""
+
+    fake_nvml: Path  # directory with libnvidia-ml.so.1 (every function)
+    fake_nvml_old_driver: Path  # the same without the encoder/decoder and clock-event-reason calls
+    sleeper: Path
+
+
+@pytest.fixture(scope="session")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Native:
+    """Builds the fake NVML library (two variants) and the sleeper once per session."""
+    root = tmp_path_factory.mktemp("native")
+    return Native(
+        fake_nvml=build_fake_nvml(root / "nvml"),
+        fake_nvml_old_driver=build_fake_nvml(root / "nvml-old", omit=(
+            "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
+            "nvmlDeviceGetCurrentClocksEventReasons")),
+        sleeper=build_sleeper(root / "bin"),
+    )
+
+
+@pytest.fixture
+def fake_nvml(native: Native, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    """The fake NVML library loaded in this process, standing in for a GPU driver; default: 4 healthy GPUs."""
+    fake = FakeNvml(native.fake_nvml, tmp_path / "nvml-scenario.conf")
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(fake.config))
+    fake.preload()
+    return fake
+
+
+@pytest.fixture
+def sleepers(native: Native) -> Iterator[Callable[[list], subprocess.Popen]]:
+    """Starts sleeper processes with chosen command lines; kills them after the test."""
+    started: list[subprocess.Popen] = []
+
+    def start(argv: list) -> subprocess.Popen:
+        proc = spawn_sleeper(native.sleeper, argv)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def unreadable_path(tmp_path: Path) -> Path:
+    """A path this user cannot open for reading (a mode-000 file; for root, a write-only sysctl)."""
+    path = tmp_path / "no-permission"
+    path.write_text("secret\n")
+    path.chmod(0)
+    if os.access(path, os.R_OK):  # root reads mode-000 files; procfs sysctl modes bind root too
+        path = Path("/proc/sys/vm/drop_caches")
+    try:
+        open(path, "rb").close()
+    except PermissionError:
+        return path
+    pytest.fail(f"found no path this user cannot read (tried {path})")
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A 127.0.0.1 port something is listening on for the whole test."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]

@@ -24,3 +24,7 @@ def test_demo_runs_headless_and_prints_a_summary(port_block, subprocess_env) -> 
     last = float(rows["loss, last window"].split()[0])
     assert last < first
     assert "scrapes ok" in out
+    # the local node agent: its URL up front, what it saw in the summary
+    assert re.search(r"node agent: http://127\.0\.0\.1:\d+/metrics", out)
+    for label in ("node agent", "agent: CPU", "agent: memory", "agent: GPUs", "agent: XID errors"):
+        assert re.search(rf"^{label}\s{{2,}}\S", out, re.M), label

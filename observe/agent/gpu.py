@@ -1,0 +1,374 @@
+"""GPUs through NVML (``pynvml`` from nvidia-ml-py): the agent's one NVML wrapper and its GPU collector.
+
+Every NVML call goes through ``Nvml.call``:
+
+- NOT_SUPPORTED becomes ``None`` (absent; the TUI shows N/A, never 0);
+- a function the driver's library lacks (FUNCTION_NOT_FOUND, or pynvml's library-mismatch error)
+  is logged once and never called again, so that field is absent from then on;
+- GPU_IS_LOST raises ``GpuLost``: the collector marks that GPU lost, logs it once and stops
+  calling it, while the other GPUs go on (it stays lost until the agent restarts: a GPU that fell
+  off the bus needs a reset or a reboot, NVIDIA XID 79);
+- any other NVML error is counted by kind (``nvml_<error>``), logged once per kind, and the field
+  is absent.
+
+Readings a healthy GPU cannot produce are dropped for that collection and counted by kind
+(``dropped``), never replaced by the previous value: a temperature above ``MAX_TEMPERATURE_CELSIUS``
+(e.g. 4278190080, an unset sensor word), a share above 100 %, a process pid above the kernel's
+``pid_max``, process memory above the GPU's memory, and process-utilisation samples with SM/memory
+above 100 % or a timestamp at or before the last one read (NVML returns samples newer than the
+timestamp it is given; some drivers return older ones again).
+
+Units follow the NVML API reference (https://docs.nvidia.com/deploy/nvml-api/): power in mW,
+clocks in MHz, PCIe throughput in KB/s (1024 bytes), utilisation and fan speed in percent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+from observe.model import GpuInfo, GpuProcess, MigInstance
+from observe.xid import normalise_bus
+
+log = logging.getLogger(__name__)
+
+#: Hottest plausible GPU reading. GPUs throttle near 90 C and shut down near 100 C; 150 is out of range.
+MAX_TEMPERATURE_CELSIUS = 150
+#: Bytes in NVML's "KB" (PCIe throughput).
+KIB = 1024
+
+#: NVML clock event (throttle) reason bits (nvml.h ``nvmlClocksEventReason*``) -> label value.
+THROTTLE_REASONS: dict[int, str] = {
+    pynvml.nvmlClocksThrottleReasonGpuIdle: "gpu_idle",
+    pynvml.nvmlClocksThrottleReasonApplicationsClocksSetting: "applications_clocks_setting",
+    pynvml.nvmlClocksThrottleReasonSwPowerCap: "sw_power_cap",
+    pynvml.nvmlClocksThrottleReasonHwSlowdown: "hw_slowdown",
+    pynvml.nvmlClocksThrottleReasonSyncBoost: "sync_boost",
+    pynvml.nvmlClocksThrottleReasonSwThermalSlowdown: "sw_thermal_slowdown",
+    pynvml.nvmlClocksThrottleReasonHwThermalSlowdown: "hw_thermal_slowdown",
+    pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown: "hw_power_brake_slowdown",
+    pynvml.nvmlClocksThrottleReasonDisplayClockSetting: "display_clock_setting",
+}
+
+
+class GpuLost(Exception):
+    """NVML answered GPU_IS_LOST for a GPU."""
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class Nvml:
+    """The agent's one door to NVML (rules in the module docstring).
+
+    Attributes:
+        available: ``nvmlInit`` succeeded.
+        reason: why NVML is unavailable (``None`` when it is available).
+        errors: ``nvml_<error>`` -> count.
+        missing: functions the library lacks (logged once each).
+    """
+
+    def __init__(self) -> None:
+        self.available = False
+        self.reason: str | None = "not started"
+        self.errors: Counter[str] = Counter()
+        self.missing: set[str] = set()
+        self._logged: set[str] = set()
+
+    def start(self) -> bool:
+        """``nvmlInit``; on failure (no library, no driver: a CPU-only node) say so once and return False."""
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            self.available, self.reason = False, f"NVML unavailable ({exc}): no GPUs on this node"
+            log.warning("%s; serving host data only (reported once)", self.reason)
+            return False
+        self.available, self.reason = True, None
+        return True
+
+    def shutdown(self) -> None:
+        """``nvmlShutdown`` if started."""
+        if self.available:
+            self.available = False
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+
+    def call(self, function: str, *args: Any, expected: tuple[type[Exception], ...] = ()) -> Any:
+        """``pynvml.<function>(*args)``, or ``None`` when the value cannot be read.
+
+        Args:
+            function: a pynvml function name, e.g. ``nvmlDeviceGetFanSpeed``.
+            expected: NVML errors that mean "nothing here" for this call (returned as ``None``
+                without counting, e.g. NOT_FOUND for an empty MIG slot).
+
+        Raises:
+            GpuLost: NVML answered GPU_IS_LOST.
+        """
+        if function in self.missing:
+            return None
+        try:
+            return getattr(pynvml, function)(*args)
+        except pynvml.NVMLError_NotSupported:
+            return None
+        except pynvml.NVMLError_GpuIsLost:
+            raise GpuLost(function) from None
+        except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
+            self.missing.add(function)
+            log.warning("the NVIDIA driver's NVML has no %s; that field is absent from now on "
+                        "(reported once)", function)
+            return None
+        except expected:
+            return None
+        except pynvml.NVMLError as exc:
+            kind = "nvml_" + _snake(type(exc).__name__.partition("_")[2] or "unknown")
+            self.errors[kind] += 1
+            if kind not in self._logged:
+                self._logged.add(kind)
+                log.warning("NVML %s failed: %s (reported once per kind)", function, exc)
+            return None
+
+
+@dataclass
+class _Gpu:
+    index: int
+    handle: Any
+    uuid: str | None = None
+    name: str | None = None
+    pci_bus: str | None = None
+    lost: bool = False
+    last_sample_us: int = 0
+
+
+def _ratio(percent: float | None, dropped: Counter[str], kind: str) -> float | None:
+    """A 0..100 percentage as 0..1; above 100 is dropped and counted as ``kind``."""
+    if percent is None:
+        return None
+    if not 0 <= percent <= 100:
+        dropped[kind] += 1
+        return None
+    return percent / 100
+
+
+def _first(pair: list[int] | None) -> int | None:
+    """The value of an NVML ``[value, sampling period]`` pair."""
+    return None if pair is None else pair[0]
+
+
+def _text(value: Any) -> str | None:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class GpuCollector:
+    """Reads every GPU NVML sees, each collection.
+
+    Args:
+        nvml: the wrapper (started by ``start``).
+        pid_max: the kernel's ``/proc/sys/kernel/pid_max`` (larger GPU-process pids are dropped).
+
+    Attributes:
+        gpus: GPUs found at start, by NVML index.
+        dropped: implausible-reading kind -> count.
+        driver_version: the NVIDIA driver's version, or ``None``.
+    """
+
+    def __init__(self, nvml: Nvml, pid_max: int) -> None:
+        self.nvml = nvml
+        self.pid_max = pid_max
+        self.gpus: list[_Gpu] = []
+        self.dropped: Counter[str] = Counter()
+        self.driver_version: str | None = None
+        self._events: Any = None
+
+    def start(self, xid_events: bool = True) -> bool:
+        """Start NVML and find the GPUs; return whether NVML is available.
+
+        Args:
+            xid_events: register for NVML XidCriticalError events (read by ``xid_events``).
+        """
+        if not self.nvml.start():
+            return False
+        self.driver_version = _text(self.nvml.call("nvmlSystemGetDriverVersion"))
+        for index in range(self.nvml.call("nvmlDeviceGetCount") or 0):
+            gpu = _Gpu(index, None)
+            try:
+                gpu.handle = self.nvml.call("nvmlDeviceGetHandleByIndex", index)
+                gpu.uuid = _text(self.nvml.call("nvmlDeviceGetUUID", gpu.handle))
+                gpu.name = _text(self.nvml.call("nvmlDeviceGetName", gpu.handle))
+                pci = self.nvml.call("nvmlDeviceGetPciInfo", gpu.handle)
+                gpu.pci_bus = normalise_bus(_text(pci.busId)) if pci is not None else None
+            except GpuLost:
+                self._lose(gpu)
+            if gpu.handle is not None or gpu.lost:  # no handle and not lost: the error is logged
+                self.gpus.append(gpu)
+        if xid_events:
+            self._register_xid_events()
+        return True
+
+    def _register_xid_events(self) -> None:
+        self._events = self.nvml.call("nvmlEventSetCreate")
+        if self._events is None:
+            return
+        for gpu in self.gpus:
+            if gpu.lost:
+                continue
+            try:
+                self.nvml.call("nvmlDeviceRegisterEvents", gpu.handle,
+                               pynvml.nvmlEventTypeXidCriticalError, self._events)
+            except GpuLost:
+                self._lose(gpu)
+
+    def _lose(self, gpu: _Gpu) -> None:
+        if not gpu.lost:
+            gpu.lost = True
+            log.error("GPU %d (%s, PCI %s) is lost (NVML GPU_IS_LOST): it has fallen off the bus or "
+                      "stopped answering and needs a reset or a reboot; the other GPUs are still read",
+                      gpu.index, gpu.uuid or "uuid unknown", gpu.pci_bus or "bus unknown")
+
+    # -- per collection -----------------------------------------------------------------------
+
+    def collect(self) -> tuple[list[GpuInfo], list[GpuProcess]]:
+        """One reading of every GPU and the processes on them (user and command not filled in)."""
+        infos: list[GpuInfo] = []
+        procs: list[GpuProcess] = []
+        for gpu in self.gpus:
+            if not gpu.lost:
+                try:
+                    info, on_gpu = self._read(gpu)
+                    infos.append(info)
+                    procs.extend(on_gpu)
+                    continue
+                except GpuLost:
+                    self._lose(gpu)
+            infos.append(GpuInfo(index=gpu.index, uuid=gpu.uuid, name=gpu.name, pci_bus=gpu.pci_bus,
+                                 driver_version=self.driver_version, lost=True))
+        return infos, procs
+
+    def _read(self, gpu: _Gpu) -> tuple[GpuInfo, list[GpuProcess]]:
+        call, h, dropped = self.nvml.call, gpu.handle, self.dropped
+        util = call("nvmlDeviceGetUtilizationRates", h)
+        memory = call("nvmlDeviceGetMemoryInfo", h, pynvml.nvmlMemory_v2)
+        reserved = getattr(memory, "reserved", None)
+        if memory is None:  # drivers before r510 have only the v1 call (used includes reserved)
+            memory = call("nvmlDeviceGetMemoryInfo", h)
+        temperature = call("nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU)
+        if temperature is not None and temperature > MAX_TEMPERATURE_CELSIUS:
+            dropped["temperature"] += 1
+            temperature = None
+        power = call("nvmlDeviceGetPowerUsage", h)
+        limit = call("nvmlDeviceGetEnforcedPowerLimit", h)
+        sm_clock = call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)
+        mem_clock = call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM)
+        rx = call("nvmlDeviceGetPcieThroughput", h, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx = call("nvmlDeviceGetPcieThroughput", h, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        encoder = call("nvmlDeviceGetEncoderUtilization", h)
+        decoder = call("nvmlDeviceGetDecoderUtilization", h)
+        mig = call("nvmlDeviceGetMigMode", h)
+        mig_enabled = None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+        total = getattr(memory, "total", None)
+        info = GpuInfo(
+            index=gpu.index, uuid=gpu.uuid, name=gpu.name, pci_bus=gpu.pci_bus, driver_version=self.driver_version,
+            utilization_ratio=_ratio(getattr(util, "gpu", None), dropped, "utilization"),
+            memory_utilization_ratio=_ratio(getattr(util, "memory", None), dropped, "memory_utilization"),
+            memory_total_bytes=total, memory_used_bytes=getattr(memory, "used", None),
+            memory_reserved_bytes=reserved, temperature_celsius=temperature,
+            power_watts=None if power is None else power / 1000,
+            power_limit_watts=None if limit is None else limit / 1000,
+            sm_clock_hertz=None if sm_clock is None else sm_clock * 1e6,
+            memory_clock_hertz=None if mem_clock is None else mem_clock * 1e6,
+            fan_speed_ratio=_ratio(call("nvmlDeviceGetFanSpeed", h), dropped, "fan_speed"),
+            pcie_rx_bytes_per_second=None if rx is None else rx * KIB,
+            pcie_tx_bytes_per_second=None if tx is None else tx * KIB,
+            encoder_utilization_ratio=_ratio(_first(encoder), dropped, "encoder_utilization"),
+            decoder_utilization_ratio=_ratio(_first(decoder), dropped, "decoder_utilization"),
+            ecc_corrected_total=call("nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                                     pynvml.NVML_VOLATILE_ECC),
+            ecc_uncorrected_total=call("nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                       pynvml.NVML_VOLATILE_ECC),
+            throttle_reasons=self._throttle_reasons(h), mig_enabled=mig_enabled,
+            mig_instances=self._mig_instances(h) if mig_enabled else (),
+        )
+        return info, self._processes(gpu, total)
+
+    def _throttle_reasons(self, handle: Any) -> tuple[str, ...] | None:
+        bits = self.nvml.call("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if bits is None and "nvmlDeviceGetCurrentClocksEventReasons" in self.nvml.missing:
+            bits = self.nvml.call("nvmlDeviceGetCurrentClocksThrottleReasons", handle)  # before r535
+        if bits is None:
+            return None
+        return tuple(name for bit, name in THROTTLE_REASONS.items() if bits & bit)
+
+    def _mig_instances(self, handle: Any) -> tuple[MigInstance, ...]:
+        call, out = self.nvml.call, []
+        for slot in range(call("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+            mig = call("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot, expected=(pynvml.NVMLError_NotFound,))
+            if mig is None:
+                continue
+            memory = call("nvmlDeviceGetMemoryInfo", mig)
+            out.append(MigInstance(
+                index=slot, uuid=_text(call("nvmlDeviceGetUUID", mig)),
+                gpu_instance_id=call("nvmlDeviceGetGpuInstanceId", mig),
+                compute_instance_id=call("nvmlDeviceGetComputeInstanceId", mig),
+                memory_total_bytes=getattr(memory, "total", None), memory_used_bytes=getattr(memory, "used", None),
+            ))
+        return tuple(out)
+
+    def _processes(self, gpu: _Gpu, total: int | None) -> list[GpuProcess]:
+        call, dropped = self.nvml.call, self.dropped
+        rows: dict[int, int | None] = {}
+        for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            for proc in call(function, gpu.handle) or ():
+                if not 0 < proc.pid <= self.pid_max:
+                    dropped["process_pid"] += 1
+                elif total is not None and proc.usedGpuMemory is not None and proc.usedGpuMemory > total:
+                    dropped["process_memory"] += 1
+                elif proc.pid not in rows or rows[proc.pid] is None:
+                    rows[proc.pid] = proc.usedGpuMemory
+        sm = self._sm_utilization(gpu)
+        return [GpuProcess(gpu=gpu.index, gpu_uuid=gpu.uuid, pid=pid, used_memory_bytes=used,
+                           sm_utilization_ratio=sm.get(pid)) for pid, used in rows.items()]
+
+    def _sm_utilization(self, gpu: _Gpu) -> dict[int, float]:
+        """pid -> SM share from the samples newer than the last read (implausible ones dropped)."""
+        samples = self.nvml.call("nvmlDeviceGetProcessUtilization", gpu.handle, gpu.last_sample_us,
+                                 expected=(pynvml.NVMLError_NotFound,))
+        out: dict[int, float] = {}
+        newest = gpu.last_sample_us
+        for s in samples or ():
+            if s.timeStamp <= gpu.last_sample_us:
+                self.dropped["process_sample_stale"] += 1
+            elif s.smUtil > 100 or s.memUtil > 100:
+                self.dropped["process_sm_utilization"] += 1
+            else:
+                out[s.pid] = max(out.get(s.pid, 0.0), s.smUtil / 100)
+                newest = max(newest, s.timeStamp)
+        gpu.last_sample_us = newest
+        return out
+
+    def xid_events(self) -> list[tuple[int | None, int]]:
+        """``(gpu index or None, xid)`` for every NVML XidCriticalError event waiting (never blocks)."""
+        if self._events is None:
+            return []
+        by_address = {ctypes.addressof(g.handle.contents): g.index for g in self.gpus if g.handle is not None}
+        out: list[tuple[int | None, int]] = []
+        try:
+            while (data := self.nvml.call("nvmlEventSetWait", self._events, 0,
+                                          expected=(pynvml.NVMLError_Timeout,))) is not None:
+                if data.eventType == pynvml.nvmlEventTypeXidCriticalError:
+                    device = ctypes.addressof(data.device.contents) if data.device else None
+                    out.append((by_address.get(device), int(data.eventData)))
+        except GpuLost:
+            pass  # the GPU shows up lost on its own next read
+        return out
+
+    def by_index(self, index: int | None) -> _Gpu | None:
+        """The GPU with NVML index ``index``, if any."""
+        return next((g for g in self.gpus if g.index == index), None)

@@ -1,0 +1,219 @@
+"""One collection: host, processes, GPUs and XIDs put together into an immutable ``NodeSnapshot``.
+
+The sampler owns the collectors and is called on the agent's timer; nothing here runs on a
+request. Each section (host, processes, GPUs, XIDs) is guarded on its own: a section that fails
+is counted (``collect_<section>``), logged once, and the snapshot carries the others.
+GPU processes are joined with the process table by pid; a pid the agent's ``/proc`` does not
+have (the agent runs in its own PID namespace) keeps its GPU memory, has no user or command, and
+adds a notice that the agent needs the host PID namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from observe.agent.gpu import GpuCollector, Nvml
+from observe.agent.host import HostCollector
+from observe.agent.procs import ProcessTable
+from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
+from observe.model import (AgentHealth, CpuStats, GpuInfo, GpuProcess, HostStats, MemoryStats, NodeSnapshot,
+                           ProcessInfo, XidCount, XidEvent)
+from observe.xid import lookup
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Largest pid_max a 64-bit Linux allows (PID_MAX_LIMIT), used when ``pid_max`` cannot be read.
+PID_MAX_LIMIT = 4 * 1024 * 1024
+HOST_PID_NOTICE = ("GPU processes {pids} are not in this agent's /proc: run the agent in the host PID "
+                   "namespace (Kubernetes: hostPID: true) to see their users and commands")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the sampler reads and how much it keeps.
+
+    Attributes:
+        node: node name on every series. proc_root: the procfs to read.
+        kernel_log: a file to follow instead of ``kmsg``. kmsg: the kernel ring buffer device.
+        max_processes: processes kept in a snapshot (busiest first; GPU processes are added).
+        interval_seconds: the collection period (reported in the snapshot).
+        version: the agent's version string.
+    """
+
+    node: str
+    proc_root: str = "/proc"
+    kernel_log: str | None = None
+    kmsg: str = KMSG
+    max_processes: int = 100
+    interval_seconds: float = 1.0
+    version: str = ""
+
+
+def own_usage() -> tuple[float | None, int | None]:
+    """This process's CPU seconds (user + system) and resident bytes, from ``/proc/self/stat``."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
+                int(fields[21]) * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, IndexError):
+        return None, None
+
+
+def read_pid_max(proc_root: str) -> int:
+    """The kernel's ``pid_max`` (``PID_MAX_LIMIT`` when it cannot be read)."""
+    try:
+        with open(f"{proc_root}/sys/kernel/pid_max", encoding="ascii") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return PID_MAX_LIMIT
+
+
+class Sampler:
+    """Collects one ``NodeSnapshot`` per ``sample()`` call.
+
+    Args:
+        settings: see ``Settings``.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.host = HostCollector(settings.proc_root)
+        self.table = ProcessTable(settings.proc_root)
+        self.nvml = Nvml()
+        self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root))
+        self.xids = XidStore()
+        self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
+                                        boot_time=self.host.boot_time)
+        self.errors: Counter[str] = Counter()
+        self.collections = 0
+        self._logged: set[str] = set()
+        self._procfs = "ok"
+
+    def start(self) -> None:
+        """Open the kernel log, then NVML (XID events from NVML only when the kernel log is unreadable)."""
+        self.watcher.start()
+        self.gpus.start(xid_events=not self.watcher.up)
+
+    def stop(self) -> None:
+        """Stop the watcher, shut NVML down, close the process table."""
+        self.watcher.stop()
+        self.nvml.shutdown()
+        self.table.close()
+
+    def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001 - one section failing must not take the others down
+            self.errors[f"collect_{section}"] += 1
+            if section not in self._logged:
+                self._logged.add(section)
+                log.exception("collecting %s failed; the snapshot carries the other sections (reported once)", section)
+            return default
+
+    def sample(self) -> NodeSnapshot:
+        """Collect everything once and return the new snapshot."""
+        started = time.perf_counter()
+        now = time.time()
+        host = self._guard("host", lambda: self._host(now), HostStats())
+        gpus, gpu_procs = self._guard("gpu", self.gpus.collect, ([], []))
+        self._guard("nvml_xid", self._nvml_xids, None)
+        processes, gpu_procs, notices = self._guard(
+            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), ((), tuple(gpu_procs), []))
+        events, counts = self._guard("xid", lambda: self._xids(gpus), ((), ()))
+        self.collections += 1
+        return NodeSnapshot(
+            node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
+            gpu_processes=gpu_procs, xid_events=events, xid_counts=counts,
+            agent=self._health(time.perf_counter() - started, notices),
+        )
+
+    # -- sections -----------------------------------------------------------------------------
+
+    def _host(self, now: float) -> HostStats:
+        try:
+            self.table.refresh(time.monotonic())
+            self._procfs = "ok"
+        except OSError as exc:
+            self._procfs = f"cannot list {self.settings.proc_root}: {exc.strerror}"
+            raise
+        load = self.host.load()
+        return HostStats(
+            cpu_count=self.host.cpu_count(), cpu=self._guard("cpu", self.host.cpu, CpuStats()),
+            memory=self._guard("memory", self.host.memory, MemoryStats()),
+            load1=load[0], load5=load[1], load15=load[2], uptime_seconds=self.host.uptime_seconds(now),
+            processes=self.table.count, threads=self.table.threads, processes_by_state=self.table.by_state,
+        )
+
+    def _processes(self, memory_total: int | None, gpu_procs: list[GpuProcess]
+                   ) -> tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]]:
+        pids = dict.fromkeys(self.table.busiest(self.settings.max_processes))
+        pids.update((p.pid, None) for p in gpu_procs if p.pid in self.table)  # GPU processes always shown
+        rows = {pid: info for pid in pids if (info := self.table.info(pid, memory_total)) is not None}
+        joined, outside = [], []
+        for p in gpu_procs:
+            row = rows.get(p.pid)
+            if row is None:
+                outside.append(p.pid)
+                joined.append(replace(p, in_host_pid_namespace=False))
+            else:
+                joined.append(replace(p, name=row.name, user=row.user, command=row.command))
+        notices = [HOST_PID_NOTICE.format(pids=", ".join(map(str, sorted(set(outside)))))] if outside else []
+        return tuple(rows.values()), tuple(joined), notices
+
+    def _nvml_xids(self) -> None:
+        """NVML XID events into the store (only registered when the kernel log cannot be read)."""
+        for index, code in self.gpus.xid_events():
+            gpu = self.gpus.by_index(index)
+            info = lookup(code)
+            self.xids.add(XidEvent(
+                xid=code, name=info.name, severity=info.severity, action=info.action, node=self.settings.node,
+                gpu=index, gpu_uuid=gpu.uuid if gpu else None, pci_bus=gpu.pci_bus if gpu else None,
+                time_unix=time.time(), source="nvml"))
+
+    def _xids(self, gpus: list[GpuInfo]) -> tuple[tuple[XidEvent, ...], tuple[XidCount, ...]]:
+        """Recent events and counts, with GPU index and UUID matched by PCI bus."""
+        events, counts, uuids = self.xids.view()
+        by_bus = {g.pci_bus: g for g in gpus if g.pci_bus}
+
+        def where(bus: str | None) -> tuple[int | None, str | None]:
+            gpu = by_bus.get(bus)
+            return (gpu.index, gpu.uuid or uuids.get(bus)) if gpu else (None, uuids.get(bus))
+
+        matched = []
+        for e in events:
+            index, uuid = where(e.pci_bus)
+            matched.append(replace(e, gpu=index if index is not None else e.gpu, gpu_uuid=uuid or e.gpu_uuid))
+        totals = []
+        for (bus, code, severity), n in sorted(counts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1], kv[0][2])):
+            index, uuid = where(bus)
+            totals.append(XidCount(xid=code, severity=severity, count=n, pci_bus=bus, gpu=index, gpu_uuid=uuid))
+        return tuple(matched), tuple(totals)
+
+    def _health(self, seconds: float, notices: list[str]) -> AgentHealth:
+        errors = Counter(self.errors) + self.table.errors + self.nvml.errors
+        if self.watcher.parse_errors:
+            errors["xid_parse"] = self.watcher.parse_errors
+        if self.watcher.overruns:
+            errors["kmsg_overrun"] = self.watcher.overruns
+        kernel_log = self.watcher.status
+        if not self.watcher.up and self.nvml.available:
+            kernel_log += "; XIDs from NVML events"
+        all_notices = [n for n in (self.nvml.reason, None if self.watcher.up else kernel_log) if n] + notices
+        cpu_seconds, rss = own_usage()
+        return AgentHealth(
+            version=self.settings.version, interval_seconds=self.settings.interval_seconds,
+            collection_seconds=seconds, collections=self.collections, cpu_seconds=cpu_seconds,
+            resident_memory_bytes=rss,
+            sources={"procfs": self._procfs, "nvml": "ok" if self.nvml.available else (self.nvml.reason or ""),
+                     "kernel_log": kernel_log},
+            errors=dict(sorted(errors.items())), dropped=dict(sorted(self.gpus.dropped.items())),
+            notices=tuple(all_notices),
+        )

@@ -1,0 +1,102 @@
+"""The kernel-log watcher on a real thread, reading real files (the XID case file among them)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from observe.agent.xid_watch import KernelLogWatcher, XidStore
+from tests.conftest import CASES
+from tests.support.processes import wait_for
+
+KERNEL_LOG = CASES / "xid" / "kernel-log.txt"
+EXPECTED = [json.loads(line) for line in (CASES / "xid" / "expected.jsonl").read_text().splitlines() if line]
+
+
+def watch(**kwargs) -> tuple[KernelLogWatcher, XidStore]:
+    store = XidStore()
+    watcher = KernelLogWatcher(store, node="n", poll_seconds=0.05, **kwargs)
+    return watcher, store
+
+
+def events(store: XidStore) -> list:
+    return store.view()[0]
+
+
+def test_follows_a_file_as_it_grows(tmp_path: Path) -> None:
+    log_file = tmp_path / "kern.log"
+    lines = KERNEL_LOG.read_text().splitlines(keepends=True)
+    log_file.write_text("".join(lines[:5]))
+    watcher, store = watch(path=str(log_file))
+    assert watcher.start() and watcher.up
+    try:
+        wait_for(lambda: len(events(store)) == 2, what="the first two events")
+        with open(log_file, "a") as f:
+            f.writelines(lines[5:])
+        wait_for(lambda: len(events(store)) == len(EXPECTED), what="all events")
+        wait_for(lambda: watcher.parse_errors == 1, what="the truncated line")
+    finally:
+        watcher.stop()
+    assert [(e.xid, e.pci_bus, e.gpu_uuid) for e in events(store)] == [
+        (x["xid"], x["pci_bus"], x["gpu_uuid"]) for x in EXPECTED]
+
+
+def test_reopens_a_rotated_or_truncated_file(tmp_path: Path) -> None:
+    log_file = tmp_path / "kern.log"
+    log_file.write_text("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, x\n")
+    watcher, store = watch(path=str(log_file))
+    watcher.start()
+    try:
+        wait_for(lambda: len(events(store)) == 1, what="the first event")
+        log_file.write_text("NVRM: Xid (PCI:0000:3b:00): 31, x\n")  # truncated and rewritten
+        wait_for(lambda: len(events(store)) == 2, what="the event after truncation")
+        rotated = tmp_path / "kern.log.1"
+        os.rename(log_file, rotated)
+        log_file.write_text("NVRM: Xid (PCI:0000:3b:00): 48, pid=2, name=b, DBE and more text here\n")
+        wait_for(lambda: len(events(store)) == 3, what="the event after rotation")
+    finally:
+        watcher.stop()
+    assert [e.xid for e in events(store)] == [13, 31, 48]
+
+
+def test_reads_kmsg_records_and_dates_them(tmp_path: Path) -> None:
+    # a regular file holding /dev/kmsg records stands in for the device (same record format)
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("6,1,100,-;usb 1-4: new device\n"
+                    "3,2,5000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+                    " SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n")
+    watcher, store = watch(kmsg=str(kmsg), boot_time=1000.0)
+    assert watcher.start()
+    try:
+        event = wait_for(lambda: events(store), what="the XID 79")[0]
+    finally:
+        watcher.stop()
+    assert (event.xid, event.time_unix, len(events(store))) == (79, 1005.0, 1)
+
+
+def test_an_unreadable_kernel_log_is_survived_and_reported_once(unreadable_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    watcher, _ = watch(kmsg=str(unreadable_path))
+    with caplog.at_level(logging.WARNING):
+        assert watcher.start() is False
+    assert not watcher.up and "Permission denied" in watcher.status
+    assert len(caplog.records) == 1 and "CAP_SYSLOG" in caplog.records[0].getMessage()
+    watcher.stop()
+
+
+def test_store_counts_every_report_and_redacts_process_text() -> None:
+    from observe.xid import KernelLogParser
+
+    parser, store = KernelLogParser(), XidStore(keep=3)
+    line = "NVRM: Xid (PCI:0000:3b:00): 13, pid=5, name=HF_TOKEN=hf_QmW3rT7yU1iO5pA9sD2fG6hJ0kL4zX8c, \x1b[31mboom"
+    for _ in range(5):
+        store.add(parser.feed(line))
+    recent, counts, _ = store.view()
+    assert counts == {("0000:3b:00", 13, "application"): 5}
+    assert len(recent) == 3
+    assert recent[0].process == "HF_TOKEN=<redacted>" and "hf_Qm" not in recent[0].raw
+    assert recent[0].message == "\\x1b[31mboom"

@@ -1,0 +1,404 @@
+/*
+ * A stand-in for NVIDIA's libnvidia-ml.so.1, for tests on machines without a GPU.
+ *
+ * The real pynvml (nvidia-ml-py) loads this library exactly as it loads the driver's, so the
+ * agent's whole NVML path runs for real; only the "GPU" is invented. It exports the functions the
+ * agent calls, with the signatures of nvml.h (driver 550+), and answers from a scenario file.
+ *
+ * Scenario: the file named by the environment variable FAKE_NVML_CONFIG, re-read whenever it is
+ * replaced (tests write a new file and rename it over the old one between collections). One
+ * setting per line, "key value"; "key@N value" applies to GPU N only and wins over "key value".
+ * A value may be a status instead of a number: ns (NOT_SUPPORTED), lost (GPU_IS_LOST), nf
+ * (FUNCTION_NOT_FOUND), noperm (NO_PERMISSION), unknown (UNKNOWN).
+ *
+ *   init ok|driver_not_loaded|library_not_found     nvmlInit result
+ *   gpus N                                          device count (default 4)
+ *   lost@N 1                                        every call for GPU N returns GPU_IS_LOST
+ *   bus@N 0x3b                                      PCI bus number (default 0x10 * (N + 1))
+ *   util_gpu, util_mem, memory, temp, fan, power, power_limit, sm_clock, mem_clock,
+ *   pcie_rx, pcie_tx, encoder, decoder, ecc_corrected, ecc_uncorrected, reasons,
+ *   mem_total, mem_used, mem_reserved             override one reading (memory: ns only)
+ *   mig@N 1                                         MIG mode on: two MIG devices, GPU
+ *                                                   utilisation NOT_SUPPORTED
+ *   proc GPU PID BYTES                              a compute process
+ *   sample GPU PID TIMESTAMP SM MEM                 a process utilisation sample
+ *   xid GPU CODE                                    an XID event, delivered once per file load
+ *
+ * Build: gcc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c
+ * Leave a function out with -DOMIT_<function name>, as an old driver would.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef int nvmlReturn_t;
+enum {
+    OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3, NO_PERMISSION = 4,
+    NOT_FOUND = 6, INSUFFICIENT_SIZE = 7, DRIVER_NOT_LOADED = 9, TIMEOUT = 10,
+    LIBRARY_NOT_FOUND = 12, FUNCTION_NOT_FOUND = 13, GPU_IS_LOST = 15, UNKNOWN = 999,
+};
+
+#define MAX_GPUS 16
+#define MAX_MIG 2
+#define MAX_LINES 256
+
+typedef struct fake_device { int index; int mig; } *nvmlDevice_t;  /* mig: -1 for the GPU itself */
+typedef struct { char busIdLegacy[16]; unsigned domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } nvmlPciInfo_t;
+typedef struct { unsigned gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
+typedef struct { unsigned pid; unsigned long long timeStamp; unsigned smUtil, memUtil, encUtil, decUtil; } nvmlProcessUtilizationSample_t;
+typedef struct { nvmlDevice_t device; unsigned long long eventType, eventData; unsigned gpuInstanceId, computeInstanceId; } nvmlEventData_t;
+typedef void *nvmlEventSet_t;
+
+static struct fake_device devices[MAX_GPUS];
+static struct fake_device mig_devices[MAX_GPUS][MAX_MIG];
+static char keys[MAX_LINES][32];
+static char values[MAX_LINES][96];
+static int n_lines;
+static struct stat loaded;
+static int xid_queue[MAX_LINES][2];
+static int xid_head, xid_tail;
+static int event_set_token;
+
+static void load(void) {
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    struct stat st;
+    if (!path || stat(path, &st) != 0) {
+        if (loaded.st_ino) { n_lines = 0; memset(&loaded, 0, sizeof loaded); }
+        return;
+    }
+    if (st.st_ino == loaded.st_ino && st.st_mtim.tv_nsec == loaded.st_mtim.tv_nsec &&
+        st.st_mtim.tv_sec == loaded.st_mtim.tv_sec && st.st_size == loaded.st_size)
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    loaded = st;
+    n_lines = 0;
+    char line[160];
+    while (n_lines < MAX_LINES && fgets(line, sizeof line, f)) {
+        char key[32], value[96] = "";
+        if (line[0] == '#' || sscanf(line, "%31s %95[^\n]", key, value) < 1) continue;
+        strcpy(keys[n_lines], key);
+        strcpy(values[n_lines], value);
+        if (strcmp(key, "xid") == 0 && xid_tail < MAX_LINES) {
+            sscanf(value, "%d %d", &xid_queue[xid_tail][0], &xid_queue[xid_tail][1]);
+            xid_tail++;
+        }
+        n_lines++;
+    }
+    fclose(f);
+}
+
+/* The value of key for GPU gpu ("key@gpu" first, then "key"), or NULL. */
+static const char *setting(const char *key, int gpu) {
+    char scoped[48];
+    snprintf(scoped, sizeof scoped, "%s@%d", key, gpu);
+    for (int i = 0; i < n_lines; i++) if (strcmp(keys[i], scoped) == 0) return values[i];
+    for (int i = 0; i < n_lines; i++) if (strcmp(keys[i], key) == 0) return values[i];
+    return NULL;
+}
+
+static nvmlReturn_t status_word(const char *v) {
+    if (!v) return OK;
+    if (!strcmp(v, "ns")) return NOT_SUPPORTED;
+    if (!strcmp(v, "lost")) return GPU_IS_LOST;
+    if (!strcmp(v, "nf")) return FUNCTION_NOT_FOUND;
+    if (!strcmp(v, "noperm")) return NO_PERMISSION;
+    if (!strcmp(v, "unknown")) return UNKNOWN;
+    return OK;
+}
+
+/* Read setting key for gpu into *out (default dflt); a status word is returned instead. */
+static nvmlReturn_t reading(const char *key, int gpu, unsigned long long dflt, unsigned long long *out) {
+    const char *v = setting(key, gpu);
+    nvmlReturn_t st = status_word(v);
+    if (st != OK) return st;
+    *out = v ? strtoull(v, NULL, 0) : dflt;
+    return OK;
+}
+
+static int gpu_count(void) {
+    unsigned long long n = 4;
+    reading("gpus", -1, 4, &n);
+    return n > MAX_GPUS ? MAX_GPUS : (int)n;
+}
+
+static int is_mig(int gpu) { const char *v = setting("mig", gpu); return v && atoi(v) == 1; }
+
+/* Every device call starts here: reload the scenario, check the handle, honour lost@N. */
+#define DEVICE(dev) \
+    load(); \
+    if (!(dev) || (dev)->index < 0 || (dev)->index >= gpu_count()) return INVALID_ARGUMENT; \
+    if (setting("lost", (dev)->index) && atoi(setting("lost", (dev)->index)) == 1) return GPU_IS_LOST; \
+    const int gpu = (dev)->index; (void)gpu
+
+static nvmlReturn_t read_uint(const char *key, int gpu, unsigned long long dflt, unsigned *out) {
+    unsigned long long v;
+    nvmlReturn_t st = reading(key, gpu, dflt, &v);
+    if (st == OK) *out = (unsigned)v;
+    return st;
+}
+
+nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
+    (void)flags;
+    load();
+    const char *v = setting("init", -1);
+    if (v && !strcmp(v, "driver_not_loaded")) return DRIVER_NOT_LOADED;
+    if (v && !strcmp(v, "library_not_found")) return LIBRARY_NOT_FOUND;
+    for (int i = 0; i < MAX_GPUS; i++) {
+        devices[i].index = i; devices[i].mig = -1;
+        for (int m = 0; m < MAX_MIG; m++) { mig_devices[i][m].index = i; mig_devices[i][m].mig = m; }
+    }
+    return OK;
+}
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlShutdown(void) { return OK; }
+
+const char *nvmlErrorString(nvmlReturn_t r) {
+    switch (r) {
+    case OK: return "Success";
+    case NOT_SUPPORTED: return "Not Supported";
+    case GPU_IS_LOST: return "GPU is lost";
+    case FUNCTION_NOT_FOUND: return "Function Not Found";
+    case DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NOT_FOUND: return "Not Found";
+    case TIMEOUT: return "Timeout";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned length) {
+    snprintf(version, length, "550.54.15-fake");
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) { load(); *count = (unsigned)gpu_count(); return OK; }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device) {
+    load();
+    if ((int)index >= gpu_count()) return INVALID_ARGUMENT;
+    *device = &devices[index];
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned length) {
+    DEVICE(dev);
+    snprintf(name, length, dev->mig < 0 ? "Fake H100 80GB HBM3 (test stand-in)" : "MIG 3g.40gb");
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned length) {
+    DEVICE(dev);
+    if (dev->mig < 0) snprintf(uuid, length, "GPU-fa4e0000-0000-4000-8000-0000000000%02d", gpu);
+    else snprintf(uuid, length, "MIG-fa4e0000-0000-4000-8000-00000000%02d%02d", gpu, dev->mig);
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci) {
+    DEVICE(dev);
+    unsigned long long bus = 0x10 * (gpu + 1);
+    reading("bus", gpu, bus, &bus);
+    memset(pci, 0, sizeof *pci);
+    pci->bus = (unsigned)bus;
+    snprintf(pci->busId, sizeof pci->busId, "00000000:%02llX:00.0", bus);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02llX:00.0", bus);
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *u) {
+    DEVICE(dev);
+    if (is_mig(gpu) && !setting("util_gpu", gpu)) return NOT_SUPPORTED;
+    nvmlReturn_t st = read_uint("util_gpu", gpu, 75, &u->gpu);
+    return st != OK ? st : read_uint("util_mem", gpu, 30, &u->memory);
+}
+
+static nvmlReturn_t memory(nvmlDevice_t dev, unsigned long long *total, unsigned long long *reserved,
+                           unsigned long long *used) {
+    const int gpu = dev->index;
+    nvmlReturn_t st = status_word(setting("memory", gpu));
+    if (st != OK) return st;
+    if (dev->mig >= 0) { *total = 40ULL << 30; *reserved = 0; *used = (unsigned long long)(dev->mig + 1) << 30; return OK; }
+    if ((st = reading("mem_total", gpu, 80ULL << 30, total)) != OK) return st;
+    if ((st = reading("mem_reserved", gpu, 512ULL << 20, reserved)) != OK) return st;
+    return reading("mem_used", gpu, 10ULL << 30, used);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m) {
+    DEVICE(dev);
+    unsigned long long total, reserved, used;
+    nvmlReturn_t st = memory(dev, &total, &reserved, &used);
+    if (st != OK) return st;
+    m->total = total; m->used = used + reserved; m->free = total - used - reserved;
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m) {
+    DEVICE(dev);
+    unsigned long long total, reserved, used;
+    nvmlReturn_t st = memory(dev, &total, &reserved, &used);
+    if (st != OK) return st;
+    m->total = total; m->reserved = reserved; m->used = used; m->free = total - used - reserved;
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, int sensor, unsigned *t) {
+    DEVICE(dev);
+    return sensor != 0 ? NOT_SUPPORTED : read_uint("temp", gpu, 45, t);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned *mw) { DEVICE(dev); return read_uint("power", gpu, 350000, mw); }
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t dev, unsigned *mw) { DEVICE(dev); return read_uint("power_limit", gpu, 700000, mw); }
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned *mhz) {
+    DEVICE(dev);
+    if (type == 1) return read_uint("sm_clock", gpu, 1980, mhz);
+    if (type == 2) return read_uint("mem_clock", gpu, 2619, mhz);
+    return NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t dev, unsigned *speed) { DEVICE(dev); return read_uint("fan", gpu, 40, speed); }
+
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t dev, int counter, unsigned *kbps) {
+    DEVICE(dev);
+    return counter == 0 ? read_uint("pcie_tx", gpu, 2000, kbps) : read_uint("pcie_rx", gpu, 1000, kbps);
+}
+
+#ifndef OMIT_nvmlDeviceGetEncoderUtilization
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t dev, unsigned *util, unsigned *period_us) {
+    DEVICE(dev);
+    *period_us = 167000;
+    return read_uint("encoder", gpu, 0, util);
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetDecoderUtilization
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t dev, unsigned *util, unsigned *period_us) {
+    DEVICE(dev);
+    *period_us = 167000;
+    return read_uint("decoder", gpu, 5, util);
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, int error_type, int counter_type, unsigned long long *count) {
+    DEVICE(dev);
+    (void)counter_type;
+    return error_type == 0 ? reading("ecc_corrected", gpu, 2, count) : reading("ecc_uncorrected", gpu, 0, count);
+}
+
+#ifndef OMIT_nvmlDeviceGetCurrentClocksEventReasons
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev, unsigned long long *reasons) {
+    DEVICE(dev);
+    return reading("reasons", gpu, 0x4, reasons);
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev, unsigned long long *reasons) {
+    DEVICE(dev);
+    return reading("reasons", gpu, 0x4, reasons);
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned *current, unsigned *pending) {
+    DEVICE(dev);
+    *current = *pending = (unsigned)is_mig(gpu);
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned *count) {
+    DEVICE(dev);
+    *count = is_mig(gpu) ? 7 : 0;
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned index, nvmlDevice_t *mig) {
+    DEVICE(dev);
+    if (!is_mig(gpu)) return NOT_SUPPORTED;
+    if (index >= MAX_MIG) return NOT_FOUND;
+    *mig = &mig_devices[gpu][index];
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t dev, unsigned *id) {
+    DEVICE(dev);
+    if (dev->mig < 0) return NOT_SUPPORTED;
+    *id = (unsigned)(1 + dev->mig);
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned *id) {
+    DEVICE(dev);
+    if (dev->mig < 0) return NOT_SUPPORTED;
+    *id = 0;
+    return OK;
+}
+
+static nvmlReturn_t processes(nvmlDevice_t dev, const char *key, unsigned *count, nvmlProcessInfo_t *infos) {
+    DEVICE(dev);
+    unsigned n = 0;
+    for (int i = 0; i < n_lines; i++) {
+        int g; unsigned pid; unsigned long long bytes;
+        if (strcmp(keys[i], key) || sscanf(values[i], "%d %u %llu", &g, &pid, &bytes) != 3 || g != gpu) continue;
+        if (infos && n < *count) {
+            infos[n].pid = pid; infos[n].usedGpuMemory = bytes;
+            infos[n].gpuInstanceId = 0xFFFFFFFF; infos[n].computeInstanceId = 0xFFFFFFFF;
+        }
+        n++;
+    }
+    if (n == 0) { *count = 0; return OK; }
+    if (!infos || n > *count) { *count = n; return INSUFFICIENT_SIZE; }
+    *count = n;
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *infos) {
+    return processes(dev, "proc", count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *infos) {
+    return processes(dev, "gproc", count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *samples,
+                                             unsigned *count, unsigned long long last_seen) {
+    DEVICE(dev);
+    (void)last_seen;  /* like the drivers in scenario 5: old samples may come back */
+    unsigned n = 0;
+    for (int i = 0; i < n_lines; i++) {
+        int g; unsigned pid, sm, mem; unsigned long long ts;
+        if (strcmp(keys[i], "sample") || sscanf(values[i], "%d %u %llu %u %u", &g, &pid, &ts, &sm, &mem) != 5 || g != gpu) continue;
+        if (samples && n < *count) {
+            samples[n].pid = pid; samples[n].timeStamp = ts; samples[n].smUtil = sm; samples[n].memUtil = mem;
+            samples[n].encUtil = samples[n].decUtil = 0;
+        }
+        n++;
+    }
+    if (n == 0) return NOT_FOUND;
+    if (!samples || n > *count) { *count = n; return INSUFFICIENT_SIZE; }
+    *count = n;
+    return OK;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) { *set = &event_set_token; return OK; }
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { (void)set; return OK; }
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types, nvmlEventSet_t set) {
+    DEVICE(dev);
+    (void)types; (void)set;
+    return OK;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned timeout_ms) {
+    (void)set; (void)timeout_ms;
+    load();
+    if (xid_head >= xid_tail) return TIMEOUT;
+    int g = xid_queue[xid_head][0], code = xid_queue[xid_head][1];
+    xid_head++;
+    memset(data, 0, sizeof *data);
+    data->device = &devices[g < 0 || g >= MAX_GPUS ? 0 : g];
+    data->eventType = 0x8;  /* nvmlEventTypeXidCriticalError */
+    data->eventData = (unsigned long long)code;
+    return OK;
+}
