@@ -39,8 +39,7 @@ def port_block():
     return free_port_block
 
 
-@pytest.fixture
-def subprocess_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """Environment for child processes: this interpreter's bin first, one thread per rank."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -48,3 +47,15 @@ def subprocess_env() -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("FSDP_OBSERVE_RUN_ID", None)
     return env
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """``child_env()`` for one test."""
+    return child_env()
+
+
+@pytest.fixture(scope="session")
+def session_env() -> dict[str, str]:
+    """``child_env()`` for session- and module-scoped fixtures."""
+    return child_env()
