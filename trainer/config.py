@@ -275,6 +275,9 @@ class TrainConfig:
         if m.tokenizer is not None and not Path(m.tokenizer).exists():
             raise ConfigError("--tokenizer", f"{m.tokenizer!r} does not exist",
                               "pass a local Hugging Face tokenizer directory, or omit it for bytes")
+        if m.path is not None and Path(m.path).is_dir() and not (Path(m.path) / "config.json").is_file():
+            raise ConfigError("--model", f"{m.path!r} has no config.json",
+                              "pass a directory written by save_pretrained")
         if m.path is not None and Path(m.path).is_dir() and not any(Path(m.path).glob("*.safetensors")):
             raise ConfigError("--model", f"no .safetensors files in {m.path!r} (weights are loaded shard by "
                               "shard from safetensors only)",
