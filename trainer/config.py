@@ -14,7 +14,7 @@ from pathlib import Path
 
 from observe.catalog import TRAINER_PORT_BASE
 from trainer.checkpoint_files import (TrainerState, check_compatible, data_digest, layout_fingerprint,
-                                      resolve_resume)
+                                      newest_complete, resolve_resume)
 from trainer.corpus import resolve_data_files
 from trainer.errors import ConfigError
 from trainer.presets import PRESETS
@@ -349,6 +349,10 @@ class TrainConfig:
             _positive("--val-batches", v.batches)
 
     def _validate_resume(self, files: list[Path], world_size: int | None) -> None:
+        if self.checkpoint.resume == "never" and self.checkpoint.dir and newest_complete(self.checkpoint.dir):
+            raise ConfigError("--resume", f"never, but {self.checkpoint.dir!r} already holds checkpoints of a run, "
+                              "which a restart would resume instead of this one",
+                              "pass an empty --checkpoint-dir, or --resume auto to continue that run")
         path = resolve_resume(self.checkpoint.dir, self.checkpoint.resume)
         if path is not None:
             state = TrainerState.read(path)

@@ -108,9 +108,11 @@ def test_resume_of_a_finished_run_names_steps(tmp_path) -> None:
     _fake_checkpoint(tmp_path / "ckpt", 100)
     with pytest.raises(ConfigError, match="--steps: checkpoint .* is already at step 100, the run is done"):
         prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt")], 2)
-    # never starts over, and an explicit path of an incomplete save is refused
-    prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"),
-             "--resume", "never"], 2)
+    # starting over into a directory that holds another run's checkpoints would mix the two
+    with pytest.raises(ConfigError, match="--resume: never, but .* already holds checkpoints"):
+        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"),
+                 "--resume", "never"], 2)
+    # an explicit path of an incomplete save is refused
     (tmp_path / "ckpt" / "step-00000200").mkdir()
     with pytest.raises(ConfigError, match="--resume: .* is not a complete checkpoint"):
         prepare(["--data", __file__, "--metrics", "off", "--steps", "300",
