@@ -18,10 +18,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from trainer.checkpoint_files import TrainerState, prune, step_dir
 from trainer.config import CheckpointConfig
+from trainer.phases import Goodput
 
 
 @dataclass
@@ -31,14 +33,20 @@ class RunPosition:
     Attributes:
         step: optimizer steps completed.
         batches_consumed: micro-batches each rank has drawn.
-        run_started: Unix time of the run's first start.
-        productive_seconds: step time of the steps kept so far (goodput).
     """
 
     step: int
     batches_consumed: int
-    run_started: float
-    productive_seconds: float
+
+
+def describe_failure(exc: CheckpointException) -> str:
+    """One line for a DCP failure: the ranks that failed and the first rank's exception.
+
+    (``CheckpointException`` derives from ``BaseException`` and prints every rank's traceback.)
+    """
+    ranks = sorted(exc.failures)
+    first, _ = exc.failures[ranks[0]]
+    return f"rank(s) {', '.join(map(str, ranks))}: {type(first).__name__}: {first}".splitlines()[0]
 
 
 def _rng_keys(rank: int, device: torch.device) -> dict[str, torch.Tensor]:
@@ -65,9 +73,11 @@ class Checkpointer:
         self.last_saved_step: int | None = None
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler: torch.optim.lr_scheduler.LRScheduler, position: RunPosition, reason: str) -> tuple[Path, float]:
+             scheduler: torch.optim.lr_scheduler.LRScheduler, position: RunPosition, goodput: Goodput,
+             reason: str) -> tuple[Path, float]:
         """Write a checkpoint of ``position.step`` on every rank (a collective).
 
+        ``goodput``'s run start and productive seconds go into ``trainer.json`` (restored on resume).
         An older directory of the same step (an interrupted save, or an earlier attempt) is
         removed first. Returns the directory and this rank's save seconds.
         """
@@ -77,13 +87,16 @@ class Checkpointer:
         dist.barrier()
         started = time.perf_counter()
         model_state, optim_state = get_state_dict(model, optimizer)
-        dcp.save({"model": model_state, "optim": optim_state, **_rng_keys(self.rank, self.device)},
-                 checkpoint_id=str(path))
+        try:
+            dcp.save({"model": model_state, "optim": optim_state, **_rng_keys(self.rank, self.device)},
+                     checkpoint_id=str(path))
+        except CheckpointException as exc:
+            raise RuntimeError(f"checkpoint save to {path} failed on {describe_failure(exc)}") from None
         seconds = time.perf_counter() - started
         if self.rank == 0:  # dcp.save returned: every rank's shards and the metadata are on disk
             TrainerState(step=position.step, batches_consumed=position.batches_consumed,
                          scheduler=scheduler.state_dict(), layout=self.layout, run_id=self.run_id,
-                         run_started=position.run_started, productive_seconds=position.productive_seconds,
+                         run_started=goodput.run_started, productive_seconds=goodput.productive_seconds,
                          reason=reason, saved_at=time.time(), save_seconds=seconds).write(path)
             prune(self.cfg.dir, self.cfg.keep, position.step)
         self.last_saved_step = position.step
@@ -100,7 +113,10 @@ class Checkpointer:
         model_state, optim_state = get_state_dict(model, optimizer)
         rng = _rng_keys(self.rank, self.device)
         loaded = {"model": model_state, "optim": optim_state, **rng}
-        dcp.load(loaded, checkpoint_id=str(path))
+        try:
+            dcp.load(loaded, checkpoint_id=str(path))
+        except CheckpointException as exc:
+            raise RuntimeError(f"checkpoint load from {path} failed on {describe_failure(exc)}") from None
         set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
         torch.set_rng_state(loaded[f"rng.cpu.rank{self.rank}"])
         if self.device.type == "cuda":

@@ -333,10 +333,8 @@ class TrainConfig:
         if not k.sigterm_grace > 0:
             raise ConfigError("--sigterm-grace", f"must be positive, got {k.sigterm_grace}",
                               "pass the seconds a save may take after SIGTERM, e.g. 25")
-        if k.dir is not None and Path(k.dir).exists() and not Path(k.dir).is_dir():
-            raise ConfigError("--checkpoint-dir", f"{k.dir!r} is a file", "pass a directory (it is created)")
-        if k.dir is not None and not os.access(_existing_parent(Path(k.dir)), os.W_OK):
-            raise ConfigError("--checkpoint-dir", f"{k.dir!r} is not writable", "pass a directory you can write")
+        if k.dir is not None:
+            _writable_dir(Path(k.dir))
 
     def _validate_validation(self) -> None:
         v = self.validation
@@ -364,10 +362,22 @@ def _beside(resume: str) -> str | None:
     return None if resume in RESUME_MODES else str(Path(resume).parent)
 
 
-def _existing_parent(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+def _writable_dir(path: Path) -> None:
+    """Create ``--checkpoint-dir`` if needed and prove a file can be written in it.
+
+    Raises:
+        ConfigError: it is a file, or cannot be created or written.
+    """
+    if path.exists() and not path.is_dir():
+        raise ConfigError("--checkpoint-dir", f"{str(path)!r} is a file", "pass a directory (it is created)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError("--checkpoint-dir", f"cannot write to {str(path)!r} ({exc.strerror})",
+                          "pass a directory you can write, on storage every node shares") from None
 
 
 def _positive(flag: str, value: int) -> None:

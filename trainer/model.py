@@ -14,10 +14,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.distributed.tensor import DTensor, distribute_tensor
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from trainer.checkpoint import describe_failure
 from trainer.config import ModelConfig
 from trainer.errors import ConfigError
 from trainer.presets import PRESETS
@@ -116,9 +118,8 @@ def load_pretrained(model: LlamaForCausalLM, path: str) -> None:
         state.pop("lm_head.weight", None)
     try:
         dcp.load(state, storage_reader=dcp.HuggingFaceStorageReader(str(Path(path))))
-    except Exception as exc:  # noqa: BLE001 - DCP wraps every cause in CheckpointException
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError("--model", f"cannot load the weights in {path}: {first}",
+    except CheckpointException as exc:
+        raise ConfigError("--model", f"cannot load the weights in {path}: {describe_failure(exc)}",
                           "pass a Llama from_pretrained directory whose tensors match its config.json") from None
 
 

@@ -39,7 +39,7 @@ from trainer.report import Reporter
 from trainer.signals import SIGTERM_EXIT_STATUS, StopRequest
 from trainer.validation import evaluate, token_loss_sum, validation_batches
 from trainer.verify import full_weights_sha256, gather_from_ranks
-from trainer.window import LogWindow, is_log_step
+from trainer.window import LogWindow, WindowStats, is_log_step
 
 def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float):
     """Multiplier of the peak LR at a 0-based scheduler step: linear warm-up, then cosine.
@@ -133,7 +133,7 @@ class Trainer:
 
         self.checkpointer = (Checkpointer(cfg.checkpoint, rt.rank, rt.device, cfg.layout(files, rt.world_size),
                                           self.run_id) if cfg.checkpoint.dir else None)
-        self.position = RunPosition(0, 0, self.process_started, 0.0)
+        self.position = RunPosition(step=0, batches_consumed=0)
         if resume_from is not None:
             self._resume(resume_from)
 
@@ -179,7 +179,7 @@ class Trainer:
 
     def _resume(self, path: Path) -> None:
         state, self.load_seconds = self.checkpointer.load(path, self.model, self.optimizer, self.scheduler)
-        self.position = RunPosition(state.step, state.batches_consumed, state.run_started, state.productive_seconds)
+        self.position = RunPosition(state.step, state.batches_consumed)
         self.goodput.run_started, self.goodput.productive_seconds = state.run_started, state.productive_seconds
         if self.metrics is not None:
             self.metrics.on_checkpoint_loaded(state.step, self.load_seconds, state.saved_at)
@@ -188,59 +188,28 @@ class Trainer:
 
     def train(self) -> int:
         """Run the steps from the resumed position to ``--steps``; return the exit status."""
-        cfg, rt = self.cfg, self.rt
+        cfg = self.cfg
         if self.stop.agree_now():  # SIGTERM while loading: nothing new to save
             return self._finish(SIGTERM_EXIT_STATUS)
         self.phases.enter("training")
         window = LogWindow(start_step=self.position.step)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
-        label_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
+        sums = torch.zeros(2, dtype=torch.float64, device=self.rt.device)  # loss, labelled tokens: on the device
         for step in range(self.position.step + 1, cfg.steps + 1):
             log_now = is_log_step(step, cfg.metrics.log_every, cfg.steps)
             t0 = time.perf_counter()
-            data_wait, labelled, samples = 0.0, 0, 0
-            for _ in range(cfg.optim.grad_accum_steps):
-                t_data = time.perf_counter()
-                batch = next(self.batches)
-                data_wait += time.perf_counter() - t_data
-                micro_loss_sum = token_loss_sum(self.model, batch, rt.device)
-                # mean over this micro-batch's tokens, averaged over micro-batches here and over
-                # data-parallel ranks by FSDP's gradient reduction
-                (micro_loss_sum / max(1, batch.labelled_tokens) / cfg.optim.grad_accum_steps).backward()
-                loss_sum += micro_loss_sum.detach()
-                label_sum += batch.labelled_tokens
-                labelled += batch.labelled_tokens
-                samples += batch.samples
-            grad_norm = clip_grad_norm(self.params, cfg.optim.grad_clip)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            lr = self.scheduler.get_last_lr()[0]
-            self.scheduler.step()
+            data_wait, labelled, samples, grad_norm, lr = self._optimizer_step(sums)
             step_seconds = time.perf_counter() - t0
             self.step_times.append(step_seconds)
             self.goodput.add_step(step_seconds)
             self.position.step = step
             self.position.batches_consumed += cfg.optim.grad_accum_steps
-            self.position.productive_seconds = self.goodput.productive_seconds
             window.add(data_wait, labelled)
             if self.metrics is not None:
                 self.metrics.on_step(step, step_seconds, data_wait, labelled, samples, lr)
             if self.reporter is not None:
                 self.reporter.tick()
             if log_now:
-                stats = window.close(step)
-                totals = torch.stack([loss_sum, label_sum, torch.tensor(stats.tokens_per_second,
-                                                                        dtype=torch.float64, device=rt.device)])
-                dist.all_reduce(totals)
-                global_loss_sum, global_labels, global_tps = totals.tolist()
-                loss = global_loss_sum / max(1.0, global_labels)
-                loss_sum.zero_()
-                label_sum.zero_()
-                norm = float(grad_norm)
-                if self.metrics is not None:
-                    self.metrics.on_window(stats, loss, norm, global_tps, device_memory(rt.device))
-                if self.reporter is not None:
-                    self.reporter.window(step, stats, loss, norm, global_tps, lr, self.goodput.ratio())
+                self._log_window(step, window.close(step), sums, grad_norm, lr)
             last = step == cfg.steps
             if self.val_batches is not None and (step % cfg.validation.every == 0 or last):
                 self._validate(step)
@@ -254,6 +223,49 @@ class Trainer:
                 return self._finish(SIGTERM_EXIT_STATUS)
         return self._finish(0)
 
+    def _optimizer_step(self, sums: torch.Tensor) -> tuple[float, int, int, torch.Tensor, float]:
+        """Forward and backward over ``--grad-accum-steps`` micro-batches, clip, step.
+
+        Adds each micro-batch's summed loss and labelled tokens to the device tensor ``sums``.
+        Returns host figures (data wait seconds, labelled tokens, sequences), the gradient norm
+        as a device tensor (read on log steps only) and the learning rate the step used.
+        """
+        accum, device = self.cfg.optim.grad_accum_steps, self.rt.device
+        data_wait, labelled, samples = 0.0, 0, 0
+        for _ in range(accum):
+            t_data = time.perf_counter()
+            batch = next(self.batches)
+            data_wait += time.perf_counter() - t_data
+            loss_sum = token_loss_sum(self.model, batch, device)
+            # the micro-batch's token mean, averaged over micro-batches here and over data-parallel
+            # ranks by FSDP's gradient reduction: the mean over the global batch
+            (loss_sum / max(1, batch.labelled_tokens) / accum).backward()
+            sums[0] += loss_sum.detach()
+            sums[1] += batch.labelled_tokens
+            labelled += batch.labelled_tokens
+            samples += batch.samples
+        grad_norm = clip_grad_norm(self.params, self.cfg.optim.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        return data_wait, labelled, samples, grad_norm, lr
+
+    def _log_window(self, step: int, stats: WindowStats, sums: torch.Tensor, grad_norm: torch.Tensor,
+                    lr: float) -> None:
+        """The log step: one all-reduce of the window's sums and tokens/s, one read, then reset."""
+        device = self.rt.device
+        totals = torch.cat([sums, torch.tensor([stats.tokens_per_second], dtype=torch.float64, device=device)])
+        dist.all_reduce(totals)
+        global_loss_sum, global_labels, global_tps = totals.tolist()
+        sums.zero_()
+        loss = global_loss_sum / max(1.0, global_labels)
+        norm = float(grad_norm)
+        if self.metrics is not None:
+            self.metrics.on_window(stats, loss, norm, global_tps, device_memory(device))
+        if self.reporter is not None:
+            self.reporter.window(step, stats, loss, norm, global_tps, lr, self.goodput.ratio())
+
     def _validate(self, step: int) -> None:
         self.phases.enter("validating")
         started = time.perf_counter()
@@ -266,7 +278,8 @@ class Trainer:
 
     def _save(self, reason: str) -> None:
         self.phases.enter("checkpointing")
-        path, seconds = self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.position, reason)
+        path, seconds = self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.position,
+                                               self.goodput, reason)
         if self.metrics is not None:
             self.metrics.on_checkpoint_saved(self.position.step, seconds, time.time())
         if self.reporter is not None:

@@ -48,3 +48,25 @@ def test_sharded_load_matches_transformers(checkpoint: Path, corpus: Path, tmp_p
     assert losses(records)[1][0] == pytest.approx(want, abs=1e-5)
     digests = events(records, "end")[0]["weights_sha256"]
     assert len(set(digests)) == 1
+
+
+def test_weights_that_do_not_fit_the_config_are_one_line(checkpoint: Path, corpus: Path, tmp_path: Path,
+                                                         subprocess_env) -> None:
+    """A rank (world of one, no torchrun) refuses tensors of other shapes with one line, exit 2."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken"
+    shutil.copytree(checkpoint, broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["intermediate_size"] = 128
+    (broken / "config.json").write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "trainer", "--model", str(broken), "--data", str(corpus),
+                           "--steps", "1", "--metrics", "off"], capture_output=True, text=True, env=subprocess_env,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert errors[0].startswith(f"error: --model: cannot load the weights in {broken}: rank(s) 0:")

@@ -134,10 +134,14 @@ def test_model_directory_needs_config_and_safetensors(tmp_path) -> None:
         prepare(["--data", __file__, "--metrics", "off", "--model", str(tmp_path)], 2)
 
 
-def test_checkpoint_dir_that_is_a_file(tmp_path) -> None:
+def test_checkpoint_dir_must_be_a_writable_directory(tmp_path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="--checkpoint-dir: .* is a file"):
         prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "file")], 2)
+    with pytest.raises(ConfigError, match="--checkpoint-dir: cannot write to .*file/sub"):
+        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "file" / "sub")], 2)
+    prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "new" / "dir")], 2)
+    assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())
 
 
 def test_restart_store_hazard_and_the_launchers_remedy(monkeypatch) -> None:
