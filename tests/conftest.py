@@ -39,7 +39,8 @@ def port_block():
     return free_port_block
 
 
-def child_env() -> dict[str, str]:
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
     """Environment for child processes: this interpreter's bin first, one thread per rank."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -47,15 +48,3 @@ def child_env() -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("FSDP_OBSERVE_RUN_ID", None)
     return env
-
-
-@pytest.fixture
-def subprocess_env() -> dict[str, str]:
-    """``child_env()`` for one test."""
-    return child_env()
-
-
-@pytest.fixture(scope="session")
-def session_env() -> dict[str, str]:
-    """``child_env()`` for session- and module-scoped fixtures."""
-    return child_env()

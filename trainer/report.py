@@ -120,7 +120,7 @@ class Reporter:
             step_times: wall time of every step this process ran.
             goodput: the run's goodput ratio at the end.
             phase_seconds: this process's seconds per phase.
-            peak_memory: per rank, ``{"rss_bytes": peak RSS, "device_bytes": CUDA peak or None}``.
+            peak_memory: per rank, ``{"rss_bytes": peak RSS or None, "device_bytes": CUDA peak or None}``.
             exit_status: the status the process exits with.
             weights_sha256: per-rank digests of the full weights (``--verify-weights``).
         """
@@ -137,9 +137,14 @@ class Reporter:
         if weights_sha256 is not None:
             record["weights_sha256"] = weights_sha256
         self._emit(record)
-        rss = max(m["rss_bytes"] for m in peak_memory) / 2**20
+        rss = [m["rss_bytes"] for m in peak_memory if m["rss_bytes"] is not None]
         device = [m["device_bytes"] for m in peak_memory if m["device_bytes"] is not None]
-        memory = f"peak RSS {rss:,.0f} MiB/rank" + (f", device peak {max(device) / 2**30:.2f} GiB" if device else "")
+        parts = []
+        if rss:
+            parts.append(f"peak RSS {max(rss) / 2**20:,.0f} MiB/rank")
+        if device:
+            parts.append(f"device peak {max(device) / 2**30:.2f} GiB/rank")
+        memory = ", ".join(parts) or "peak memory n/a"
         self._print(f"done: step {step}, {len(step_times)} steps in {wall:.1f} s | goodput {_percent(goodput)} | "
                     f"restarts {self.rt.restart_count} | {memory}")
         if weights_sha256 is not None:

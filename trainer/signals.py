@@ -43,6 +43,7 @@ class StopRequest:
         self.grace_seconds = grace_seconds
         self.rank = rank
         self.requested_at: float | None = None
+        self._requested = threading.Event()
         self._group = group if group is not None else dist.new_group(backend="gloo")
         self._vote: torch.Tensor | None = None
         self._work = None
@@ -84,6 +85,10 @@ class StopRequest:
         self._work = dist.all_reduce(self._vote, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
         return decided
 
+    def sleep(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, ending early on SIGTERM (e.g. while lingering for a scrape)."""
+        self._requested.wait(seconds)
+
     def close(self) -> None:
         """Wait for the vote in flight, so no collective is left pending at shutdown."""
         if self._work is not None:
@@ -98,6 +103,7 @@ class StopRequest:
     def _mark(self) -> None:
         if self.requested_at is None:
             self.requested_at = time.monotonic()
+        self._requested.set()
 
     def _watchdog(self) -> None:
         """Wait for SIGTERM's byte on the wakeup socket, then enforce the grace period."""

@@ -15,7 +15,6 @@ SIGTERM vote (a CPU all-reduce on a side group, read one step later: see ``train
 from __future__ import annotations
 
 import math
-import resource
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from trainer.config import TrainConfig
 from trainer.data import BatchIterator, ByteTokenizer, HFTokenizer
 from trainer.errors import ConfigError
 from trainer.flops import flops_per_token, peak_flops
-from trainer.metrics import DeviceMemory, TrainerMetrics, serve
+from trainer.metrics import DeviceMemory, TrainerMetrics, process_resident_memory_peak_bytes, serve
 from trainer.model import build_model, materialize
 from trainer.parallelize import build_mesh, parallelize
 from trainer.phases import Goodput, PhaseClock, process_start_time
@@ -79,10 +78,10 @@ def device_memory(device: torch.device) -> DeviceMemory | None:
 
 
 def peak_memory(device: torch.device) -> dict:
-    """This process's peak RSS (bytes, ``getrusage``) and CUDA peak allocated bytes (``None`` on CPU)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    """This process's peak RSS (bytes, the kernel's ``VmHWM``; ``None`` where unknown) and the
+    CUDA allocator's peak allocated bytes (``None`` on CPU)."""
     cuda = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return {"rss_bytes": rss, "device_bytes": cuda}
+    return {"rss_bytes": process_resident_memory_peak_bytes(), "device_bytes": cuda}
 
 
 def run(cfg: TrainConfig, files: list[Path]) -> int:
@@ -300,6 +299,6 @@ class Trainer:
             self.reporter.finish(self.position.step, self.step_times, self.goodput.ratio(),
                                  self.phases.seconds(), memory, status, digests)
         if self.metrics is not None and self.cfg.metrics.linger_seconds > 0 and status != SIGTERM_EXIT_STATUS:
-            time.sleep(self.cfg.metrics.linger_seconds)
+            self.stop.sleep(self.cfg.metrics.linger_seconds)
         distributed.shutdown()
         return status

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -25,3 +27,13 @@ def corpus(tmp_path_factory) -> Path:
                     fh.write(json.dumps({"text": paragraph}) + "\n")
     return out
 
+
+
+@pytest.fixture(scope="session")
+def session_env() -> dict[str, str]:
+    """The environment of ``subprocess_env`` (tests/conftest.py), for module-scoped fixtures."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("FSDP_OBSERVE_RUN_ID", None)
+    return env

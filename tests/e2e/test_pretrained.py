@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from trainer_harness import FAST, events, losses, read_log, run_trainer
+from tests.e2e.trainer_harness import FAST, events, losses, read_log, run_trainer
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainer.data import IGNORE_INDEX, BatchIterator, ByteTokenizer

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_harness import (FAST, LastScrape, events, final_weights, losses, rank_pids, read_log, run_trainer,
+from tests.e2e.trainer_harness import (FAST, LastScrape, events, final_weights, losses, rank_pids, read_log, run_trainer,
                              start, stop_group, torchrun_cmd, wait_for)
 
 from observe import catalog as c

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_reference import reference_run
-from trainer_harness import FAST, events, final_weights, losses, read_log, run_trainer
+from tests.e2e.trainer_reference import reference_run
+from tests.e2e.trainer_harness import FAST, events, final_weights, losses, read_log, run_trainer
 
 STEPS = 8
 LOSS_TOLERANCE = 1e-5

@@ -37,6 +37,9 @@ def test_the_vote_lands_one_step_after_the_signal(subprocess_env) -> None:
         assert stop.poll() is False           # end of step 2 reads step 1's vote
         assert stop.poll() is True            # end of step 3 reads step 2's: every rank stops here
         assert stop.agree_now() is True
+        started = time.monotonic()
+        stop.sleep(60)                        # lingering ends at once once asked to stop
+        assert time.monotonic() - started < 30
         stop.close()
         print("ok", flush=True)
         dist.destroy_process_group()
