@@ -2,7 +2,7 @@
 
 Each configuration is one real run of the trainer under torchrun; its JSON log gives the
 median step time (all steps but the first), tokens/s per device, MFU (CUDA only) and, per rank,
-the peak memory: process RSS on CPU (``getrusage``), the CUDA allocator's peak on GPUs.
+the peak memory: process RSS on CPU (the kernel's ``VmHWM``), the CUDA allocator's peak on GPUs.
 
     python benchmarks/strategies.py            # CPU: 2 ranks, preset "small", 8 configurations
     python benchmarks/strategies.py --quick    # smoke test: 2 configurations, preset "tiny"
@@ -93,7 +93,7 @@ def run_one(setup: Setup, strategy: str, checkpointing: str, workdir: Path) -> d
         "step_seconds_median": statistics.median(step_seconds) if step_seconds else last["step_seconds"],
         "tokens_per_second_per_device": last["global_tokens_per_second"] / setup.ranks,
         "mfu": last["mfu"],
-        "peak_rss_bytes_per_rank": end["peak_rss_bytes"],
+        "peak_rss_bytes_per_rank": [b for b in end["peak_rss_bytes"] if b is not None] or None,
         "device_peak_bytes_per_rank": devices or None,
         "final_loss": last["loss"],
         "wall_seconds": time.monotonic() - started,
@@ -107,7 +107,9 @@ def print_table(setup: Setup, rows: list[dict]) -> None:
               "vs FULL_SHARD, no act. ckpt"]
 
     def peak_of(r: dict) -> float:
-        return max(r["device_peak_bytes_per_rank"]) / 2**30 if on_cuda else max(r["peak_rss_bytes_per_rank"]) / 2**20
+        if on_cuda:
+            return max(r["device_peak_bytes_per_rank"]) / 2**30
+        return max(r["peak_rss_bytes_per_rank"] or [float("nan")]) / 2**20
 
     ref = rows[0]  # the grid starts with FULL_SHARD, none
     lines = []
