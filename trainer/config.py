@@ -31,7 +31,7 @@ class ModelConfig:
 
     Attributes:
         preset: a key of ``trainer.presets.PRESETS``; ignored when ``path`` is set.
-        path: a local ``from_pretrained`` directory (or a hub id where the network allows).
+        path: a local ``save_pretrained`` directory (``config.json`` and ``*.safetensors``).
         tokenizer: a local Hugging Face tokenizer directory; ``None`` uses the byte tokenizer.
     """
 
@@ -46,7 +46,7 @@ class ModelConfig:
 
     def shape(self) -> dict:
         """The ``LlamaConfig`` keyword arguments (preset) or ``config.json`` (checkpoint), read
-        without building the model; ``{}`` when unknown (a hub id)."""
+        without building the model; ``{}`` when there is no ``config.json``."""
         if self.path is None:
             return PRESETS[self.preset]
         config_file = Path(self.path) / "config.json"
@@ -269,16 +269,17 @@ class TrainConfig:
         if m.path is None and m.preset not in PRESETS:
             raise ConfigError("--preset", f"unknown preset {m.preset!r}",
                               f"choose one of {', '.join(PRESETS)} or pass --model PATH")
-        if m.path is not None and not Path(m.path).exists() and m.path.count("/") != 1:
-            raise ConfigError("--model", f"{m.path!r} is neither a directory nor a hub id",
-                              "pass a local from_pretrained directory")
+        if m.path is not None and not Path(m.path).is_dir():
+            raise ConfigError("--model", f"{m.path!r} is not a local directory (weights are read shard by "
+                              "shard from local files)",
+                              "download it first, e.g. huggingface-cli download ID --local-dir DIR, and pass DIR")
         if m.tokenizer is not None and not Path(m.tokenizer).exists():
             raise ConfigError("--tokenizer", f"{m.tokenizer!r} does not exist",
                               "pass a local Hugging Face tokenizer directory, or omit it for bytes")
-        if m.path is not None and Path(m.path).is_dir() and not (Path(m.path) / "config.json").is_file():
+        if m.path is not None and not (Path(m.path) / "config.json").is_file():
             raise ConfigError("--model", f"{m.path!r} has no config.json",
                               "pass a directory written by save_pretrained")
-        if m.path is not None and Path(m.path).is_dir() and not any(Path(m.path).glob("*.safetensors")):
+        if m.path is not None and not any(Path(m.path).glob("*.safetensors")):
             raise ConfigError("--model", f"no .safetensors files in {m.path!r} (weights are loaded shard by "
                               "shard from safetensors only)",
                               "save the model with save_pretrained(..., safe_serialization=True)")
@@ -391,7 +392,7 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
     g = ap.add_argument_group("model")
     g.add_argument("--preset", default="tiny", help=f"model shape with random weights: {', '.join(PRESETS)}")
     g.add_argument("--model", dest="model_path", metavar="PATH",
-                   help="local from_pretrained checkpoint (overrides --preset)")
+                   help="local save_pretrained directory with safetensors, loaded shard by shard (overrides --preset)")
     g.add_argument("--tokenizer", metavar="PATH", help="local Hugging Face tokenizer (default: bytes)")
     g = ap.add_argument_group("data")
     g.add_argument("--data", nargs="+", default=[], metavar="FILE_OR_GLOB",

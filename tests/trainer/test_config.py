@@ -153,3 +153,8 @@ def test_restart_store_hazard_and_the_launchers_remedy(monkeypatch) -> None:
     assert not restart_store_hazard({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"})  # etcd, or unshared
     monkeypatch.delenv(UNSHARE_STORE_ENV, raising=False)
     assert torchrun_env(2)[UNSHARE_STORE_ENV] == "1"
+
+
+def test_model_must_be_a_local_directory(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="--model: 'meta-llama/Llama-2-7b-hf' is not a local directory"):
+        prepare(["--data", __file__, "--metrics", "off", "--model", "meta-llama/Llama-2-7b-hf"], 2)
