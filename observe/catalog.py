@@ -66,7 +66,8 @@ class Metric:
 TRAIN_INFO = Metric(
     "fsdp_train_info", "gauge",
     "Static facts of this training process (value 1).",
-    ("model", "sharding_strategy", "mixed_precision", "world_size", "device_type", "backend"),
+    ("model", "sharding_strategy", "mixed_precision", "world_size", "device_type", "backend",
+     "activation_checkpointing", "mesh"),
 )
 TRAIN_STEPS = Metric("fsdp_train_steps_total", "counter", "Optimizer steps completed by this rank.")
 TRAIN_LABELLED_TOKENS = Metric(
@@ -149,7 +150,71 @@ TRAIN_EXPORTER_ERRORS = Metric(
     "Errors inside the metrics exporter (logged once; training continues).",
 )
 
+# --- trainer: where wall time goes (phases, restarts, checkpoints, goodput, validation) ------
+
+#: Values of the ``phase`` label, in the order a run passes through them. ``loading_weights``:
+#: building the model and filling it (seeded init or a from_pretrained checkpoint, shard by
+#: shard); ``restarting``: the same start-up when the process continues a run (an elastic
+#: restart or a resume), including loading the checkpoint and re-deriving the data position;
+#: ``training``: optimizer steps; ``validating``: held-out evaluation; ``checkpointing``: saving;
+#: ``finished``: the run is over and the process only lingers for a final scrape.
+TRAIN_PHASES: tuple[str, ...] = (
+    "loading_weights", "restarting", "training", "validating", "checkpointing", "finished",
+)
+TRAIN_PHASE = Metric(
+    "fsdp_train_phase", "gauge",
+    "State series: 1 for the phase this rank is in now, 0 for every other phase (one series per "
+    "phase, as kube-state-metrics exports pod phases).",
+    ("phase",),
+)
+TRAIN_PHASE_SECONDS = Metric(
+    "fsdp_train_phase_seconds_total", "counter",
+    "Wall time this process has spent in each phase (the current one counted up to the scrape).",
+    ("phase",),
+)
+TRAIN_RESTARTS = Metric(
+    "fsdp_train_restarts_total", "counter",
+    "Times torchrun restarted this worker group (TORCHELASTIC_RESTART_COUNT).",
+)
+TRAIN_GOODPUT = Metric(
+    "fsdp_train_goodput_ratio", "gauge",
+    "Productive step time over wall time since the run's first start (0..1), across restarts: "
+    "steps redone after a restart, start-up, restarts, checkpoints and validation count as lost.",
+)
+TRAIN_CHECKPOINT_SAVE_SECONDS = Metric(
+    "fsdp_train_checkpoint_save_seconds", "histogram",
+    "Wall time of one sharded checkpoint save (torch.distributed.checkpoint) on this rank.",
+)
+TRAIN_CHECKPOINT_LOAD_SECONDS = Metric(
+    "fsdp_train_checkpoint_load_seconds", "histogram",
+    "Wall time of loading a sharded checkpoint to resume, on this rank.",
+)
+TRAIN_LAST_CHECKPOINT_STEP = Metric(
+    "fsdp_train_last_checkpoint_step", "gauge",
+    "Step of the newest complete checkpoint this process saved or resumed from.",
+)
+TRAIN_LAST_CHECKPOINT_TIMESTAMP = Metric(
+    "fsdp_train_last_checkpoint_timestamp_seconds", "gauge",
+    "Unix time at which that checkpoint was saved.",
+)
+TRAIN_VALIDATION_LOSS = Metric(
+    "fsdp_train_validation_loss", "gauge",
+    "Held-out loss (cross-entropy, nats per token), token-weighted over all ranks, last evaluation.",
+)
+TRAIN_VALIDATION_PERPLEXITY = Metric(
+    "fsdp_train_validation_perplexity", "gauge",
+    "exp(validation loss) of the last evaluation.",
+)
+
+#: Where wall time goes: phases, restarts, checkpoints, goodput, validation.
+TRAINER_RUN_METRICS: tuple[Metric, ...] = (
+    TRAIN_PHASE, TRAIN_PHASE_SECONDS, TRAIN_RESTARTS, TRAIN_GOODPUT, TRAIN_CHECKPOINT_SAVE_SECONDS,
+    TRAIN_CHECKPOINT_LOAD_SECONDS, TRAIN_LAST_CHECKPOINT_STEP, TRAIN_LAST_CHECKPOINT_TIMESTAMP,
+    TRAIN_VALIDATION_LOSS, TRAIN_VALIDATION_PERPLEXITY,
+)
+
 TRAINER_METRICS: tuple[Metric, ...] = (
+    *TRAINER_RUN_METRICS,
     TRAIN_INFO, TRAIN_STEPS, TRAIN_LABELLED_TOKENS, TRAIN_SAMPLES, TRAIN_STEP_SECONDS,
     TRAIN_DATA_WAIT_SECONDS, TRAIN_STEP, TRAIN_PLANNED_STEPS, TRAIN_LAST_STEP_TIMESTAMP,
     TRAIN_WINDOW_STEP_SECONDS, TRAIN_WINDOW_DATA_WAIT_RATIO, TRAIN_TOKENS_PER_SECOND,

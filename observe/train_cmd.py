@@ -15,16 +15,22 @@ def main(argv: list[str]) -> int:
 
     ap = argparse.ArgumentParser(prog="fsdp-observe train", add_help=False)
     ap.add_argument("--nproc-per-node", type=int, default=2)
+    ap.add_argument("--max-restarts", type=int, default=0)
     ap.add_argument("-h", "--help", action="store_true")
     ns, rest = ap.parse_known_args(argv)
     if ns.help:
-        print("usage: fsdp-observe train [--nproc-per-node N] [trainer flags]\n\n"
-              "  --nproc-per-node N    ranks on this machine (default 2)\n")
+        print("usage: fsdp-observe train [--nproc-per-node N] [--max-restarts N] [trainer flags]\n\n"
+              "  --nproc-per-node N    ranks on this machine (default 2)\n"
+              "  --max-restarts N      torchrun restarts the ranks up to N times after a failure; they\n"
+              "                        resume from the newest checkpoint in --checkpoint-dir (default 0)\n")
         build_parser("fsdp-observe train").print_help()
         return 0
     try:
+        if ns.max_restarts < 0:
+            raise ConfigError("--max-restarts", f"must be >= 0, got {ns.max_restarts}", "pass 0 for no restarts")
         prepare(rest, ns.nproc_per_node)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_status
-    return subprocess.call(torchrun_command(rest, ns.nproc_per_node), env=torchrun_env(ns.nproc_per_node))
+    return subprocess.call(torchrun_command(rest, ns.nproc_per_node, ns.max_restarts),
+                           env=torchrun_env(ns.nproc_per_node))

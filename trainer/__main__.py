@@ -1,7 +1,8 @@
 """``python -m trainer``: one rank of a training run (start it with torchrun).
 
-Exit status: 0 on success, 2 for a user mistake (one line naming the flag and the fix), 1 for
-any other failure (one line; ``FSDP_OBSERVE_DEBUG=1`` adds the traceback). The process ends
+Exit status: 0 on success, 2 for a user mistake (one line naming the flag and the fix), 143
+after SIGTERM (checkpoint saved when ``--checkpoint-dir`` is set), 1 for any other failure (one
+line; ``FSDP_OBSERVE_DEBUG=1`` adds the traceback). The process ends
 with ``os._exit`` after flushing, so no teardown race of the runtime's threads can turn a
 finished run into a crash.
 """
@@ -23,10 +24,16 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(build_parser().parse_args(argv))
     rank = os.environ.get("RANK", "0")
     try:
-        files = cfg.validate()
+        world = os.environ.get("WORLD_SIZE")
+        local = os.environ.get("LOCAL_WORLD_SIZE", world)
+        files = cfg.validate(int(world) if world else 1, int(local) if local else 1)
+        from trainer.data import EmptyStream
         from trainer.train import run
 
-        return run(cfg, files)
+        try:
+            return run(cfg, files)
+        except EmptyStream as exc:
+            raise ConfigError("--data", str(exc), "add documents, or lower --val-fraction") from None
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_status

@@ -5,10 +5,14 @@ followed by EOS, concatenated and cut into blocks of ``seq_len + 1`` tokens. Blo
 global stream belongs to rank ``g % world_size``, so ranks read disjoint data and the whole
 layout is a pure function of (files, tokenizer, seq_len, seed). Inputs are ``block[:-1]`` and
 targets ``block[1:]``, so every token of a full block carries a label.
+
+With validation on, a document whose text hashes below ``--val-fraction`` is held out: the
+training stream skips it and the validation stream is made of those documents only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,7 +85,24 @@ def count_labelled_tokens(targets: np.ndarray | torch.Tensor) -> int:
     return int((targets != IGNORE_INDEX).sum())
 
 
-def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int | None = None) -> Iterator[np.ndarray]:
+class EmptyStream(ValueError):
+    """A whole pass over the corpus yielded no token (every document empty or held out)."""
+
+
+def is_held_out(text: str, fraction: float) -> bool:
+    """Whether a document belongs to the held-out (validation) split.
+
+    The first 8 bytes of the BLAKE2b digest of its UTF-8 text, read as a fraction of 2**64, fall
+    below ``fraction``: the split depends on the text only, not on file order, epoch or world size.
+    """
+    if fraction <= 0:
+        return False
+    digest = hashlib.blake2b(text.encode("utf-8", errors="replace"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2**64
+
+
+def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int | None = None,
+                 held_out: float = 0.0, split: str = "train") -> Iterator[np.ndarray]:
     """Tokenised documents, each followed by EOS, file order reshuffled per epoch.
 
     Args:
@@ -89,18 +110,30 @@ def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int
         tokenizer: byte or Hugging Face tokenizer.
         seed: file order of epoch ``e`` is ``random.Random(seed + e).shuffle(files)``.
         epochs: stop after this many passes (``None``: endless).
+        held_out: the validation fraction (``is_held_out``); 0 holds nothing out.
+        split: ``train`` (documents not held out) or ``val`` (only those held out).
+
+    Raises:
+        EmptyStream: a pass over the corpus produced no token for ``split``.
     """
+    want_held_out = split == "val"
     eos = np.array([tokenizer.eos_id], dtype=np.int64)
     epoch = 0
     while epochs is None or epoch < epochs:
         order = list(files)
         random.Random(seed + epoch).shuffle(order)
+        produced = False
         for path in order:
             for doc in read_documents(path):
+                if is_held_out(doc, held_out) != want_held_out:
+                    continue
                 tokens = tokenizer.encode(doc)
                 if tokens.size:
+                    produced = True
                     yield tokens
                     yield eos
+        if not produced:
+            raise EmptyStream(f"no {split} document in {len(files)} file(s)")
         epoch += 1
 
 
@@ -153,17 +186,25 @@ class BatchIterator:
         batch_size: sequences per batch.
         rank, world_size: this rank's share of the block stream.
         seed: corpus order.
-        skip_batches: batches already consumed (resuming a run); they are re-derived and dropped.
+        skip_batches: batches already consumed (resuming a run); their blocks are re-derived
+            (tokenised again) and dropped, so the next batch is exactly the one that followed.
+        held_out: the validation fraction whose documents training skips (0: none).
+        split: ``train`` or ``val`` (see ``token_stream``).
+
+    Raises:
+        EmptyStream: (from ``next``) the split has no document.
     """
 
     def __init__(self, files: list[Path], tokenizer: Tokenizer, seq_len: int, batch_size: int,
-                 rank: int, world_size: int, seed: int, skip_batches: int = 0) -> None:
+                 rank: int, world_size: int, seed: int, skip_batches: int = 0,
+                 held_out: float = 0.0, split: str = "train") -> None:
         self.batch_size = batch_size
         self.pad_id = getattr(tokenizer, "pad_id", tokenizer.eos_id)
-        self._blocks = packed_blocks(token_stream(files, tokenizer, seed), seq_len + 1, rank, world_size)
-        self.batches_consumed = 0
-        for _ in range(skip_batches):
-            next(self)
+        stream = token_stream(files, tokenizer, seed, held_out=held_out, split=split)
+        self._blocks = packed_blocks(stream, seq_len + 1, rank, world_size)
+        for _ in range(skip_batches * batch_size):
+            next(self._blocks)
+        self.batches_consumed = skip_batches
 
     def __iter__(self) -> BatchIterator:
         return self

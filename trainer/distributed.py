@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch.distributed as dist
 
 from trainer.config import ParallelConfig
 from trainer.errors import ConfigError
+from trainer.launch import UNSHARE_STORE_ENV, restart_store_hazard
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,8 @@ class Runtime:
         node: ``NODE_NAME`` (Kubernetes downward API) or the host name.
         gpu_uuid: the ``GPU-…`` UUID of this rank's GPU (``None`` on CPU).
         device_name: ``torch.cuda.get_device_name`` (``None`` on CPU).
+        restart_count: how often torchrun has restarted the worker group
+            (``TORCHELASTIC_RESTART_COUNT``; 0 without torchrun).
     """
 
     rank: int
@@ -37,6 +41,7 @@ class Runtime:
     node: str
     gpu_uuid: str | None
     device_name: str | None
+    restart_count: int = 0
 
     @property
     def is_main(self) -> bool:
@@ -79,14 +84,20 @@ def init(parallel: ParallelConfig) -> Runtime:
         device = torch.device("cpu")
     backend = parallel.backend if parallel.backend != "auto" else ("nccl" if use_cuda else "gloo")
     dist.init_process_group(backend=backend, device_id=device if use_cuda else None)
+    if rank == 0 and restart_store_hazard(dict(os.environ)):
+        print(f"warning: torchrun shares its rendezvous store with the ranks across restarts, so a restarted "
+              f"group can hang on the previous attempt's addresses; set {UNSHARE_STORE_ENV}=1 in torchrun's "
+              f"environment", file=sys.stderr, flush=True)
     node = os.environ.get("NODE_NAME") or socket.gethostname()
-    return Runtime(rank, local_rank, world_size, local_world_size, device, backend, node, gpu_uuid, device_name)
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    return Runtime(rank, local_rank, world_size, local_world_size, device, backend, node, gpu_uuid, device_name,
+                   restarts)
 
 
 def resolve_run_id(given: str | None) -> str:
     """The run's id, the same on every rank.
 
-    ``--run-id`` when given; else torchrun's rendezvous id (``TORCHELASTIC_RUN_ID``) when set;
+    ``given`` (``--run-id``, or the id of the checkpoint a run resumes) when set; else torchrun's rendezvous id (``TORCHELASTIC_RUN_ID``) when set;
     else rank 0 makes one (``run-<UTC time>-<random>``) and broadcasts it.
     """
     if given:

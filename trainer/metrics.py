@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from observe import catalog as c
 from trainer.errors import ConfigError
+from trainer.phases import Goodput, PhaseClock
 from trainer.window import WindowStats
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,14 @@ class TrainerMetrics(Collector):
         flops_per_token: model FLOPs per token (``trainer.flops.flops_per_token``).
         peak_flops: the device's dense BF16 peak FLOP/s, or ``None`` (then MFU is absent).
         export_global: export the run-wide series (global tokens/s); rank 0 only.
+        phases: the rank's ``PhaseClock`` (phase state series and seconds per phase).
+        goodput: the run's ``Goodput`` (read at scrape time).
+        restarts: torchrun's restart count of this worker group.
     """
 
     def __init__(self, labels: dict[str, str], info: dict[str, str], planned_steps: int,
-                 flops_per_token: int, peak_flops: float | None, export_global: bool) -> None:
+                 flops_per_token: int, peak_flops: float | None, export_global: bool,
+                 phases: PhaseClock | None = None, goodput: Goodput | None = None, restarts: int = 0) -> None:
         self.labels = dict(labels)
         self.info = dict(info)
         self.planned_steps = planned_steps
@@ -115,6 +120,15 @@ class TrainerMetrics(Collector):
         self.grad_norm: float | None = None
         self.global_tokens_per_second: float | None = None
         self.memory: DeviceMemory | None = None
+        self.phases = phases
+        self.goodput = goodput
+        self.restarts = restarts
+        self.checkpoint_save_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
+        self.checkpoint_load_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
+        self.last_checkpoint_step: int | None = None
+        self.last_checkpoint_timestamp: float | None = None
+        self.validation_loss: float | None = None
+        self.validation_perplexity: float | None = None
         self.exporter_errors = 0
         self._error_logged = False
 
@@ -140,6 +154,21 @@ class TrainerMetrics(Collector):
         self.grad_norm = grad_norm
         self.global_tokens_per_second = global_tokens_per_second
         self.memory = memory
+
+    def on_checkpoint_saved(self, step: int, seconds: float, saved_at: float) -> None:
+        """Record a completed save of step ``step`` that took ``seconds`` on this rank."""
+        self.checkpoint_save_seconds.observe(seconds)
+        self.last_checkpoint_step, self.last_checkpoint_timestamp = step, saved_at
+
+    def on_checkpoint_loaded(self, step: int, seconds: float, saved_at: float) -> None:
+        """Record resuming from the checkpoint of ``step`` (saved at Unix time ``saved_at``)."""
+        self.checkpoint_load_seconds.observe(seconds)
+        self.last_checkpoint_step, self.last_checkpoint_timestamp = step, saved_at
+        self.step = step
+
+    def on_validation(self, loss: float, perplexity: float) -> None:
+        """Record an evaluation on the held-out split."""
+        self.validation_loss, self.validation_perplexity = loss, perplexity
 
     @property
     def mfu(self) -> float | None:
@@ -178,6 +207,11 @@ class TrainerMetrics(Collector):
         yield self._gauge(c.TRAIN_STEP, self.step)
         yield self._gauge(c.TRAIN_PLANNED_STEPS, self.planned_steps)
         yield self._gauge(c.TRAIN_FLOPS_PER_TOKEN, self.flops_per_token)
+        yield self._counter(c.TRAIN_RESTARTS, self.restarts)
+        yield self._histogram(c.TRAIN_CHECKPOINT_SAVE_SECONDS, self.checkpoint_save_seconds)
+        yield self._histogram(c.TRAIN_CHECKPOINT_LOAD_SECONDS, self.checkpoint_load_seconds)
+        if self.phases is not None:
+            yield from self._phase_families(self.phases)
         optional = {
             c.TRAIN_LAST_STEP_TIMESTAMP: self.last_step_timestamp,
             c.TRAIN_LEARNING_RATE: self.learning_rate,
@@ -196,11 +230,29 @@ class TrainerMetrics(Collector):
             optional[c.TRAIN_DEVICE_MEMORY_ALLOCATED] = self.memory.allocated
             optional[c.TRAIN_DEVICE_MEMORY_RESERVED] = self.memory.reserved
             optional[c.TRAIN_DEVICE_MEMORY_PEAK] = self.memory.peak_allocated
+        optional.update({
+            c.TRAIN_GOODPUT: None if self.goodput is None else self.goodput.ratio(),
+            c.TRAIN_LAST_CHECKPOINT_STEP: self.last_checkpoint_step,
+            c.TRAIN_LAST_CHECKPOINT_TIMESTAMP: self.last_checkpoint_timestamp,
+            c.TRAIN_VALIDATION_LOSS: self.validation_loss,
+            c.TRAIN_VALIDATION_PERPLEXITY: self.validation_perplexity,
+        })
         for metric, value in optional.items():
             if value is not None:  # absent, never 0, when unknown
                 yield self._gauge(metric, value)
         if self.memory is not None:
             yield self._counter(c.TRAIN_DEVICE_ALLOC_RETRIES, self.memory.alloc_retries)
+
+    def _phase_families(self, phases: PhaseClock) -> Iterator:
+        names, values = list(self.labels) + ["phase"], list(self.labels.values())
+        state = GaugeMetricFamily(c.TRAIN_PHASE.name, c.TRAIN_PHASE.help, labels=names)
+        seconds = CounterMetricFamily(c.TRAIN_PHASE_SECONDS.family, c.TRAIN_PHASE_SECONDS.help, labels=names)
+        current = phases.current
+        for phase, total in phases.seconds().items():
+            state.add_metric(values + [phase], 1 if phase == current else 0)
+            seconds.add_metric(values + [phase], total)
+        yield state
+        yield seconds
 
     def _gauge(self, metric: c.Metric, value: float) -> GaugeMetricFamily:
         family = GaugeMetricFamily(metric.name, metric.help, labels=list(self.labels))

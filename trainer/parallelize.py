@@ -7,44 +7,61 @@ strategy        mesh                                         reshard after forwa
 ==============  ===========================================  ======================
 FULL_SHARD      1-D ``(world,)``                             yes
 SHARD_GRAD_OP   1-D ``(world,)``                             no
-HYBRID_SHARD    2-D ``(replicate, shard)``, shard = ranks    yes
-                per node (``LOCAL_WORLD_SIZE``)
+HYBRID_SHARD    2-D ``(replicate, shard)``: ``--replicate-   yes
+                degree`` x ``--shard-degree``, by default
+                nodes x ranks per node
 NO_SHARD        2-D ``(world, 1)``: replicate everywhere     no
 ==============  ===========================================  ======================
 
-Wrapping order: each ``LlamaDecoderLayer``, then untied input embeddings, then the root (which
-keeps the final norm, ``lm_head`` and, when tied, the shared embedding: torch >= 2.13 rejects
-putting a tied ``embed_tokens`` in another FSDP group than ``lm_head``).
+Order (each step needs the one before): activation checkpointing wraps the chosen decoder
+layers (``checkpoint_wrapper``; before FSDP, so FSDP's hooks sit outside the recomputed
+region); pure bf16 casts the skeleton; ``fully_shard`` each decoder layer, then the untied
+input embeddings, then the root (which keeps the final norm, ``lm_head`` and, when tied, the
+shared embedding: torch >= 2.13 rejects putting a tied ``embed_tokens`` in another FSDP group
+than ``lm_head``). ``checkpoint_wrapper`` adds ``_checkpoint_wrapped_module`` to parameter
+names; ``torch.distributed.checkpoint``'s state-dict helpers strip it, so checkpoints and
+Hugging Face weights load whatever the checkpointing setting.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from trainer.config import ParallelConfig
-from trainer.errors import ConfigError
 
 
 def build_mesh(parallel: ParallelConfig, device_type: str, world_size: int, local_world_size: int) -> DeviceMesh:
     """The device mesh for ``parallel.sharding_strategy``; always explicit (never implied).
 
     Raises:
-        ConfigError: HYBRID_SHARD when the world is not a whole number of nodes.
+        ConfigError: degrees that do not fit the world (``ParallelConfig.mesh_shape``).
     """
-    strategy = parallel.sharding_strategy
-    if strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
-        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp_shard",))
-    if strategy == "NO_SHARD":
-        shape = (world_size, 1)
-    else:  # HYBRID_SHARD: shard within a node, replicate across nodes
-        if world_size % local_world_size:
-            raise ConfigError("--sharding-strategy", f"HYBRID_SHARD needs the world size ({world_size}) "
-                              f"to be a multiple of ranks per node ({local_world_size})",
-                              "use the same number of ranks on every node")
-        shape = (world_size // local_world_size, local_world_size)
-    return init_device_mesh(device_type, shape, mesh_dim_names=("dp_replicate", "dp_shard"))
+    shape = parallel.mesh_shape(world_size, local_world_size)
+    names = ("dp_shard",) if len(shape) == 1 else ("dp_replicate", "dp_shard")
+    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
+def apply_activation_checkpointing(model: torch.nn.Module, every: int) -> list[int]:
+    """Wrap every ``every``-th decoder layer (0-based layers ``every-1, 2*every-1, ...``) with
+    ``checkpoint_wrapper``, so its activations are recomputed in backward instead of kept.
+
+    Args:
+        model: a ``LlamaForCausalLM`` not yet sharded.
+        every: 0 none, 1 every layer, N every N-th.
+
+    Returns:
+        The indices of the wrapped layers.
+    """
+    wrapped = []
+    layers = model.model.layers
+    for i in range(len(layers)):
+        if every and (i + 1) % every == 0:
+            layers[i] = checkpoint_wrapper(layers[i])
+            wrapped.append(i)
+    return wrapped
 
 
 def mixed_precision_policy(name: str) -> MixedPrecisionPolicy:
@@ -54,6 +71,12 @@ def mixed_precision_policy(name: str) -> MixedPrecisionPolicy:
     if name == "pure-bf16":
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
     return MixedPrecisionPolicy()
+
+
+def parallelize(model: torch.nn.Module, mesh: DeviceMesh, parallel: ParallelConfig) -> torch.nn.Module:
+    """Activation checkpointing, then FSDP2, in the order the module docstring gives; returns ``model``."""
+    apply_activation_checkpointing(model, parallel.checkpoint_every())
+    return apply_fsdp(model, mesh, parallel)
 
 
 def apply_fsdp(model: torch.nn.Module, mesh: DeviceMesh, parallel: ParallelConfig) -> torch.nn.Module:

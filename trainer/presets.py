@@ -2,7 +2,8 @@
 
 Imports nothing heavy, so the launcher can validate ``--preset`` and ``--seq-len`` without
 importing torch. Shapes of the real models come from their published ``config.json`` files
-(meta-llama/Llama-2-7b-hf, -13b-hf, -70b-hf; meta-llama/Meta-Llama-3-8B).
+(meta-llama/Llama-2-7b-hf, -13b-hf, -70b-hf; meta-llama/Meta-Llama-3-8B; meta-llama/Llama-3.2-1B,
+without its long-context RoPE scaling, which changes no shape and no FLOP count).
 """
 
 from __future__ import annotations
@@ -31,6 +32,32 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 1024,
         "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+    },
+    # About 6 M parameters: the CPU benchmark's shape, big enough that sharding and activation
+    # checkpointing show in a rank's memory, small enough for a step in about a second on a core.
+    "small": {
+        "vocab_size": 259,
+        "hidden_size": 256,
+        "intermediate_size": 704,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+    },
+    "llama3.2-1b": {
+        "vocab_size": 128256,
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
         "tie_word_embeddings": True,
     },
     "llama2-7b": {

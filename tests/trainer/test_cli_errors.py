@@ -32,6 +32,11 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
     (["--steps", "-5"], ("--steps", "must be positive")),
     (["--sharding-strategy", "ZERO9"], ("--sharding-strategy", "choose one of FULL_SHARD")),
     (["--nproc-per-node", "0"], ("--nproc-per-node", "must be positive")),
+    (["--nproc-per-node", "2", "--sharding-strategy", "HYBRID_SHARD", "--replicate-degree", "2", "--shard-degree", "2"],
+     ("--replicate-degree", "does not fit the world size 2", "product is the number of ranks")),
+    (["--checkpoint-every", "10"], ("--checkpoint-every", "nowhere to save", "--checkpoint-dir")),
+    (["--activation-checkpointing", "sometimes"], ("--activation-checkpointing", "every-N")),
+    (["--max-restarts", "-1"], ("--max-restarts", "must be >= 0")),
 ])
 def test_train_rejects_bad_flags(args, needles, subprocess_env) -> None:
     assert_one_line_error(run_cli(["train", *args], subprocess_env), *needles)

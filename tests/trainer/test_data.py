@@ -91,3 +91,57 @@ def test_data_errors_name_the_flag(tmp_path: Path) -> None:
     (tmp_path / "x.bin").write_bytes(b"\0")
     with pytest.raises(ConfigError, match="unsupported type"):
         resolve_data_files([str(tmp_path / "x.bin")])
+
+
+def _docs_file(tmp_path: Path, n: int = 400) -> Path:
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(json.dumps({"text": f"document number {i}: " + "text " * (i % 7 + 1)})
+                              for i in range(n)))
+    return path
+
+
+def test_held_out_split_is_a_stable_share_of_documents() -> None:
+    from trainer.data import is_held_out
+
+    texts = [f"doc {i}" for i in range(20_000)]
+    share = sum(is_held_out(t, 0.05) for t in texts) / len(texts)
+    assert 0.045 < share < 0.055
+    assert [is_held_out(t, 0.05) for t in texts[:100]] == [is_held_out(t, 0.05) for t in texts[:100]]
+    assert not any(is_held_out(t, 0.0) for t in texts)
+
+
+def test_train_and_validation_streams_split_the_documents(tmp_path: Path) -> None:
+    from trainer.data import token_stream
+
+    files = [_docs_file(tmp_path)]
+    tok = ByteTokenizer()
+
+    def docs(split: str) -> set[bytes]:
+        return {t.tobytes() for t in token_stream(files, tok, seed=0, epochs=1, held_out=0.1, split=split)
+                if t.size > 1}
+
+    train, val = docs("train"), docs("val")
+    assert val and train and not train & val
+    assert len(train | val) == 400
+    assert 20 < len(val) < 60
+
+
+def test_an_empty_split_raises_instead_of_spinning(tmp_path: Path) -> None:
+    from trainer.data import EmptyStream
+
+    path = tmp_path / "one.txt"
+    path.write_text("a single document")
+    it = BatchIterator([path], ByteTokenizer(), 8, 1, rank=0, world_size=1, seed=0, held_out=1e-12, split="val")
+    with pytest.raises(EmptyStream, match="no val document"):
+        next(it)
+
+
+def test_skip_batches_with_a_held_out_split(tmp_path: Path) -> None:
+    files = [_docs_file(tmp_path)]
+    full = BatchIterator(files, ByteTokenizer(), 16, 2, rank=1, world_size=2, seed=0, held_out=0.1)
+    expected = [b.input_ids for b in islice(full, 6)][4:]
+    resumed = BatchIterator(files, ByteTokenizer(), 16, 2, rank=1, world_size=2, seed=0, held_out=0.1,
+                            skip_batches=4)
+    assert resumed.batches_consumed == 4
+    for want in expected:
+        assert torch.equal(next(resumed).input_ids, want)

@@ -17,7 +17,7 @@ from trainer.window import WindowStats
 
 LABELS = {"run_id": "r1", "rank": "0", "local_rank": "0", "node": "n1"}
 INFO = {"model": "tiny", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16", "world_size": "2",
-        "device_type": "cpu", "backend": "gloo"}
+        "device_type": "cpu", "backend": "gloo", "activation_checkpointing": "none", "mesh": "2"}
 
 
 def make(peak: float | None = None, export_global: bool = True) -> TrainerMetrics:
@@ -118,6 +118,7 @@ def test_served_over_http_and_a_taken_port_is_a_config_error(port_block) -> None
 
 
 def test_every_trainer_metric_follows_the_naming_rules() -> None:
+    assert c.TRAIN_INFO.labels == tuple(INFO)
     for metric in c.TRAINER_METRICS:
         assert metric.name.startswith("fsdp_train_")
         assert (metric.kind == "counter") == metric.name.endswith("_total")

@@ -1,0 +1,35 @@
+"""``benchmarks/strategies.py`` stays runnable: its quick mode runs for real, its CUDA mode validates."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "strategies.py"
+
+
+def test_quick_mode_runs_and_writes_json(tmp_path: Path, subprocess_env) -> None:
+    out = tmp_path / "strategies.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out)], capture_output=True, text=True,
+                          env=subprocess_env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert [(r["strategy"], r["activation_checkpointing"]) for r in report["rows"]] == [
+        ("FULL_SHARD", "none"), ("FULL_SHARD", "full")]
+    for row in report["rows"]:
+        assert len(row["peak_rss_bytes_per_rank"]) == 2 and min(row["peak_rss_bytes_per_rank"]) > 0
+        assert row["step_seconds_median"] > 0 and row["mfu"] is None and row["device_peak_bytes_per_rank"] is None
+    assert "peak RSS MiB (max rank)" in proc.stdout
+
+
+def test_cuda_mode_commands_validate_without_a_gpu(subprocess_env) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--cuda", "--dry-run"], capture_output=True, text=True,
+                          env=subprocess_env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    commands = [line for line in proc.stdout.splitlines() if "torch.distributed.run" in line]
+    assert len(commands) == 8
+    assert all("--preset llama3.2-1b" in c and "--mixed-precision bf16" in c and "--nproc-per-node=8" in c
+               for c in commands)
+    assert sum("--replicate-degree 2" in c for c in commands) == 2  # HYBRID_SHARD as 2 x 4

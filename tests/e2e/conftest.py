@@ -1,0 +1,39 @@
+"""Fixtures of the end-to-end trainer tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+#: Standard-library modules cut into paragraphs: several hundred short documents, so a small
+#: ``--val-fraction`` holds some out and packing crosses many document boundaries.
+CORPUS_SOURCES = ("argparse.py", "json/decoder.py", "textwrap.py", "shlex.py")
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    """A directory with one ``docs.jsonl`` file of real text (one paragraph per document)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    out = tmp_path_factory.mktemp("corpus")
+    with (out / "docs.jsonl").open("w") as fh:
+        for name in CORPUS_SOURCES:
+            for paragraph in (root / name).read_text().split("\n\n"):
+                if paragraph.strip():
+                    fh.write(json.dumps({"text": paragraph}) + "\n")
+    return out
+
+
+
+@pytest.fixture(scope="session")
+def session_env() -> dict[str, str]:
+    """The environment of ``subprocess_env`` (tests/conftest.py), for module-scoped fixtures."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("FSDP_OBSERVE_RUN_ID", None)
+    return env

@@ -1,0 +1,160 @@
+"""Bad combinations are refused before any rank starts: one ``ConfigError`` naming the flag.
+
+``trainer.launch.prepare`` is what ``fsdp-observe train`` runs (torch-free); a few of these
+also go through the real command in ``test_cli_errors.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer.checkpoint_files import TrainerState, step_dir
+from trainer.config import ParallelConfig, TrainConfig, build_parser, config_from_args
+from trainer.errors import ConfigError
+from trainer.launch import prepare
+
+
+def config(*args: str) -> TrainConfig:
+    return config_from_args(build_parser().parse_args(list(args)))
+
+
+@pytest.mark.parametrize("strategy, world, local, degrees, shape", [
+    ("FULL_SHARD", 4, 4, (None, None), (4,)),
+    ("SHARD_GRAD_OP", 2, 2, (None, None), (2,)),
+    ("NO_SHARD", 4, 2, (None, None), (4, 1)),
+    ("HYBRID_SHARD", 8, 4, (None, None), (2, 4)),  # default: nodes x ranks per node
+    ("HYBRID_SHARD", 4, 4, (2, 2), (2, 2)),
+    ("HYBRID_SHARD", 8, 8, (None, 2), (4, 2)),  # the missing degree is derived
+    ("HYBRID_SHARD", 8, 8, (4, None), (4, 2)),
+])
+def test_mesh_shapes(strategy, world, local, degrees, shape) -> None:
+    p = ParallelConfig(sharding_strategy=strategy, replicate_degree=degrees[0], shard_degree=degrees[1])
+    assert p.mesh_shape(world, local) == shape
+
+
+@pytest.mark.parametrize("setting, every", [("none", 0), ("full", 1), ("every-1", 1), ("every-3", 3)])
+def test_activation_checkpointing_settings(setting: str, every: int) -> None:
+    assert ParallelConfig(activation_checkpointing=setting).checkpoint_every() == every
+
+
+BAD = [
+    (["--sharding-strategy", "HYBRID_SHARD", "--replicate-degree", "3", "--shard-degree", "1"], 2,
+     "--replicate-degree: --replicate-degree 3 x --shard-degree 1 does not fit the world size 2"),
+    (["--sharding-strategy", "HYBRID_SHARD", "--shard-degree", "3"], 4,
+     "--shard-degree: --shard-degree 3 does not fit the world size 4"),
+    (["--sharding-strategy", "HYBRID_SHARD", "--replicate-degree", "0"], 2, "--replicate-degree: must be positive"),
+    (["--shard-degree", "2"], 2, "--shard-degree: only HYBRID_SHARD uses a (replicate, shard) mesh"),
+    (["--sharding-strategy", "NO_SHARD", "--replicate-degree", "2"], 2, "--replicate-degree: only HYBRID_SHARD"),
+    (["--activation-checkpointing", "sometimes"], 2, "--activation-checkpointing: unknown setting 'sometimes'"),
+    (["--activation-checkpointing", "every-0"], 2, "--activation-checkpointing: unknown setting 'every-0'"),
+    (["--activation-checkpointing", "every-5"], 2, "every-5 checkpoints no layer of a 4-layer model"),
+    (["--mixed-precision", "fp16"], 2, "--mixed-precision: unknown policy 'fp16'"),
+    (["--grad-accum-steps", "0"], 2, "--grad-accum-steps: must be positive"),
+    (["--checkpoint-every", "10"], 2, "--checkpoint-every: there is nowhere to save; pass --checkpoint-dir"),
+    (["--checkpoint-every", "-1", "--checkpoint-dir", "x"], 2, "--checkpoint-every: must be >= 0"),
+    (["--keep-checkpoints", "0", "--checkpoint-dir", "x"], 2, "--keep-checkpoints: must be positive"),
+    (["--sigterm-grace", "0"], 2, "--sigterm-grace: must be positive"),
+    (["--val-every", "10", "--val-fraction", "0"], 2, "--val-fraction: must be in (0, 0.5]"),
+    (["--val-every", "10", "--val-fraction", "0.9"], 2, "--val-fraction: must be in (0, 0.5]"),
+    (["--val-every", "-1"], 2, "--val-every: must be >= 0"),
+    (["--val-every", "5", "--val-batches", "0"], 2, "--val-batches: must be positive"),
+    (["--resume", "latest"], 2, "--resume: no complete checkpoint in (no --checkpoint-dir given)"),
+]
+
+
+@pytest.mark.parametrize("args, nproc, message", BAD, ids=[" ".join(a) for a, _, _ in BAD])
+def test_bad_combinations_are_one_config_error(args, nproc, message, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        prepare(["--data", __file__, "--metrics", "off", *args], nproc)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def _fake_checkpoint(root: Path, step: int, layout_overrides: dict | None = None, world: int = 2) -> Path:
+    """A checkpoint directory with a real ``trainer.json`` written for this test file as data."""
+    cfg = config("--data", __file__)
+    layout = {**cfg.layout(cfg.validate(), world), **(layout_overrides or {})}
+    path = step_dir(root, step)
+    path.mkdir(parents=True)
+    TrainerState(step=step, batches_consumed=step, scheduler={}, layout=layout, run_id="r", run_started=0.0,
+                 productive_seconds=0.0, reason="periodic", saved_at=0.0).write(path)
+    return path
+
+
+@pytest.mark.parametrize("changed, flag", [
+    (["--batch-size", "4"], "--batch-size: checkpoint step-00000010 was written with batch_size 8, this run has 4"),
+    (["--seq-len", "128"], "--seq-len: checkpoint step-00000010 was written with seq_len 256"),
+    (["--seed", "3"], "--seed:"),
+    (["--grad-accum-steps", "2"], "--grad-accum-steps:"),
+    (["--preset", "llama2-7b", "--seq-len", "256"], "--model/--preset:"),
+])
+def test_resume_refuses_another_data_layout(changed, flag, tmp_path) -> None:
+    _fake_checkpoint(tmp_path / "ckpt", 10)
+    with pytest.raises(ConfigError, match=flag.replace("(", r"\(").replace(")", r"\)")):
+        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"), *changed], 2)
+
+
+def test_resume_refuses_another_world_size(tmp_path) -> None:
+    _fake_checkpoint(tmp_path / "ckpt", 10)
+    with pytest.raises(ConfigError, match="--nproc-per-node: checkpoint step-00000010 was written with world_size 2"):
+        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt")], 4)
+
+
+def test_resume_of_a_finished_run_names_steps(tmp_path) -> None:
+    _fake_checkpoint(tmp_path / "ckpt", 100)
+    with pytest.raises(ConfigError, match="--steps: checkpoint .* is already at step 100, the run is done"):
+        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt")], 2)
+    # starting over into a directory that holds another run's checkpoints would mix the two
+    with pytest.raises(ConfigError, match="--resume: never, but .* already holds checkpoints"):
+        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"),
+                 "--resume", "never"], 2)
+    # an explicit path of an incomplete save is refused
+    (tmp_path / "ckpt" / "step-00000200").mkdir()
+    with pytest.raises(ConfigError, match="--resume: .* is not a complete checkpoint"):
+        prepare(["--data", __file__, "--metrics", "off", "--steps", "300",
+                 "--resume", str(tmp_path / "ckpt" / "step-00000200")], 2)
+
+
+def test_resume_path_without_dir_keeps_saving_beside_it(tmp_path) -> None:
+    path = _fake_checkpoint(tmp_path / "ckpt", 10)
+    cfg = prepare(["--data", __file__, "--metrics", "off", "--resume", str(path)], 2)
+    assert cfg.checkpoint.dir == str(tmp_path / "ckpt")
+
+
+def test_model_directory_needs_config_and_safetensors(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="--model: .* has no config.json"):
+        prepare(["--data", __file__, "--metrics", "off", "--model", str(tmp_path)], 2)
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 512, "num_hidden_layers": 2}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(ConfigError, match="--model: no .safetensors files"):
+        prepare(["--data", __file__, "--metrics", "off", "--model", str(tmp_path)], 2)
+
+
+def test_checkpoint_dir_must_be_a_writable_directory(tmp_path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="--checkpoint-dir: .* is a file"):
+        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "file")], 2)
+    with pytest.raises(ConfigError, match="--checkpoint-dir: cannot write to .*file/sub"):
+        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "file" / "sub")], 2)
+    prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "new" / "dir")], 2)
+    assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())
+
+
+def test_restart_store_hazard_and_the_launchers_remedy(monkeypatch) -> None:
+    from trainer.launch import UNSHARE_STORE_ENV, restart_store_hazard, torchrun_env
+
+    shared = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_MAX_RESTARTS": "1"}
+    assert restart_store_hazard(shared)
+    assert not restart_store_hazard({**shared, "TORCHELASTIC_MAX_RESTARTS": "0"})
+    assert not restart_store_hazard({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"})  # etcd, or unshared
+    monkeypatch.delenv(UNSHARE_STORE_ENV, raising=False)
+    assert torchrun_env(2)[UNSHARE_STORE_ENV] == "1"
+
+
+def test_model_must_be_a_local_directory(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="--model: 'meta-llama/Llama-2-7b-hf' is not a local directory"):
+        prepare(["--data", __file__, "--metrics", "off", "--model", "meta-llama/Llama-2-7b-hf"], 2)

@@ -1,0 +1,126 @@
+"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP): save, and resume exactly.
+
+A checkpoint holds what the next step depends on: the model and optimizer (each rank writes
+its own shards, through ``get_state_dict``/``set_state_dict`` so names and sharding are
+portable), every rank's RNG state, and, in ``trainer.json`` (``trainer.checkpoint_files``),
+the step, the data position (micro-batches drawn per rank), the LR scheduler, the layout it
+was written under and the run's goodput clock. Resuming restores all of them, so step
+``s + 1`` after a resume computes exactly what it would have computed without the interruption.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from trainer.checkpoint_files import TrainerState, prune, step_dir
+from trainer.config import CheckpointConfig
+from trainer.phases import Goodput
+
+
+@dataclass
+class RunPosition:
+    """Where the run stands, as saved and restored with a checkpoint.
+
+    Attributes:
+        step: optimizer steps completed.
+        batches_consumed: micro-batches each rank has drawn.
+    """
+
+    step: int
+    batches_consumed: int
+
+
+def describe_failure(exc: CheckpointException) -> str:
+    """One line for a DCP failure: the ranks that failed and the first rank's exception.
+
+    (``CheckpointException`` derives from ``BaseException`` and prints every rank's traceback.)
+    """
+    ranks = sorted(exc.failures)
+    first, _ = exc.failures[ranks[0]]
+    return f"rank(s) {', '.join(map(str, ranks))}: {type(first).__name__}: {first}".splitlines()[0]
+
+
+def _rng_keys(rank: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """This rank's RNG states under per-rank keys (so each rank saves and loads its own)."""
+    states = {f"rng.cpu.rank{rank}": torch.get_rng_state()}
+    if device.type == "cuda":
+        states[f"rng.cuda.rank{rank}"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+class Checkpointer:
+    """Saves and loads the run's checkpoints under ``--checkpoint-dir``.
+
+    Args:
+        cfg: checkpoint settings (``dir`` must be set to save).
+        rank: this process's global rank (rank 0 writes ``trainer.json`` and prunes).
+        device: for the CUDA RNG state.
+        layout: the run's ``TrainConfig.layout`` (stored, checked on resume).
+        run_id: stored for the record.
+    """
+
+    def __init__(self, cfg: CheckpointConfig, rank: int, device: torch.device, layout: dict, run_id: str) -> None:
+        self.cfg, self.rank, self.device, self.layout, self.run_id = cfg, rank, device, layout, run_id
+        self.last_saved_step: int | None = None
+
+    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler: torch.optim.lr_scheduler.LRScheduler, position: RunPosition, goodput: Goodput,
+             reason: str) -> tuple[Path, float]:
+        """Write a checkpoint of ``position.step`` on every rank (a collective).
+
+        ``goodput``'s run start and productive seconds go into ``trainer.json`` (restored on resume).
+        An older directory of the same step (an interrupted save, or an earlier attempt) is
+        removed first. Returns the directory and this rank's save seconds.
+        """
+        path = step_dir(self.cfg.dir, position.step)
+        if self.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+        dist.barrier()
+        started = time.perf_counter()
+        model_state, optim_state = get_state_dict(model, optimizer)
+        try:
+            dcp.save({"model": model_state, "optim": optim_state, **_rng_keys(self.rank, self.device)},
+                     checkpoint_id=str(path))
+        except CheckpointException as exc:
+            raise RuntimeError(f"checkpoint save to {path} failed on {describe_failure(exc)}") from None
+        seconds = time.perf_counter() - started
+        if self.rank == 0:  # dcp.save returned: every rank's shards and the metadata are on disk
+            TrainerState(step=position.step, batches_consumed=position.batches_consumed,
+                         scheduler=scheduler.state_dict(), layout=self.layout, run_id=self.run_id,
+                         run_started=goodput.run_started, productive_seconds=goodput.productive_seconds,
+                         reason=reason, saved_at=time.time(), save_seconds=seconds).write(path)
+            prune(self.cfg.dir, self.cfg.keep, position.step)
+        self.last_saved_step = position.step
+        return path, seconds
+
+    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler: torch.optim.lr_scheduler.LRScheduler) -> tuple[TrainerState, float]:
+        """Restore model, optimizer, RNG and scheduler from ``path`` (a collective).
+
+        Returns the checkpoint's ``TrainerState`` and this rank's load seconds.
+        """
+        state = TrainerState.read(path)
+        started = time.perf_counter()
+        model_state, optim_state = get_state_dict(model, optimizer)
+        rng = _rng_keys(self.rank, self.device)
+        loaded = {"model": model_state, "optim": optim_state, **rng}
+        try:
+            dcp.load(loaded, checkpoint_id=str(path))
+        except CheckpointException as exc:
+            raise RuntimeError(f"checkpoint load from {path} failed on {describe_failure(exc)}") from None
+        set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+        torch.set_rng_state(loaded[f"rng.cpu.rank{self.rank}"])
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(loaded[f"rng.cuda.rank{self.rank}"], self.device)
+        scheduler.load_state_dict(state.scheduler)
+        self.last_saved_step = state.step
+        return state, time.perf_counter() - started
