@@ -18,13 +18,17 @@ from typing import Any
 
 from observe.k8s import names
 from observe.k8s.settings import JobSettings
+from trainer.launch import UNSHARE_STORE_ENV
 from trainer.presets import PRESETS
 
 #: Environment of every rank. LOGLEVEL=INFO makes torchrun's elastic agent log its rendezvous
 #: result (``master_addr=...``), which ``fsdp-observe job status`` reads to find the leader.
+#: ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` keeps a c10d restart from reading the dead attempt's
+#: addresses (``trainer.launch.restart_store_hazard``).
 BASE_ENV: tuple[tuple[str, str], ...] = (
     ("LOGLEVEL", "INFO"),
     ("PYTHONUNBUFFERED", "1"),
+    (UNSHARE_STORE_ENV, "1"),
 )
 #: Added on GPU nodes: NCCL and allocator settings of the walkthrough's manifests.
 GPU_ENV: tuple[tuple[str, str], ...] = (

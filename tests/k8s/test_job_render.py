@@ -161,6 +161,13 @@ def test_node_name_comes_from_the_downward_api() -> None:
     assert {"name": "LOGLEVEL", "value": "INFO"} in env  # torchrun logs master_addr= at INFO
 
 
+@pytest.mark.parametrize("backend", RDZV_BACKENDS)
+def test_restarted_groups_never_share_the_dead_attempts_store(backend: str) -> None:
+    """torch 2.13's c10d rendezvous reuses one TCPStore across restarts unless told not to."""
+    env = pod_of(job_for(RDZV_BACKEND=backend))["spec"]["containers"][0]["env"]
+    assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in env
+
+
 def test_the_checks_catch_a_misspelt_or_mistyped_field(pytorchjob_schema) -> None:
     """The CRD schema alone accepts unknown fields; the walker and the Pod check do not."""
     job = job_for()
