@@ -164,7 +164,7 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
         if saved.get(key) != have:
             raise ConfigError(flag, f"checkpoint {path.name} was written with {key} {saved.get(key)!r}, this run "
                               f"has {have!r}, so it cannot continue exactly",
-                              f"use the checkpoint's value, or --resume never to start over")
+                              "use the checkpoint's value, or --resume never to start over")
 
 
 def resolve_resume(checkpoint_dir: str | None, resume: str) -> Path | None:

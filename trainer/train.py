@@ -40,6 +40,7 @@ from trainer.validation import evaluate, token_loss_sum, validation_batches
 from trainer.verify import full_weights_sha256, gather_from_ranks
 from trainer.window import LogWindow, WindowStats, is_log_step
 
+
 def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float):
     """Multiplier of the peak LR at a 0-based scheduler step: linear warm-up, then cosine.
 
