@@ -14,10 +14,10 @@ means "could not be read" (shown as N/A, never 0). Standard library only.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from observe.model import GpuInfo, NodeSnapshot, XidEvent
+from observe.model import NodeSnapshot, XidEvent
 from observe.xid import SEVERITIES
 
 #: The state of a node's (or a rank's) latest pull:
@@ -54,6 +54,9 @@ class NodeFigures:
         power_watts: board power summed over GPUs that report it.
         xids_recent: XID events of the last ``XID_WINDOW_SECONDS``; xid_severity: the worst of
             their severity classes (``None`` when there were none).
+        gpu_indexes, gpu_util_ratios, gpu_memory_ratios: per GPU, in NVML order, for history
+            sparklines (``None`` where unreadable).
+        gpu_uuids: GPU UUID -> NVML index (ties a trainer rank's ``gpu_uuid`` to a GPU).
     """
 
     cpu_ratio: float | None = None
@@ -69,6 +72,10 @@ class NodeFigures:
     power_watts: float | None = None
     xids_recent: int = 0
     xid_severity: str | None = None
+    gpu_indexes: tuple[int, ...] = ()
+    gpu_util_ratios: tuple[float | None, ...] = ()
+    gpu_memory_ratios: tuple[float | None, ...] = ()
+    gpu_uuids: dict[str, int] = field(default_factory=dict)
 
 
 def ratio(part: float | None, whole: float | None) -> float | None:
@@ -97,6 +104,9 @@ def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
         gpu_memory_ratio=ratio(sum(u for u, _ in mem), sum(t for _, t in mem)) if mem else None,
         hottest_celsius=hottest[0], hottest_gpu=hottest[1], power_watts=sum(power) if power else None,
         xids_recent=len(recent), xid_severity=worst_severity(x.severity for x in recent),
+        gpu_indexes=tuple(g.index for g in gpus), gpu_util_ratios=tuple(g.utilization_ratio for g in gpus),
+        gpu_memory_ratios=tuple(ratio(g.memory_used_bytes, g.memory_total_bytes) for g in gpus),
+        gpu_uuids={g.uuid: g.index for g in gpus if g.uuid},
     )
 
 
@@ -107,16 +117,24 @@ def worst_severity(severities) -> str | None:
 
 @dataclass(frozen=True)
 class NodeStatus:
-    """One node: its latest good data and how the latest pull went.
+    """One node: what is kept of its latest good snapshot, and how the latest pull went.
+
+    Only the node in focus (the one the Node screen shows) keeps its whole ``NodeSnapshot``; the
+    others keep their figures, XID events and notices. A thousand whole snapshots are some fifty
+    thousand objects that Python's garbage collector would walk, holding the GIL, every time its
+    oldest generation runs (100+ ms on a 2-core machine: a visible freeze); figures are two
+    objects per node.
 
     Attributes:
         name: the node name (the agent's ``node``; the source address until it first answers).
         source: where it is pulled from (a URL, or ``prometheus``).
         state: the latest pull's outcome (``STATES``).
         error: why the latest pull failed, one line (``None`` when it did not).
-        snapshot: the latest good snapshot, summary or full (``NodeSnapshot.view``), kept when a
-            later pull fails; ``None`` before the first good one.
-        figures: ``node_figures(snapshot)``; ``None`` with no snapshot.
+        time_unix: when the latest good snapshot was taken (``None`` before the first one); kept
+            with the figures below when a later pull fails.
+        figures: ``node_figures`` of that snapshot.
+        xid_events: its XID events, oldest first. notices: the agent's notices.
+        snapshot: the whole snapshot, for the node in focus only (``None`` otherwise).
         checked_unix: when the latest pull ended.
     """
 
@@ -124,13 +142,28 @@ class NodeStatus:
     source: str
     state: str = "waiting"
     error: str | None = None
-    snapshot: NodeSnapshot | None = None
+    time_unix: float | None = None
     figures: NodeFigures | None = None
+    xid_events: tuple[XidEvent, ...] = ()
+    notices: tuple[str, ...] = ()
+    snapshot: NodeSnapshot | None = None
     checked_unix: float | None = None
 
     def age(self, now: float) -> float | None:
-        """Seconds since the shown snapshot was taken, or ``None`` without one."""
-        return None if self.snapshot is None else max(0.0, now - self.snapshot.time_unix)
+        """Seconds since the shown data was taken, or ``None`` without any."""
+        return None if self.time_unix is None else max(0.0, now - self.time_unix)
+
+
+def node_status(name: str, source: str, snapshot: NodeSnapshot, now: float, keep: bool) -> NodeStatus:
+    """The status of a node whose agent answered ``snapshot`` at ``now``: ``ok``, or ``stale`` when the
+    snapshot is older than ``STALE_AFTER_SECONDS``; the whole snapshot is kept only when ``keep``."""
+    age = now - snapshot.time_unix
+    stale = age > STALE_AFTER_SECONDS
+    return NodeStatus(name=snapshot.node or name, source=source, state="stale" if stale else "ok",
+                      error=f"the agent's snapshot is {age:.0f} s old (collector stuck?)" if stale else None,
+                      time_unix=snapshot.time_unix, figures=node_figures(snapshot, now),
+                      xid_events=snapshot.xid_events, notices=snapshot.agent.notices,
+                      snapshot=snapshot if keep else None, checked_unix=now)
 
 
 @dataclass(frozen=True)
@@ -297,12 +330,12 @@ class ClusterSnapshot:
 
     def xid_events(self) -> list[XidEvent]:
         """XID events of every node, newest first."""
-        events = [x for n in self.nodes if n.snapshot for x in n.snapshot.xid_events]
+        events = [x for n in self.nodes for x in n.xid_events]
         return sorted(events, key=lambda x: x.time_unix, reverse=True)
 
-    def gpu(self, node: str, uuid: str | None) -> GpuInfo | None:
-        """The GPU with ``uuid`` on ``node`` (``None`` when unknown)."""
+    def gpu_index(self, node: str, uuid: str | None) -> int | None:
+        """The NVML index of the GPU with ``uuid`` on ``node`` (``None`` when unknown)."""
         status = self.node(node)
-        if uuid is None or status is None or status.snapshot is None:
+        if uuid is None or status is None or status.figures is None:
             return None
-        return next((g for g in status.snapshot.gpus if g.uuid == uuid), None)
+        return status.figures.gpu_uuids.get(uuid)

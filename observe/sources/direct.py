@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
-from observe.cluster import STALE_AFTER_SECONDS, ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_figures
+from observe.cluster import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_status
 from observe.model import NodeSnapshot
 from observe.sources import SourceError
 from observe.sources.http import FetchError, HttpFetcher
@@ -140,7 +140,8 @@ class DirectSource:
         """
         started = time.monotonic()
         end = started + deadline
-        jobs = [self._pull_agent(e, e.node == focus or self._nodes[e.url].name == focus, end) for e in self.agents]
+        jobs = [self._pull_agent(e, focus is not None and focus in (e.node, self._nodes[e.url].name), end)
+                for e in self.agents]
         jobs += [self._pull_trainer(e, end) for e in self.trainers]
         tasks = [asyncio.ensure_future(job) for job in jobs]
         if tasks:
@@ -167,7 +168,7 @@ class DirectSource:
         except FetchError as exc:
             self._nodes[endpoint.url] = replace(previous, state=exc.kind, error=str(exc), checked_unix=time.time())
             return
-        self._nodes[endpoint.url] = decode_node(previous, body, time.time())
+        self._nodes[endpoint.url] = decode_node(previous, body, time.time(), keep=full)
 
     async def _pull_trainer(self, endpoint: Endpoint, end: float) -> None:
         url = endpoint.url
@@ -199,22 +200,14 @@ class DirectSource:
         self.fetcher.close()
 
 
-def decode_node(previous: NodeStatus, body: bytes, now: float) -> NodeStatus:
-    """A node's status after its agent answered ``body`` at ``now``: ``ok``, ``stale`` or ``malformed``.
-
-    A malformed answer keeps the previous snapshot (shown with its age).
-    """
+def decode_node(previous: NodeStatus, body: bytes, now: float, keep: bool) -> NodeStatus:
+    """A node's status after its agent answered ``body`` at ``now`` (``observe.cluster.node_status``);
+    ``malformed`` keeps the previous data (shown with its age). ``keep``: keep the whole snapshot."""
     try:
-        snapshot = NodeSnapshot.from_json(body)
-        figures = node_figures(snapshot, now)
+        return node_status(previous.name, previous.source, NodeSnapshot.from_json(body), now, keep)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:  # JSON, shape or schema errors
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         return replace(previous, state="malformed", error=f"not a snapshot: {reason}", checked_unix=now)
-    age = now - snapshot.time_unix
-    stale = age > STALE_AFTER_SECONDS
-    return NodeStatus(name=snapshot.node or previous.name, source=previous.source, state="stale" if stale else "ok",
-                      error=f"the agent's snapshot is {age:.0f} s old (collector stuck?)" if stale else None,
-                      snapshot=snapshot, figures=figures, checked_unix=now)
 
 
 def _host(url: str) -> str:

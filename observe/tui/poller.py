@@ -9,11 +9,11 @@ to the number of nodes (``adaptive_interval``) unless one is given.
 from __future__ import annotations
 
 import asyncio
+from array import array
 import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -54,37 +54,43 @@ def deadline_for(interval: float) -> float:
 class GpuHistory:
     """Recent utilisation and memory shares per GPU, for the Node screen's sparklines.
 
-    Written by the poller thread, read by the UI thread (under a lock; a read copies one GPU).
+    Kept in ``array('d')`` rings (NaN for unreadable): arrays hold no Python objects, so the
+    garbage collector never walks them (8,192 GPUs at 1,024 nodes). Written by the poller thread,
+    read by the UI thread under a lock (a read copies one GPU's history).
     """
 
     def __init__(self, points: int = HISTORY_POINTS) -> None:
         self._lock = threading.Lock()
         self._points = points
-        self._series: dict[tuple[str, int], tuple[deque, deque]] = {}
+        self._util: dict[tuple[str, int], array] = {}
+        self._memory: dict[tuple[str, int], array] = {}
         self._seen: dict[str, float] = {}
 
     def update(self, snapshot: ClusterSnapshot) -> None:
-        """Append the GPUs of every node whose snapshot is new since the last update."""
+        """Append the GPUs of every node whose data is new since the last update."""
+        nan = math.nan
         with self._lock:
             for node in snapshot.nodes:
-                snap = node.snapshot
-                if snap is None or self._seen.get(node.name) == snap.time_unix:
+                f = node.figures
+                if f is None or node.time_unix is None or self._seen.get(node.name) == node.time_unix:
                     continue
-                self._seen[node.name] = snap.time_unix
-                for gpu in snap.gpus:
-                    key = (node.name, gpu.index)
-                    series = self._series.get(key)
-                    if series is None:
-                        series = self._series[key] = (deque(maxlen=self._points), deque(maxlen=self._points))
-                    used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
-                    series[0].append(gpu.utilization_ratio)
-                    series[1].append(used / total if used is not None and total else None)
+                self._seen[node.name] = node.time_unix
+                for index, util, memory in zip(f.gpu_indexes, f.gpu_util_ratios, f.gpu_memory_ratios):
+                    key = (node.name, index)
+                    for series, value in ((self._util, util), (self._memory, memory)):
+                        ring = series.get(key)
+                        if ring is None:
+                            ring = series[key] = array("d")
+                        ring.append(nan if value is None else value)
+                        if len(ring) > self._points:
+                            del ring[0]
 
     def get(self, node: str, gpu: int) -> tuple[tuple[float | None, ...], tuple[float | None, ...]]:
-        """``(utilisation, memory share)`` history of one GPU, oldest first."""
+        """``(utilisation, memory share)`` history of one GPU, oldest first (``None`` where unreadable)."""
         with self._lock:
-            series = self._series.get((node, gpu))
-            return (tuple(series[0]), tuple(series[1])) if series else ((), ())
+            util, memory = self._util.get((node, gpu), ()), self._memory.get((node, gpu), ())
+            return (tuple(None if math.isnan(v) else v for v in util),
+                    tuple(None if math.isnan(v) else v for v in memory))
 
 
 class Poller:

@@ -45,10 +45,7 @@ def _hot_text(node: NodeStatus) -> str:
 def _note(node: NodeStatus) -> str:
     if node.error:
         return node.error
-    snap = node.snapshot
-    if snap is not None and snap.agent.notices:
-        return snap.agent.notices[0]
-    return ""
+    return node.notices[0] if node.notices else ""
 
 
 def _age(node: NodeStatus) -> float | None:

@@ -16,7 +16,7 @@ from observe.model import GpuInfo, NodeSnapshot
 from observe.tui import fmt
 from observe.tui.screens.cluster import STATE_STYLE
 from observe.tui.screens.base import TableScreen
-from observe.tui.widgets.lines import Line, Lines, bar, level, spark
+from observe.tui.widgets.lines import Line, Lines, bar, spark
 from observe.tui.widgets.table import Column, VirtualTable
 
 #: Above this many cores the CPU meters collapse into one average meter (as the issue asks).
@@ -84,7 +84,8 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int) ->
         head.append((f"  {status.error}", "bad"))
     lines = [head]
     if snapshot is None:
-        return lines + [[(" no data from this node yet", "dim")]]
+        text = " loading this node's snapshot…" if status.figures is not None else " no data from this node yet"
+        return lines + [[(text, "dim")]]
     host = snapshot.host
     cores = host.cpu.core_busy_ratios
     meter = max(12, (width - 2) // 2 - 6)
@@ -97,8 +98,7 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int) ->
             lines.append(line)
     else:
         label = f"{host.cpu_count} CPUs" if host.cpu_count else "CPU"
-        note = "" if cores or snapshot.view == "full" else " (per core: loading)"
-        lines.append([(f"{'Avg':>4} ", "label"), *bar(host.cpu.busy_ratio, 2 * meter + 6), (f" {label}{note}", "dim")])
+        lines.append([(f"{'Avg':>4} ", "label"), *bar(host.cpu.busy_ratio, 2 * meter + 6), (f" {label}", "dim")])
     mem = host.memory
     big = 2 * meter + 6
     lines.append([(" Mem ", "label"), *bar(_ratio(mem.used_bytes, mem.total_bytes), big,
@@ -197,15 +197,15 @@ class NodeScreen(TableScreen):
         width = self.query_one("#htop").size.width or 80
         self.query_one("#host", Lines).set_lines(host_lines(status, snap, width))
         table = self.table
-        if snap is not None and snap.view == "full":
+        if snap is not None:
             table.empty = "no processes"
             table.set_rows(process_rows(snap))
-        elif snap is None:
-            table.empty = "no data from this node yet"
+        else:
+            table.empty = "processes: loading…" if status.figures is not None else "no data from this node yet"
             table.set_rows([])
         gpu_width = self.query_one("#nvtop").size.width or 80
         if snap is None:
-            lines: list[Line] = [[(" GPUs: no data yet", "dim")]]
+            lines: list[Line] = [[(" GPUs: loading…" if status.figures is not None else " GPUs: no data yet", "dim")]]
         elif not snap.gpus:
             reason = snap.agent.sources.get("nvml")
             lines = [[(" no GPUs", "title")], [(f" {fmt.one_line(reason)}" if reason and reason != "ok" else "", "dim")]]

@@ -19,8 +19,8 @@ def gpu_label(snapshot: ClusterSnapshot, rank: RankStatus) -> str:
     does not list it; ``cpu`` for a rank without a GPU."""
     if rank.gpu_uuid is None:
         return "cpu" if rank.device_type in (None, "cpu") else fmt.NA
-    gpu = snapshot.gpu(rank.node, rank.gpu_uuid)
-    return f"GPU {gpu.index}" if gpu is not None else rank.gpu_uuid
+    index = snapshot.gpu_index(rank.node, rank.gpu_uuid)
+    return f"GPU {index}" if index is not None else rank.gpu_uuid
 
 
 def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Line]:
