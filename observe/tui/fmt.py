@@ -10,6 +10,11 @@ from __future__ import annotations
 import time
 
 NA = "N/A"
+
+
+def now() -> float:
+    """The current Unix time (one place, so tests can pin the clock the screens show)."""
+    return time.time()
 _BINARY = ("B", "K", "M", "G", "T", "P")
 
 
@@ -87,7 +92,7 @@ def clock(unix: float | None) -> str:
     if unix is None or unix <= 0:
         return NA
     local = time.localtime(unix)
-    if time.strftime("%Y%m%d", local) == time.strftime("%Y%m%d"):
+    if time.strftime("%Y%m%d", local) == time.strftime("%Y%m%d", time.localtime(now())):
         return time.strftime("%H:%M:%S", local)
     return time.strftime("%m-%d %H:%M", local)
 

@@ -18,7 +18,7 @@ COLUMNS = (
     Column("time", "TIME", 11, lambda x: x.time_unix, text=lambda x: fmt.clock(x.time_unix)),
     Column("node", "NODE", 20, lambda x: x.node, style=lambda x: "accent"),
     Column("gpu", "GPU", 4, lambda x: x.gpu, text=lambda x: fmt.NA if x.gpu is None else str(x.gpu), right=True),
-    Column("xid", "XID", 4, lambda x: x.xid, right=True, style=lambda x: SEVERITY_STYLE.get(x.severity)),
+    Column("xid", "XID", 5, lambda x: x.xid, right=True, style=lambda x: SEVERITY_STYLE.get(x.severity)),
     Column("severity", "SEVERITY", 13, lambda x: x.severity, style=lambda x: SEVERITY_STYLE.get(x.severity)),
     Column("meaning", "MEANING", 44, lambda x: x.name, text=lambda x: fmt.one_line(x.name)),
     Column("action", "ACTION", 0, lambda x: x.action, text=lambda x: fmt.one_line(x.action)),

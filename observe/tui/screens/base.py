@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -30,7 +29,7 @@ def status_line(snapshot: ClusterSnapshot, title: str, interval: float) -> Line:
                            ("unreachable", "malformed") else "warn"))
     if snapshot.time_unix:
         cycle = fmt.num(snapshot.cycle_seconds, 2, " s") if snapshot.cycle_seconds is not None else fmt.NA
-        ago = time.time() - snapshot.time_unix
+        ago = fmt.now() - snapshot.time_unix
         pieces.append((f"  every {interval:g} s, last took {cycle}, "
                        f"{'just now' if ago < 1 else fmt.duration(ago) + ' ago'}", "dim"))
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 from textual.app import ComposeResult
 
@@ -49,7 +48,7 @@ def _note(node: NodeStatus) -> str:
 
 
 def _age(node: NodeStatus) -> float | None:
-    return node.age(time.time())
+    return node.age(fmt.now())
 
 
 def _level(ratio: float | None) -> str | None:

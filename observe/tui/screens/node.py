@@ -5,7 +5,6 @@ temperature, power, SM clock, PCIe, throttle reasons; LOST and N/A (MIG) shown a
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
@@ -79,7 +78,7 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int) ->
     """htop's header: one meter per core (two columns), Mem, Swp, then Tasks, Load, Uptime."""
     state = status.state
     head: Line = [(f" {status.name} ", "title"), (f" {state} ", STATE_STYLE.get(state, "dim")),
-                  (f" data {fmt.age(status.age(time.time()))} old", "dim" if state == "ok" else "warn")]
+                  (f" data {fmt.age(status.age(fmt.now()))} old", "dim" if state == "ok" else "warn")]
     if status.error:
         head.append((f"  {status.error}", "bad"))
     lines = [head]
