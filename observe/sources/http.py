@@ -125,7 +125,10 @@ class HttpFetcher:
         """Close every kept-alive connection."""
         for origin in self._origins.values():
             if origin.idle is not None:
-                origin.idle[1].close()
+                try:
+                    origin.idle[1].close()
+                except RuntimeError:  # its event loop is already closed: so is the socket
+                    pass
                 origin.idle = None
 
 
