@@ -31,6 +31,9 @@ STATES: tuple[str, ...] = ("ok", "stale", "slow", "unreachable", "malformed", "w
 #: A snapshot older than this many seconds when it arrives is ``stale`` (the agent's healthz rule
 #: is 3 intervals + 5 s; with the default 1 s interval that is 8 s; 15 s leaves room for clocks).
 STALE_AFTER_SECONDS = 15.0
+#: A slowest rank is called a straggler when its step takes this much longer than the median
+#: rank's (below it, the difference is timing noise).
+STRAGGLER_RATIO = 0.05
 #: Window of the Cluster screen's XID column.
 XID_WINDOW_SECONDS = 3600.0
 #: Severity classes from worst to mildest (``observe.xid.SEVERITIES`` minus ``unknown``, which is
@@ -224,6 +227,11 @@ class Straggler:
 
     rank: RankStatus
     slower_ratio: float
+
+    @property
+    def significant(self) -> bool:
+        """At least ``STRAGGLER_RATIO`` slower than the median: a straggler, not noise."""
+        return self.slower_ratio >= STRAGGLER_RATIO
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int) ->
     """htop's header: one meter per core (two columns), Mem, Swp, then Tasks, Load, Uptime."""
     state = status.state
     head: Line = [(f" {status.name} ", "title"), (f" {state} ", STATE_STYLE.get(state, "dim")),
-                  (f" data {fmt.age(status.age(fmt.now()))} old", "dim" if state == "ok" else "warn")]
+                  (f" {_updated(status.age(fmt.now()))}", "dim" if state == "ok" else "warn")]
     if status.error:
         head.append((f"  {status.error}", "bad"))
     lines = [head]
@@ -113,6 +113,13 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int) ->
     for notice in snapshot.agent.notices:
         lines.append([(f" ! {fmt.one_line(notice)}", "warn")])
     return lines
+
+
+def _updated(age: float | None) -> str:
+    """``updated now``, ``updated 12s ago``, ``no data yet``."""
+    if age is None:
+        return "no data yet"
+    return "updated now" if age < 1 else f"updated {fmt.duration(age)} ago"
 
 
 def _ratio(part: float | None, whole: float | None) -> float | None:

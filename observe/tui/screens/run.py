@@ -46,9 +46,11 @@ def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Lin
     straggler = run.straggler
     if straggler is not None:
         r = straggler.rank
-        lines.append([(" Straggler ", "label"), (f"rank {r.rank}", "bad"),
+        label, style = (" Straggler ", "bad") if straggler.significant else (" Slowest   ", "value")
+        lines.append([(label, "label"), (f"rank {r.rank}", style),
                       (f" on node {r.node or fmt.NA} {gpu_label(snapshot, r)}", "value"),
-                      (f"  {straggler.slower_ratio * 100:+.1f}% step time vs the median rank", "warn")])
+                      (f"  {straggler.slower_ratio * 100:+.1f}% step time vs the median rank", "warn" if
+                       straggler.significant else "dim")])
     lines.append([])
     step_max = max((r.window_step_seconds or 0.0 for r in run.ranks), default=0.0) or None
     meter = max(16, min(36, (width - 44) // 2))
@@ -61,11 +63,14 @@ def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Lin
         wait_ratio = None if wait is None or not step_max else wait / step_max
         line: Line = [(f" {r.rank:>4} ", "accent"), (f"{fmt.one_line(r.node or fmt.NA, 18):<18} ", "value"),
                       (f"{gpu_label(snapshot, r)[:8]:<8} ", "value"),
-                      *bar(step_ratio, meter, fmt.step_time(r.window_step_seconds), "high" if is_straggler else "low"),
+                      *bar(step_ratio, meter, fmt.step_time(r.window_step_seconds),
+                           "high" if is_straggler and straggler.significant else "low"),
                       (" ", None), *bar(wait_ratio, meter, fmt.step_time(wait), "mid"),
                       (f" {fmt.num(r.tokens_per_second, 0):>7} ", "value"), (r.state, STATE_STYLE.get(r.state, "dim"))]
-        if is_straggler:
+        if is_straggler and straggler.significant:
             line.append((f"  ◀ straggler +{straggler.slower_ratio * 100:.1f}%", "bad"))
+        elif is_straggler:
+            line.append((f"  ◀ slowest +{straggler.slower_ratio * 100:.1f}%", "dim"))
         if r.error:
             line.append((f"  {r.error}", "bad"))
         lines.append(line)
