@@ -4,7 +4,7 @@ For large clusters the TUI asks Prometheus (which already scrapes every agent an
 every node: one refresh is a handful of instant queries whatever the node count, each selecting
 the series it needs by name (names from ``observe.catalog``). What cannot come from counters is
 said so: XID "events" are the last hour's increase of ``fsdp_gpu_xid_errors_total`` per GPU and
-code, with the time of the refresh; a node's processes (the Node screen) come from the
+code (a series that appeared within the hour counts whole), with the time of the refresh; a node's processes (the Node screen) come from the
 ``--process-series`` busiest processes each agent exports. API:
 https://prometheus.io/docs/prometheus/latest/querying/api/
 """
@@ -226,7 +226,8 @@ class PrometheusSource:
         node_names = [*_NODE, *_NODE_EXTRA]
         _, node_series = api.query(names_regex(node_names), now)
         _, gpu_series = api.query(names_regex([*_GPU, *_GPU_EXTRA]), now)
-        _, xid_series = api.query(f"increase({c.GPU_XID_ERRORS.name}[1h]) > 0", now)
+        xid = c.GPU_XID_ERRORS.name  # a series born within the hour counts whole (increase() skips its start)
+        _, xid_series = api.query(f"(increase({xid}[1h]) > 0) or ({xid} unless {xid} offset 1h)", now)
         _, trainer_series = api.query(names_regex(TRAINER_SAMPLES), now)
         snapshots = build_nodes(node_series, gpu_series, xid_series, now)
         if focus in snapshots:
