@@ -39,7 +39,7 @@ def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Lin
     losses = [loss for _, loss in run.loss_history]
     lines.append([(" Loss     ", "label"), (f"{fmt.num(run.loss, 4)} ", "value"),
                   (spark(losses, max(10, width - 40), top=None), "spark"),
-                  (f"  {len(losses)} points" if losses else "  no history yet", "dim")])
+                  (f"  {len(losses)} point{'s' * (len(losses) != 1)}" if losses else "  no history yet", "dim")])
     lines.append([(" Tokens/s ", "label"), (fmt.num(run.global_tokens_per_second, 0), "value"),
                   ("   MFU ", "label"), (fmt.pct(run.mfu_ratio, 1), "value" if run.mfu_ratio is not None else "na"),
                   ("   Step time ", "label"), (fmt.step_time(run.step_seconds), "value")])
@@ -64,8 +64,8 @@ def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Lin
         line: Line = [(f" {r.rank:>4} ", "accent"), (f"{fmt.one_line(r.node or fmt.NA, 18):<18} ", "value"),
                       (f"{gpu_label(snapshot, r)[:8]:<8} ", "value"),
                       *bar(step_ratio, meter, fmt.step_time(r.window_step_seconds),
-                           "high" if is_straggler and straggler.significant else "low"),
-                      (" ", None), *bar(wait_ratio, meter, fmt.step_time(wait), "mid"),
+                           "high" if is_straggler and straggler.significant else "low", outside=8),
+                      (" ", None), *bar(wait_ratio, meter, fmt.step_time(wait), "mid", outside=8),
                       (f" {fmt.num(r.tokens_per_second, 0):>7} ", "value"), (r.state, STATE_STYLE.get(r.state, "dim"))]
         if is_straggler and straggler.significant:
             line.append((f"  ◀ straggler +{straggler.slower_ratio * 100:.1f}%", "bad"))

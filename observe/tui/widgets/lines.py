@@ -31,17 +31,24 @@ def level(ratio: float | None) -> str:
     return "low" if ratio < 0.5 else "mid" if ratio < 0.8 else "high"
 
 
-def bar(ratio: float | None, width: int, text: str | None = None, style: str | None = None) -> Line:
+def bar(ratio: float | None, width: int, text: str | None = None, style: str | None = None,
+        outside: int = 0) -> Line:
     """An htop meter ``[|||||     45%]`` of ``width`` cells; ``text`` is written inside at the right.
 
-    ``None`` draws an empty meter reading ``N/A`` (or ``text``).
+    ``None`` draws an empty meter reading ``N/A`` (or ``text``). With ``outside`` > 0 the text goes
+    after the meter instead, right-aligned in that many cells (bars that are compared with each
+    other, where a label inside would hide the difference).
     """
+    if outside:
+        label = text if text is not None else (NA if ratio is None else f"{ratio * 100:.1f}%")
+        return [*bar(ratio, width - outside, "", style), (label.rjust(outside)[:outside], "value" if ratio is not None
+                                                            else "na")]
     inner = max(1, width - 2)
     label = text if text is not None else (NA if ratio is None else f"{ratio * 100:.1f}%")
     label = label[:inner]
     filled = 0 if ratio is None else round(max(0.0, min(1.0, ratio)) * inner)
     body = ("|" * filled).ljust(inner)
-    body = body[: inner - len(label)] + label
+    body = body[: inner - len(label)] + label if label else body
     fill_style = style or level(ratio)
     if ratio is None:
         return [("[", "label"), (body, "na"), ("]", "label")]
