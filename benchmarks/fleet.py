@@ -6,13 +6,14 @@ Each simulated node has 8 GPUs (H100-like readings) and 300 processes, 96 cores,
 (as the real agent serves a cached rendering). Bodies are re-rendered every ``--refresh`` seconds
 with a new ``time_unix`` and new readings, so the client sees fresh data.
 
-    python benchmarks/fleet.py --nodes 1024 --base-port 20000     # prints "ready" when serving
+    python benchmarks/fleet.py --nodes 1024    # prints "ready" and the JSON list of ports when serving
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import resource
 import sys
@@ -89,7 +90,7 @@ class Fleet:
         return self.full[index]
 
 
-async def serve(fleet: Fleet, base_port: int, refresh: float) -> None:
+async def serve(fleet: Fleet, refresh: float) -> None:
     async def handle(index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -103,10 +104,9 @@ async def serve(fleet: Fleet, base_port: int, refresh: float) -> None:
             writer.close()
 
     servers = []
-    for i in range(fleet.nodes):
-        servers.append(await asyncio.start_server(lambda r, w, i=i: handle(i, r, w), "127.0.0.1", base_port + i,
-                                                  backlog=64))
-    print("ready", flush=True)
+    for i in range(fleet.nodes):  # port 0: the kernel picks free ports, so nothing can collide
+        servers.append(await asyncio.start_server(lambda r, w, i=i: handle(i, r, w), "127.0.0.1", 0, backlog=64))
+    print("ready", json.dumps([s.sockets[0].getsockname()[1] for s in servers]), flush=True)
     while True:
         await asyncio.sleep(refresh)
         fleet.render()
@@ -115,12 +115,11 @@ async def serve(fleet: Fleet, base_port: int, refresh: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, required=True)
-    ap.add_argument("--base-port", type=int, required=True)
     ap.add_argument("--refresh", type=float, default=5.0, help="seconds between re-renders (default 5)")
     ns = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * ns.nodes + 256)), hard))
-    asyncio.run(serve(Fleet(ns.nodes), ns.base_port, ns.refresh))
+    asyncio.run(serve(Fleet(ns.nodes), ns.refresh))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,22 +48,6 @@ from observe.tui.app import make_app  # noqa: E402
 from observe.tui.screens.node import NodeScreen  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "tui_fanin.json"
-
-
-def free_base_port(count: int) -> int:
-    """A base port with ``count`` free ports above it on 127.0.0.1."""
-    for base in range(20000, 60000 - count, 997):
-        ok = True
-        for port in range(base, base + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port block")
 
 
 class Measured:
@@ -111,9 +94,9 @@ class GcPauses:
             self.longest[gen] = max(self.longest[gen], time.perf_counter() - self._started)
 
 
-async def run_app(n: int, base: int, cycles: int) -> dict:
+async def run_app(ports: list[int], cycles: int) -> dict:
     """The app over the fleet: ``cycles`` refreshes on the Cluster screen, then as many on a Node screen."""
-    source = Measured(DirectSource([Endpoint(f"127.0.0.1:{base + i}") for i in range(n)], [], concurrency=64))
+    source = Measured(DirectSource([Endpoint(f"127.0.0.1:{port}") for port in ports], [], concurrency=64))
     app = make_app(source)
     redraws: list[float] = []
     show = app.show_snapshot
@@ -166,9 +149,9 @@ async def run_app(n: int, base: int, cycles: int) -> dict:
     return phases
 
 
-async def reference(n: int, base: int) -> dict:
+async def reference(ports: list[int]) -> dict:
     """One refresh of every summary through observe.sources.http and through httpx (2nd of 2 rounds each)."""
-    urls = [f"http://127.0.0.1:{base + i}/snapshot?view=summary" for i in range(n)]
+    urls = [f"http://127.0.0.1:{port}/snapshot?view=summary" for port in ports]
 
     async def ours() -> tuple[float, float]:
         fetcher = HttpFetcher(concurrency=64, timeout=10)
@@ -200,16 +183,17 @@ async def reference(n: int, base: int) -> dict:
 
 
 def measure(n: int, cycles: int) -> dict:
-    base = free_base_port(n)
-    fleet = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--nodes", str(n),
-                              "--base-port", str(base)], stdout=subprocess.PIPE, text=True)
+    fleet = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--nodes", str(n)],
+                             stdout=subprocess.PIPE, text=True)
     try:
-        if fleet.stdout.readline().strip() != "ready":
+        word, _, ports_json = fleet.stdout.readline().partition(" ")
+        if word != "ready":
             raise RuntimeError("the fleet process did not start")
+        ports = json.loads(ports_json)
         fleet_cpu0 = _child_cpu(fleet.pid)
         load_before = os.getloadavg()
-        phases = asyncio.run(run_app(n, base, cycles))
-        ref = asyncio.run(reference(n, base))
+        phases = asyncio.run(run_app(ports, cycles))
+        ref = asyncio.run(reference(ports))
         return {"nodes": n, **{f"{p}_{k}": v for p, d in phases.items() for k, v in d.items()}, **ref,
                 "fleet_cpu_s": _child_cpu(fleet.pid) - fleet_cpu0, "load_before": load_before,
                 "load_after": os.getloadavg()}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.message import Message
 
 from observe.cluster import ClusterSnapshot
@@ -78,7 +79,11 @@ class TopApp(App):
         self.refreshes += 1
         update = getattr(self.screen, "update_snapshot", None)
         if update is not None:
-            update(snapshot)
+            try:
+                update(snapshot)
+            except NoMatches:  # the screen was just pushed and is still composing: it draws
+                pass           # app.snapshot itself when it mounts
+
         if self.refreshes == 1:
             self.call_after_refresh(self._freeze_startup_objects)
 

@@ -62,10 +62,6 @@ class AlertsScreen(TableScreen):
         yield from self.compose_filter()
         yield from self.compose_footer()
 
-    def on_mount(self) -> None:
-        self.table.focus()
-        self.update_snapshot(self.app.snapshot)
-
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         super().update_snapshot(snapshot)
         self.table.set_rows(snapshot.xid_events())

@@ -80,6 +80,10 @@ class TableScreen(TopScreen):
     def table(self) -> VirtualTable:
         return self.query_one(VirtualTable)
 
+    def on_mount(self) -> None:
+        self.table.focus()
+        self.update_snapshot(self.app.snapshot)
+
     def action_sort_menu(self) -> None:
         table = self.table
 

@@ -99,10 +99,6 @@ class ClusterScreen(TableScreen):
         yield from self.compose_filter()
         yield from self.compose_footer()
 
-    def on_mount(self) -> None:
-        self.table.focus()
-        self.update_snapshot(self.app.snapshot)
-
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         super().update_snapshot(snapshot)
         self.table.set_rows(snapshot.nodes)

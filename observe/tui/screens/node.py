@@ -188,10 +188,8 @@ class NodeScreen(TableScreen):
         yield from self.compose_filter()
         yield from self.compose_footer()
 
-    def on_mount(self) -> None:
-        self.table.focus()
+    def on_mount(self) -> None:  # TableScreen.on_mount runs next (Textual calls both)
         self.app.set_focus_node(self.node)
-        self.update_snapshot(self.app.snapshot)
 
     def on_unmount(self) -> None:
         self.app.set_focus_node(None)

@@ -51,6 +51,19 @@ class Column:
     right: bool = False
 
 
+class _RowMessage(Message):
+    """A message about one row of a ``VirtualTable``."""
+
+    def __init__(self, table: VirtualTable, row: Any) -> None:
+        super().__init__()
+        self.table = table
+        self.row = row
+
+    @property
+    def control(self) -> VirtualTable:
+        return self.table
+
+
 class VirtualTable(Widget, can_focus=True):
     """A sortable, filterable table drawing only its visible rows.
 
@@ -75,29 +88,11 @@ class VirtualTable(Widget, can_focus=True):
 
     cursor = reactive(0, always_update=True, repaint=True)
 
-    class Highlighted(Message):
+    class Highlighted(_RowMessage):
         """The cursor moved to another row (or the rows under it changed)."""
 
-        def __init__(self, table: VirtualTable, row: Any) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-
-        @property
-        def control(self) -> VirtualTable:
-            return self.table
-
-    class Selected(Message):
-        """Enter (or a click) on a row."""
-
-        def __init__(self, table: VirtualTable, row: Any) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-
-        @property
-        def control(self) -> VirtualTable:
-            return self.table
+    class Selected(_RowMessage):
+        """Enter (or a double click) on a row."""
 
     def __init__(self, columns: Sequence[Column], row_key: Callable[[Any], Any],
                  search_text: Callable[[Any], str] | None = None, sort_key: str | None = None,
