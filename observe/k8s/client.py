@@ -6,11 +6,9 @@ no such job, training operator not installed) turned into one ``ConfigError`` li
 from __future__ import annotations
 
 import json
-import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import urllib3

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from tests.conftest import CASES
