@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from observe.tui.app import make_app
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable
 from tests.support.fake_nvml import FakeNvml
-from tests.tui.conftest import lines_text, table_text
+from tests.tui.conftest import lines_text, table_text, until
 from trainer.launch import prepare, torchrun_command, torchrun_env
 
 pytestmark = pytest.mark.anyio
@@ -62,15 +61,6 @@ def live_demo(native, tmp_path: Path, port_block, subprocess_env, monkeypatch: p
         log.close()
         agent.terminate()
         agent.wait(timeout=15)
-
-
-async def until(pilot, check, timeout: float, what: str):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await pilot.pause(0.2)
-    return value
 
 
 async def test_top_over_the_live_demo(live_demo) -> None:

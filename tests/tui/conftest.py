@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -42,3 +43,13 @@ def lines_text(widget) -> list[str]:  # noqa: ANN001 - a Lines widget
 def anyio_backend() -> str:
     """Async tests here run on asyncio (anyio's pytest plugin, which httpx brings)."""
     return "asyncio"
+
+
+async def until(pilot, check: Callable[[], object], timeout: float = 15.0, what: str = "condition"):  # noqa: ANN001, ANN201
+    """Let the app run until ``check()`` is truthy; return its value, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await pilot.pause(0.05)
+    return value

@@ -9,7 +9,6 @@ answer, a slow one, a node that goes away mid-run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -23,7 +22,7 @@ from observe.tui.screens.node import NodeScreen
 from observe.tui.screens.run import RunScreen
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable
-from tests.tui.conftest import lines_text, table_text
+from tests.tui.conftest import lines_text, table_text, until
 from tests.tui.fleet import RecordedFleet
 
 SIZE = (160, 48)
@@ -36,15 +35,6 @@ def make(fleet: RecordedFleet, unreachable: bool = True) -> TopApp:
         agents.append(Endpoint(fleet.unreachable()))
     trainers = [Endpoint(s.url + "/metrics") for name, s in fleet.servers.items() if name.startswith("rank")]
     return make_app(DirectSource(agents, trainers, timeout=0.5), interval=1.0)
-
-
-async def until(pilot, check: Callable[[], object], timeout: float = 15.0, what: str = "condition"):  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
-    return value
 
 
 def rows(app: TopApp) -> dict[str, str]:
