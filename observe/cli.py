@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("observe.train_cmd", "validate, then start a local torchrun run of the trainer"),
     "scaling": ("observe.scaling.cli", "throughput, step time and memory against the number of ranks"),
     "job": ("observe.job_cmd", "render a PyTorchJob; show, read and stop one on Kubernetes"),
+    "top": ("observe.tui.cli", "the terminal UI: nodes, GPUs, processes, the training run and XID alerts"),
     "agent": ("observe.agent.cli", "the node agent: host, process, GPU and XID data as /metrics and /snapshot"),
 }
 

@@ -3,8 +3,9 @@
 Starts a local node agent (``python -m observe.agent``) and ``torchrun`` with the ``tiny`` preset
 on the default corpus (the Python standard library's sources), prints the agent's and each rank's
 metrics URL, scrapes the ranks over HTTP while the run goes, and ends with a summary table that
-includes what the agent saw (CPU, memory, GPUs or "no GPUs", XID errors). Runs to the end with no
-terminal attached.
+includes what the agent saw (CPU, memory, GPUs or "no GPUs", XID errors). On a terminal it opens
+``fsdp-observe top`` over the agent and the ranks while the run goes (quitting it stops the run);
+with no terminal attached (or ``--no-tui``) it runs headless to the end.
 """
 
 from __future__ import annotations
@@ -41,7 +42,28 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
                          "0 picks a free one)")
     ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
+    ap.add_argument("--no-tui", action="store_true",
+                    help="never open the terminal UI (it opens only when stdin and stdout are a terminal)")
     return ap
+
+
+def wants_tui(ns: argparse.Namespace) -> bool:
+    """Open the TUI: stdin and stdout are a terminal and ``--no-tui`` was not given."""
+    return not ns.no_tui and sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def watch(agent_url: str, metrics_urls: list[str], proc: subprocess.Popen) -> bool:
+    """Run ``fsdp-observe top`` over the demo's agent and ranks until the user quits; then stop the
+    run if it is still going. Returns whether it was stopped."""
+    from observe.sources.direct import DirectSource, Endpoint
+    from observe.tui.app import make_app
+
+    make_app(DirectSource([Endpoint(agent_url)], [Endpoint(u) for u in metrics_urls])).run()
+    if proc.poll() is None:
+        print("fsdp-observe demo: the terminal UI was closed; stopping the run", flush=True)
+        os.killpg(proc.pid, signal.SIGTERM)
+        return True
+    return False
 
 
 @dataclass
@@ -239,22 +261,33 @@ def main(argv: list[str]) -> int:
     for rank, url in enumerate(urls):
         print(f"  rank {rank} metrics: {url}")
     scraper = Scraper(urls)
+    tui = wants_tui(ns)
+    train_log = open(out / "train.log", "wb") if tui else None  # the TUI owns the terminal
+    if train_log is not None:
+        print(f"  training output: {out / 'train.log'}; opening fsdp-observe top (q quits and stops the run)")
     proc = subprocess.Popen(torchrun_command(trainer_args, ns.nproc_per_node),
-                            env=torchrun_env(ns.nproc_per_node), start_new_session=True)
+                            env=torchrun_env(ns.nproc_per_node), start_new_session=True,
+                            stdout=train_log, stderr=subprocess.STDOUT if train_log else None)
     scraper.start()
+    stopped = False
     try:
+        if tui:
+            stopped = watch(agent_url, urls, proc)
         status = proc.wait()
     except KeyboardInterrupt:
         os.killpg(proc.pid, signal.SIGTERM)
         status = proc.wait()
     finally:
+        if train_log is not None:
+            train_log.close()
         scraper.stop()
         snapshot = agent_snapshot(agent_url)
         agent.terminate()
         agent.wait()
     windows, end = read_log(log_json)
     rows = summary_rows(windows, end, scraper.records, status)
-    print_table(f"fsdp-observe demo: run {run_id} {'finished' if status == 0 else 'FAILED'}",
+    outcome = "stopped (the terminal UI was closed)" if stopped else "finished" if status == 0 else "FAILED"
+    print_table(f"fsdp-observe demo: run {run_id} {outcome}",
                 rows[:-1] + agent_rows(snapshot, agent_url) + rows[-1:])
     print(f"\nJSON log: {log_json}")
-    return status
+    return 0 if stopped else status

@@ -6,24 +6,22 @@ no such job, training operator not installed) turned into one ``ConfigError`` li
 from __future__ import annotations
 
 import json
-import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from observe.k8s.kubeconfig import explain
+from observe.k8s.kubeconfig import load as kubeconfig_load
 from trainer.errors import ConfigError
 
 #: (connect, read) seconds for one API call; log streams with ``--follow`` have no read limit.
 REQUEST_TIMEOUT = (5.0, 60.0)
-_INCLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-_KUBECONFIG_FIX = ("set KUBECONFIG or pass --kubeconfig FILE (on EKS: aws eks update-kubeconfig --name CLUSTER)")
 
 
 @dataclass
@@ -52,39 +50,12 @@ def connect(kubeconfig: str | None = None, context: str | None = None, namespace
     Raises:
         ConfigError: no kubeconfig, an unknown context, or an unreadable file.
     """
-    cfg = client.Configuration()
-    default_ns = "default"
-    in_cluster = (kubeconfig is None and "KUBECONFIG" not in os.environ
-                  and not Path(os.path.expanduser("~/.kube/config")).exists()
-                  and "KUBERNETES_SERVICE_HOST" in os.environ)
     try:
-        if in_cluster:
-            config.load_incluster_config(client_configuration=cfg)
-            if _INCLUSTER_NAMESPACE.exists():
-                default_ns = _INCLUSTER_NAMESPACE.read_text().strip()
-        else:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-            default_ns = _context_namespace(kubeconfig, context) or default_ns
-    except ConfigException as exc:
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "No configuration found" in text:
-            raise ConfigError("kubeconfig", f"no kubeconfig at {where}", _KUBECONFIG_FIX) from None
-        if context and context in text:
-            raise ConfigError("--context", f"no context {context!r} in {where}",
-                              "list them with kubectl config get-contexts") from None
-        raise ConfigError("kubeconfig", f"{where}: {text}", _KUBECONFIG_FIX) from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError("kubeconfig", f"cannot read it ({exc})", _KUBECONFIG_FIX) from None
-    cfg.retries = 1  # one retry, no backoff: an unreachable server fails within seconds
+        cfg, default_ns = kubeconfig_load(kubeconfig, context)
+    except (ConfigException, OSError, ValueError) as exc:
+        raise ConfigError(*explain(exc, kubeconfig, context)) from None
     api = client.ApiClient(cfg)
     return Kube(client.CoreV1Api(api), client.CustomObjectsApi(api), namespace or default_ns, cfg.host)
-
-
-def _context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
-    contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-    chosen = next((c for c in contexts if c["name"] == context), None) if context else active
-    return (chosen or {}).get("context", {}).get("namespace")
 
 
 @contextmanager

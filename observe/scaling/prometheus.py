@@ -22,18 +22,16 @@ import re
 import statistics
 from dataclasses import dataclass
 
-import httpx
-
 from observe import catalog as c
 from observe.scaling.figures import SizeFigures, measure
 from observe.scaling.snapshot import SNAPSHOT_SAMPLE_NAMES, Sample, rank_snapshots
+from observe.sources.prometheus import PrometheusAPI, PrometheusError, promql_string
+
+__all__ = ["PrometheusAPI", "PrometheusError", "RunNotFound", "RunWindow", "find_window", "parse_duration",
+           "promql_string", "read_run", "samples_at"]
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d|w)$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-class PrometheusError(RuntimeError):
-    """Prometheus could not be reached or did not answer a query."""
 
 
 class RunNotFound(LookupError):
@@ -50,50 +48,6 @@ def parse_duration(text: str) -> float:
     if not match or int(match.group(1)) == 0:
         raise ValueError(f"{text!r} is not a duration like 30m, 12h or 7d")
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-
-
-def promql_string(value: str) -> str:
-    """``value`` as a double-quoted PromQL string literal (backslash and quote escaped)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-@dataclass
-class PrometheusAPI:
-    """A minimal client of Prometheus' query API.
-
-    Args:
-        url: the server's base URL (``http://host:9090``, or with a path prefix).
-        timeout: seconds per request.
-    """
-
-    url: str
-    timeout: float = 10.0
-
-    def __post_init__(self) -> None:
-        self._client = httpx.Client(base_url=self.url.rstrip("/"), timeout=self.timeout)
-
-    def close(self) -> None:
-        """Close the HTTP connection pool."""
-        self._client.close()
-
-    def query(self, expr: str, at: float) -> tuple[str, list[dict]]:
-        """Evaluate ``expr`` at Unix time ``at``; return ``(resultType, result)``.
-
-        Raises:
-            PrometheusError: unreachable, a non-Prometheus answer, or a query error.
-        """
-        try:
-            response = self._client.get("/api/v1/query", params={"query": expr, "time": f"{at:.3f}"})
-        except httpx.HTTPError as exc:
-            raise PrometheusError(f"cannot reach {self.url} ({type(exc).__name__}: {exc})") from None
-        try:
-            body = response.json()
-        except ValueError:
-            raise PrometheusError(f"{self.url} answered HTTP {response.status_code} without Prometheus "
-                                  "API JSON; is it a Prometheus server?") from None
-        if body.get("status") != "success":
-            raise PrometheusError(f"query failed at {self.url}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]["resultType"], body["data"]["result"]
 
 
 @dataclass(frozen=True)

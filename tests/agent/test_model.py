@@ -65,3 +65,24 @@ def test_other_schema_versions_are_refused(text: str) -> None:
 def test_snapshots_are_immutable() -> None:
     with pytest.raises(AttributeError):
         full_snapshot().node = "other"  # type: ignore[misc]
+
+
+def test_integral_floats_written_as_ints_come_back_as_floats() -> None:
+    data = json.loads(full_snapshot().to_json())
+    data["time_unix"] = 1700000000
+    data["gpus"][0]["temperature_celsius"] = 40
+    again = NodeSnapshot.from_json(json.dumps(data))
+    assert type(again.time_unix) is float and type(again.gpus[0].temperature_celsius) is float
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d.update(gpus={"index": 0}),       # an object where a list belongs
+    lambda d: d["gpus"].append("GPU-x"),         # a string where an object belongs
+    lambda d: d.pop("node"),                     # a required field missing
+    lambda d: d.update(host=[1, 2]),
+])
+def test_a_wrong_shape_is_a_value_error(change) -> None:
+    data = json.loads(full_snapshot().to_json())
+    change(data)
+    with pytest.raises(ValueError, match="wrong shape"):
+        NodeSnapshot.from_json(json.dumps(data))

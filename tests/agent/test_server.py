@@ -58,7 +58,7 @@ def test_requests_never_collect(agent: Agent, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setattr(target, name, lambda *a, _o=original, _n=name, **k: calls.append(_n) or _o(*a, **k))
     with httpx.Client() as client:
         for _ in range(20):
-            for path in ("/metrics", "/snapshot", "/healthz"):
+            for path in ("/metrics", "/snapshot", "/snapshot?view=summary", "/healthz"):
                 assert client.get(url(agent, path)).status_code == 200
     assert calls == []
     assert agent.latest.current.snapshot.agent.collections == 1
@@ -70,3 +70,26 @@ def test_collect_once_publishes_a_new_snapshot(agent: Agent) -> None:
     after = agent.latest.current
     assert after is not before and after.snapshot.agent.collections == 2
     assert httpx.get(url(agent, "/snapshot")).json()["agent"]["collections"] == 2
+
+
+def test_the_summary_view_leaves_out_the_process_lists(agent: Agent) -> None:
+    with httpx.Client() as client:
+        full = client.get(url(agent, "/snapshot"))
+        summary = client.get(url(agent, "/snapshot?view=summary"))
+        assert client.get(url(agent, "/snapshot?view=full")).content == full.content
+        bad = client.get(url(agent, "/snapshot?view=tiny"))
+    assert summary.status_code == 200 and summary.headers["content-type"].startswith("application/json")
+    whole, part = NodeSnapshot.from_json(full.content), NodeSnapshot.from_json(summary.content)
+    assert whole.processes and whole.view == "full"
+    assert part.view == "summary" and part.processes == () and part.gpu_processes == ()
+    assert part.host.cpu.core_busy_ratios == ()
+    assert part.gpus == whole.gpus and part.host.memory == whole.host.memory and part.agent == whole.agent
+    assert len(summary.content) < len(full.content) / 2
+    assert bad.status_code == 400 and "view=summary" in bad.text
+
+
+def test_the_summary_is_rendered_once_per_snapshot(agent: Agent) -> None:
+    first = httpx.get(url(agent, "/snapshot?view=summary")).content
+    assert agent.latest.current.summary_json() is agent.latest.current.summary_json()
+    agent.collect_once()
+    assert httpx.get(url(agent, "/snapshot?view=summary")).content != first

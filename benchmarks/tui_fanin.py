@@ -1,0 +1,258 @@
+"""``fsdp-observe top`` fan-in at 16, 128 and 1,024 nodes: refresh cost and event-loop stalls.
+
+One fleet process (``benchmarks/fleet.py``) answers as N agents on N ports, each node with 8 GPUs
+and 300 processes. The real app (``make_app`` over a ``DirectSource``) runs headless
+(``App.run_test``) at 160x50 with its fan-in thread refreshing at the adaptive interval; first on
+the Cluster screen (summaries from every node), then on the Node screen of one node (that node's
+full snapshot every refresh as well). Per refresh it records:
+
+- wall: seconds from the refresh's start until the ``ClusterSnapshot`` was built (all pulls,
+  decoding and figures);
+- fan-in CPU: CPU seconds of the fan-in thread during that refresh;
+- app CPU: CPU seconds of the whole TUI process per refresh interval (UI thread included);
+- stall: the longest lateness of a 5 ms timer task running in the app's event loop while the app
+  renders (the UI's responsiveness; target < 50 ms);
+- redraw: time the UI thread spent taking the snapshot onto the screen.
+
+As a side-by-side reference it also times one refresh of the same summaries through
+``httpx.AsyncClient`` (64 connections), the obvious client, against ``observe.sources.http``.
+Targets (issue 4): 1,024 nodes refreshed every 2 s, each refresh <= 1 s, no stall above 50 ms.
+
+    python benchmarks/tui_fanin.py            # N = 16, 128, 1024; about 2 minutes
+    python benchmarks/tui_fanin.py --quick    # N = 16, 64; a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from observe.sources.direct import DirectSource, Endpoint  # noqa: E402
+from observe.sources.http import HttpFetcher  # noqa: E402
+from observe.tui.app import make_app  # noqa: E402
+from observe.tui.screens.node import NodeScreen  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "tui_fanin.json"
+
+
+class Measured:
+    """A source wrapper recording each refresh's wall and fan-in-thread CPU time."""
+
+    def __init__(self, source: DirectSource) -> None:
+        self.source = source
+        self.description = source.description
+        self.cycles: list[dict] = []
+
+    async def cycle(self, focus: str | None, deadline: float):  # noqa: ANN201
+        wall, cpu = time.perf_counter(), time.thread_time()
+        snapshot = await self.source.cycle(focus, deadline)
+        self.cycles.append({"wall": time.perf_counter() - wall, "cpu": time.thread_time() - cpu,
+                            "ok": sum(n.state == "ok" for n in snapshot.nodes), "nodes": len(snapshot.nodes),
+                            "focus": focus, "full": sum(1 for n in snapshot.nodes
+                                                        if n.snapshot is not None and n.snapshot.view == "full")})
+        return snapshot
+
+    def close(self) -> None:
+        self.source.close()
+
+
+async def stall_probe(stalls: list[float], stop: asyncio.Event) -> None:
+    """Sleep 5 ms over and over in the app's loop; record how late each wake-up is."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        await asyncio.sleep(0.005)
+        stalls.append(time.perf_counter() - started - 0.005)
+
+
+class GcPauses:
+    """The longest garbage-collector pause per generation (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.longest = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            gen = info["generation"]
+            self.longest[gen] = max(self.longest[gen], time.perf_counter() - self._started)
+
+
+async def run_app(ports: list[int], cycles: int) -> dict:
+    """The app over the fleet: ``cycles`` refreshes on the Cluster screen, then as many on a Node screen."""
+    source = Measured(DirectSource([Endpoint(f"127.0.0.1:{port}") for port in ports], [], concurrency=64))
+    app = make_app(source)
+    redraws: list[float] = []
+    show = app.show_snapshot
+
+    def timed_show(snapshot):  # noqa: ANN001, ANN202
+        started = time.perf_counter()
+        show(snapshot)
+        redraws.append(time.perf_counter() - started)
+
+    app.show_snapshot = timed_show
+    phases = {}
+    async with app.run_test(size=(160, 50)) as pilot:
+        while app.refreshes < 2:  # start-up (CSS, first layout) and the first refreshes are a warm-up
+            await asyncio.sleep(0.05)
+        await pilot.pause(0.3)
+        for phase in ("cluster", "node"):
+            if phase == "node":
+                await pilot.press("enter")  # the node under the cursor: its full snapshot every refresh
+                await pilot.pause(0.5)
+                assert isinstance(app.screen, NodeScreen), app.screen
+            stalls: list[float] = []
+            pauses = GcPauses()
+            gc.callbacks.append(pauses)
+            stop = asyncio.Event()
+            probe = asyncio.create_task(stall_probe(stalls, stop))
+            first, redraw0 = len(source.cycles), len(redraws)
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            while len(source.cycles) < first + cycles + 1:  # the first refresh of a phase is a warm-up
+                await asyncio.sleep(0.05)
+            await pilot.pause(0.2)
+            stop.set()
+            await probe
+            gc.callbacks.remove(pauses)
+            elapsed = time.perf_counter() - wall0
+            measured = source.cycles[first + 1:first + cycles + 1]
+            phases[phase] = {
+                "interval_s": app.poller.interval,
+                "refreshes": len(measured),
+                "wall_s_median": statistics.median(c["wall"] for c in measured),
+                "wall_s_max": max(c["wall"] for c in measured),
+                "fanin_cpu_s_median": statistics.median(c["cpu"] for c in measured),
+                "app_cpu_s_per_refresh": (time.process_time() - cpu0) / max(1, elapsed / app.poller.interval),
+                "stall_ms_max": 1000 * max(stalls),
+                "stall_ms_p99": 1000 * sorted(stalls)[int(0.99 * (len(stalls) - 1))],
+                "redraw_ms_max": 1000 * max(redraws[redraw0:] or [0.0]),
+                "nodes_ok_min": min(c["ok"] for c in measured),
+                "full_snapshots": max(c["full"] for c in measured),
+                "gc_pause_ms_max": [round(1000 * p, 1) for p in pauses.longest],
+            }
+    return phases
+
+
+async def reference(ports: list[int]) -> dict:
+    """One refresh of every summary through observe.sources.http and through httpx (2nd of 2 rounds each)."""
+    urls = [f"http://127.0.0.1:{port}/snapshot?view=summary" for port in ports]
+
+    async def ours() -> tuple[float, float]:
+        fetcher = HttpFetcher(concurrency=64, timeout=10)
+        result = (0.0, 0.0)
+        for _ in range(2):
+            wall, cpu = time.perf_counter(), time.process_time()
+            await asyncio.gather(*(fetcher.get(u) for u in urls))
+            result = (time.perf_counter() - wall, time.process_time() - cpu)
+        fetcher.close()
+        return result
+
+    async def with_httpx() -> tuple[float, float]:
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        semaphore = asyncio.Semaphore(64)
+        result = (0.0, 0.0)
+        async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+            async def get(url: str) -> bytes:
+                async with semaphore:
+                    return (await client.get(url)).content
+            for _ in range(2):
+                wall, cpu = time.perf_counter(), time.process_time()
+                await asyncio.gather(*(get(u) for u in urls))
+                result = (time.perf_counter() - wall, time.process_time() - cpu)
+        return result
+
+    own, other = await ours(), await with_httpx()
+    return {"http_wall_s": own[0], "http_cpu_s": own[1], "httpx_wall_s": other[0], "httpx_cpu_s": other[1],
+            "httpx_cpu_ratio": other[1] / own[1] if own[1] else None}
+
+
+def measure(n: int, cycles: int) -> dict:
+    fleet = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--nodes", str(n)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        word, _, ports_json = fleet.stdout.readline().partition(" ")
+        if word != "ready":
+            raise RuntimeError("the fleet process did not start")
+        ports = json.loads(ports_json)
+        fleet_cpu0 = _child_cpu(fleet.pid)
+        load_before = os.getloadavg()
+        phases = asyncio.run(run_app(ports, cycles))
+        ref = asyncio.run(reference(ports))
+        return {"nodes": n, **{f"{p}_{k}": v for p, d in phases.items() for k, v in d.items()}, **ref,
+                "fleet_cpu_s": _child_cpu(fleet.pid) - fleet_cpu0, "load_before": load_before,
+                "load_after": os.getloadavg()}
+    finally:
+        fleet.terminate()
+        fleet.wait()
+
+
+def _child_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def table(rows: list[dict]) -> str:
+    head = ("nodes", "screen", "every", "refresh wall med/max", "fan-in CPU", "app CPU/refresh", "stall max (p99)",
+            "redraw max", "ok")
+    out = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in rows:
+        for phase in ("cluster", "node"):
+            out.append(" | ".join((
+                f"{r['nodes']:,}", phase, f"{r[f'{phase}_interval_s']:g} s",
+                f"{r[f'{phase}_wall_s_median']:.3f} / {r[f'{phase}_wall_s_max']:.3f} s",
+                f"{r[f'{phase}_fanin_cpu_s_median']:.3f} s", f"{r[f'{phase}_app_cpu_s_per_refresh']:.3f} s",
+                f"{r[f'{phase}_stall_ms_max']:.1f} ({r[f'{phase}_stall_ms_p99']:.1f}) ms",
+                f"{r[f'{phase}_redraw_ms_max']:.1f} ms", f"{r[f'{phase}_nodes_ok_min']}/{r['nodes']}")))
+    out += ["", "one refresh of N summaries | observe.sources.http wall / CPU | httpx.AsyncClient wall / CPU | "
+                "httpx CPU / ours", "--- | --- | --- | ---"]
+    for r in rows:
+        out.append(f"{r['nodes']:,} | {r['http_wall_s']:.3f} / {r['http_cpu_s']:.3f} s | "
+                   f"{r['httpx_wall_s']:.3f} / {r['httpx_cpu_s']:.3f} s | {r['httpx_cpu_ratio']:.1f}x")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N = 16 and 64, 2 refreshes per screen (a smoke test)")
+    ap.add_argument("--nodes", type=int, nargs="+", help="fleet sizes (default 16 128 1024)")
+    ap.add_argument("--cycles", type=int, help="refreshes measured per screen (default 5)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})")
+    ns = ap.parse_args()
+    sizes = ns.nodes or ([16, 64] if ns.quick else [16, 128, 1024])
+    cycles = ns.cycles or (2 if ns.quick else 5)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * max(sizes) + 512)), hard))
+    rows = []
+    for n in sizes:
+        print(f"measuring {n} nodes...", file=sys.stderr, flush=True)
+        rows.append(measure(n, cycles))
+    print(table(rows))
+    load = os.getloadavg()
+    print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
+    ns.out.parent.mkdir(parents=True, exist_ok=True)
+    ns.out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                              "platform": platform.platform()},
+                                  "quick": ns.quick, "cycles": cycles, "results": rows}, indent=2) + "\n")
+    print(f"wrote {ns.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

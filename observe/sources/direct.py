@@ -1,0 +1,214 @@
+"""Pull node agents' ``/snapshot`` and trainer ranks' ``/metrics`` directly: the bounded fan-in.
+
+One refresh (``DirectSource.cycle``) sends every request at once through ``HttpFetcher`` (at most
+``concurrency`` in flight, each with its own timeout), decodes each answer as it arrives (small
+pieces: about 0.2 ms for a summary snapshot), and stops at the refresh's deadline: whatever has
+not answered by then keeps its previous data and is marked ``slow``. Agents are asked for their
+summary view (``/snapshot?view=summary``, no process lists); only the node in focus (the one the
+Node screen shows) is asked for its full snapshot. A failed pull never throws away a node's last
+good data: the node shows it with its age and the reason.
+
+The source is stateful (the last good data per endpoint, the loss history per run) and must be
+used from one asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
+
+from observe.cluster import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_status
+from observe.model import NodeSnapshot
+from observe.sources import SourceError
+from observe.sources.http import FetchError, HttpFetcher
+from observe.sources.trainer import parse_exposition, ranks_from_samples
+
+#: Points of loss history kept per run.
+LOSS_HISTORY_POINTS = 600
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where to pull one agent or one trainer rank.
+
+    Attributes:
+        url: base URL (``http://10.0.3.7:9401``); for a trainer, its ``/metrics`` URL or base URL.
+        node: the node name when known beforehand (Kubernetes discovery), else ``None``.
+    """
+
+    url: str
+    node: str | None = None
+
+
+def check_url(url: str, flag: str) -> None:
+    """Refuse what cannot be an agent or trainer address.
+
+    Raises:
+        SourceError: not ``host:port`` or an ``http(s)://`` URL with a host.
+    """
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise SourceError(flag, f"{url!r} is not an address", "give host:port or http://host:port")
+
+
+def normalise_url(url: str, path: str) -> str:
+    """``url`` with ``http://`` added when it has no scheme, and ``path`` appended unless present."""
+    url = url.strip()
+    if "://" not in url:
+        url = f"http://{url}"
+    base = url.rstrip("/")
+    return base if base.endswith(path) else base + path
+
+
+class LossHistory:
+    """``(step, loss)`` points per run, a new point each time a run's step moves on."""
+
+    def __init__(self, points: int = LOSS_HISTORY_POINTS) -> None:
+        self._runs: dict[str, deque[tuple[float, float]]] = {}
+        self._points = points
+
+    def add(self, run_id: str, step: float | None, loss: float | None) -> tuple[tuple[float, float], ...]:
+        """Record the run's current step and loss (if new) and return its history."""
+        history = self._runs.setdefault(run_id, deque(maxlen=self._points))
+        if step is not None and loss is not None and (not history or history[-1][0] < step):
+            history.append((step, loss))
+        return tuple(history)
+
+
+def build_runs(ranks: list[RankStatus], history: LossHistory) -> tuple[RunStatus, ...]:
+    """Group ranks into runs (sorted by run id, ranks by rank) and extend each run's loss history."""
+    by_run: dict[str, list[RankStatus]] = {}
+    for rank in ranks:
+        by_run.setdefault(rank.run_id, []).append(rank)
+    runs = []
+    for run_id in sorted(by_run):
+        members = tuple(sorted(by_run[run_id], key=lambda r: r.rank))
+        run = RunStatus(run_id, members)
+        runs.append(replace(run, loss_history=history.add(run_id, run.step, run.loss)))
+    return tuple(runs)
+
+
+class DirectSource:
+    """Agents and trainer ranks pulled over HTTP.
+
+    Args:
+        agents: node agents (base URLs; ``/snapshot`` is added).
+        trainers: trainer ranks (``/metrics`` is added when missing).
+        concurrency: requests in flight at most. timeout: seconds per request.
+    """
+
+    def __init__(self, agents: list[Endpoint], trainers: list[Endpoint], concurrency: int = 64,
+                 timeout: float = 1.5) -> None:
+        self.fetcher = HttpFetcher(concurrency=concurrency, timeout=timeout)
+        self._nodes: dict[str, NodeStatus] = {}
+        self._ranks: dict[str, list[RankStatus]] = {}
+        self._trainer_errors: dict[str, str] = {}
+        self._history = LossHistory()
+        self.errors: tuple[str, ...] = ()
+        self.set_endpoints(agents, trainers)
+
+    def set_endpoints(self, agents: list[Endpoint], trainers: list[Endpoint]) -> None:
+        """Replace the endpoints (after a new discovery); data of endpoints kept is kept."""
+        self.agents = [replace(e, url=normalise_url(e.url, "")) for e in agents]
+        self.trainers = [replace(e, url=normalise_url(e.url, "/metrics")) for e in trainers]
+        keep = {e.url for e in self.agents}
+        self._nodes = {url: status for url, status in self._nodes.items() if url in keep}
+        for e in self.agents:
+            self._nodes.setdefault(e.url, NodeStatus(name=e.node or _host(e.url), source=e.url))
+        keep = {e.url for e in self.trainers}
+        self._ranks = {url: ranks for url, ranks in self._ranks.items() if url in keep}
+
+    @property
+    def description(self) -> str:
+        """``N agents, M trainer ranks``."""
+        return f"{len(self.agents)} agent{'s' * (len(self.agents) != 1)}, {len(self.trainers)} trainer endpoint" \
+               f"{'s' * (len(self.trainers) != 1)}"
+
+    async def cycle(self, focus: str | None, deadline: float) -> ClusterSnapshot:
+        """Pull everything once, for at most ``deadline`` seconds; return what arrived.
+
+        Args:
+            focus: name of the node whose full snapshot to fetch (the others: summaries).
+            deadline: seconds this refresh may take; pulls still running then are cancelled.
+        """
+        started = time.monotonic()
+        end = started + deadline
+        jobs = [self._pull_agent(e, focus is not None and focus in (e.node, self._nodes[e.url].name), end)
+                for e in self.agents]
+        jobs += [self._pull_trainer(e, end) for e in self.trainers]
+        tasks = [asyncio.ensure_future(job) for job in jobs]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=max(0.0, end - time.monotonic()))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        ranks = [r for url in (e.url for e in self.trainers) for r in self._ranks.get(url, [])]
+        errors = [f"trainer {url}: {reason}" for url, reason in self._trainer_errors.items()]
+        return ClusterSnapshot(
+            time_unix=time.time(), source=self.description, nodes=tuple(self._nodes[e.url] for e in self.agents),
+            runs=build_runs(ranks, self._history), focus=focus, cycle_seconds=time.monotonic() - started,
+            errors=(*self.errors, *errors))
+
+    async def _pull_agent(self, endpoint: Endpoint, full: bool, end: float) -> None:
+        url = endpoint.url + ("/snapshot" if full else "/snapshot?view=summary")
+        previous = self._nodes[endpoint.url]
+        try:
+            body = await self.fetcher.get(url, timeout=min(self.fetcher.timeout, end - time.monotonic()))
+        except asyncio.CancelledError:
+            self._nodes[endpoint.url] = replace(previous, state="slow", error="no answer before the refresh deadline",
+                                                checked_unix=time.time())
+            raise
+        except FetchError as exc:
+            self._nodes[endpoint.url] = replace(previous, state=exc.kind, error=str(exc), checked_unix=time.time())
+            return
+        self._nodes[endpoint.url] = decode_node(previous, body, time.time(), keep=full)
+
+    async def _pull_trainer(self, endpoint: Endpoint, end: float) -> None:
+        url = endpoint.url
+        try:
+            body = await self.fetcher.get(url, timeout=min(self.fetcher.timeout, end - time.monotonic()))
+            ranks = ranks_from_samples(parse_exposition(body.decode("utf-8", "replace")), url, time.time())
+            if not ranks:
+                raise FetchError("malformed", "no fsdp_train_* series with a rank label")
+        except asyncio.CancelledError:
+            self._mark_ranks(url, "slow", "no answer before the refresh deadline")
+            raise
+        except FetchError as exc:
+            self._mark_ranks(url, exc.kind, str(exc))
+            return
+        except ValueError as exc:
+            self._mark_ranks(url, "malformed", f"not Prometheus text ({exc})")
+            return
+        self._ranks[url] = ranks
+        self._trainer_errors.pop(url, None)
+
+    def _mark_ranks(self, url: str, state: str, error: str) -> None:
+        if url in self._ranks:
+            self._ranks[url] = [replace(r, state=state, error=error) for r in self._ranks[url]]
+        else:
+            self._trainer_errors[url] = f"{state}: {error}"
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        self.fetcher.close()
+
+
+def decode_node(previous: NodeStatus, body: bytes, now: float, keep: bool) -> NodeStatus:
+    """A node's status after its agent answered ``body`` at ``now`` (``observe.cluster.node_status``);
+    ``malformed`` keeps the previous data (shown with its age). ``keep``: keep the whole snapshot."""
+    try:
+        return node_status(previous.name, previous.source, NodeSnapshot.from_json(body), now, keep)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # JSON, shape or schema errors
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        return replace(previous, state="malformed", error=f"not a snapshot: {reason}", checked_unix=now)
+
+
+def _host(url: str) -> str:
+    return url.split("://", 1)[-1].split("/", 1)[0]

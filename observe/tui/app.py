@@ -1,0 +1,147 @@
+"""``fsdp-observe top``: the Textual application and ``make_app``, the factory the CLI and tests use.
+
+The app owns one ``Poller`` (the fan-in thread) and the latest ``ClusterSnapshot``. When a
+refresh lands, the screen on top redraws from it; a screen brought back later redraws from the
+latest snapshot when it resumes. Keys follow htop and nvtop: ``q`` quit, ``?`` help, ``s``/F6
+sort, ``/`` filter, Enter drill down, Esc back, ``r`` refresh now; ``1``/``2``/``3`` switch
+between the Cluster, Run and Alerts screens.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from pathlib import Path
+
+from textual.app import App
+from textual.binding import Binding
+from textual.css.query import NoMatches
+from textual.message import Message
+
+from observe.cluster import ClusterSnapshot
+from observe.tui.poller import Poller, Source
+
+
+class SnapshotReady(Message):
+    """A refresh finished (the snapshot itself waits in ``TopApp.pending``: refreshes coalesce)."""
+
+
+class TopApp(App):
+    """The terminal UI over one source.
+
+    Args:
+        source: where data comes from (``observe.sources``).
+        interval: seconds between refreshes; ``None`` adapts to the node count.
+        poll: start the fan-in thread on mount (tests that feed snapshots by hand pass ``False``).
+    """
+
+    CSS_PATH = Path(__file__).with_name("top.tcss")
+    TITLE = "fsdp-observe top"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        Binding("r", "refresh_now", "refresh"),
+        Binding("1", "show('cluster')", "cluster"),
+        Binding("2", "show('run')", "run"),
+        Binding("3", "show('alerts')", "alerts"),
+    ]
+
+    def __init__(self, source: Source, interval: float | None = None, poll: bool = True) -> None:
+        super().__init__()
+        self.source = source
+        self.poll = poll
+        self.poller = Poller(source, self._deliver, interval)
+        self.snapshot = ClusterSnapshot(time_unix=0.0, source=getattr(source, "description", ""))
+        self.pending: ClusterSnapshot | None = None
+        self._pending_lock = threading.Lock()
+        self.refreshes = 0
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def _deliver(self, snapshot: ClusterSnapshot) -> None:
+        """Called on the poller thread: keep the latest, wake the UI once (coalesced)."""
+        with self._pending_lock:
+            already = self.pending is not None
+            self.pending = snapshot
+        if not already:
+            self.post_message(SnapshotReady())
+
+    def on_snapshot_ready(self, _: SnapshotReady) -> None:
+        with self._pending_lock:
+            snapshot, self.pending = self.pending, None
+        if snapshot is not None:
+            self.show_snapshot(snapshot)
+
+    def show_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        """Make ``snapshot`` the current one and redraw the screen on top."""
+        self.snapshot = snapshot
+        self.refreshes += 1
+        update = getattr(self.screen, "update_snapshot", None)
+        if update is not None:
+            try:
+                update(snapshot)
+            except NoMatches:  # the screen was just pushed and is still composing: it draws
+                pass           # app.snapshot itself when it mounts
+
+        if self.refreshes == 1:
+            self.call_after_refresh(self._freeze_startup_objects)
+
+    @staticmethod
+    def _freeze_startup_objects() -> None:
+        """Move every object alive after the first frame (modules, Textual's widgets and CSS) out of
+        the garbage collector's sight (``gc.freeze``).
+
+        A full collection holds the GIL while it walks every tracked object; at start-up that is
+        several hundred thousand, which made a 1,024-node TUI stall for 100-135 ms whenever the
+        collector's oldest generation ran (``benchmarks/tui_fanin.py``). Afterwards it walks only
+        the data of the last refreshes. The objects frozen are never freed, which is what they
+        were going to be anyway.
+        """
+        gc.freeze()
+
+    def set_focus_node(self, node: str | None) -> None:
+        """Ask for ``node``'s full snapshot (processes) from now on; ``None`` for summaries only."""
+        self.poller.set_focus(node)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        from observe.tui.screens.cluster import ClusterScreen
+
+        self.push_screen(ClusterScreen())
+        if self.poll:
+            self.poller.start()
+
+    def on_unmount(self) -> None:
+        if self.poll:
+            self.poller.stop()
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def action_refresh_now(self) -> None:
+        self.poller.refresh_now()
+        self.notify("refreshing", timeout=1)
+
+    def action_help(self) -> None:
+        from observe.tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_show(self, name: str) -> None:
+        """Go to the Cluster, Run or Alerts screen (keeping the Cluster screen at the bottom)."""
+        from observe.tui.screens.alerts import AlertsScreen
+        from observe.tui.screens.run import RunScreen
+
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+        if name == "run":
+            self.push_screen(RunScreen())
+        elif name == "alerts":
+            self.push_screen(AlertsScreen())
+
+
+def make_app(source: Source, interval: float | None = None, poll: bool = True) -> TopApp:
+    """The ``fsdp-observe top`` application over ``source`` (see ``TopApp``)."""
+    return TopApp(source, interval=interval, poll=poll)

@@ -1,0 +1,182 @@
+"""The fan-in worker: a thread with its own asyncio event loop that refreshes a source on a timer.
+
+The UI's event loop never waits on the network or parses a byte: each refresh runs here, and the
+finished ``ClusterSnapshot`` is handed over with one thread-safe call. Refreshes that finish
+while the UI is still busy are coalesced (the UI takes the latest). The refresh interval adapts
+to the number of nodes (``adaptive_interval``) unless one is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from observe.cluster import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+#: Points of GPU history kept per GPU (one per refresh).
+HISTORY_POINTS = 120
+
+
+class Source(Protocol):
+    """What the poller refreshes: ``observe.sources.direct.DirectSource`` and its kin."""
+
+    description: str
+
+    async def cycle(self, focus: str | None, deadline: float) -> ClusterSnapshot:
+        """One refresh within ``deadline`` seconds, fetching ``focus``'s full snapshot."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+def adaptive_interval(nodes: int) -> float:
+    """Seconds between refreshes for ``nodes`` nodes: 1 s up to 64 nodes, 2 s up to 1,024, then
+    2 s more per further 1,024 (at most 10 s). ``benchmarks/tui_fanin.py`` shows a 1,024-node
+    refresh takes well under 1 s; the rest of the interval is left to the terminal and the agents."""
+    if nodes <= 64:
+        return 1.0
+    return min(10.0, 2.0 * math.ceil(nodes / 1024))
+
+
+def deadline_for(interval: float) -> float:
+    """A refresh's deadline: three quarters of the interval, at least one second."""
+    return max(1.0, 0.75 * interval)
+
+
+class GpuHistory:
+    """Recent utilisation and memory shares per GPU, for the Node screen's sparklines.
+
+    Kept in ``array('d')`` rings (NaN for unreadable): arrays hold no Python objects, so the
+    garbage collector never walks them (8,192 GPUs at 1,024 nodes). Written by the poller thread,
+    read by the UI thread under a lock (a read copies one GPU's history).
+    """
+
+    def __init__(self, points: int = HISTORY_POINTS) -> None:
+        self._lock = threading.Lock()
+        self._points = points
+        self._util: dict[tuple[str, int], array] = {}
+        self._memory: dict[tuple[str, int], array] = {}
+        self._seen: dict[str, float] = {}
+
+    def update(self, snapshot: ClusterSnapshot) -> None:
+        """Append the GPUs of every node whose data is new since the last update."""
+        nan = math.nan
+        with self._lock:
+            for node in snapshot.nodes:
+                f = node.figures
+                if f is None or node.time_unix is None or self._seen.get(node.name) == node.time_unix:
+                    continue
+                self._seen[node.name] = node.time_unix
+                for index, util, memory in zip(f.gpu_indexes, f.gpu_util_ratios, f.gpu_memory_ratios):
+                    key = (node.name, index)
+                    for series, value in ((self._util, util), (self._memory, memory)):
+                        ring = series.get(key)
+                        if ring is None:
+                            ring = series[key] = array("d")
+                        ring.append(nan if value is None else value)
+                        if len(ring) > self._points:
+                            del ring[0]
+
+    def get(self, node: str, gpu: int) -> tuple[tuple[float | None, ...], tuple[float | None, ...]]:
+        """``(utilisation, memory share)`` history of one GPU, oldest first (``None`` where unreadable)."""
+        with self._lock:
+            util, memory = self._util.get((node, gpu), ()), self._memory.get((node, gpu), ())
+            return (tuple(None if math.isnan(v) else v for v in util),
+                    tuple(None if math.isnan(v) else v for v in memory))
+
+
+class Poller:
+    """Refreshes ``source`` on its own thread and hands each snapshot to ``deliver``.
+
+    Args:
+        source: what to refresh.
+        deliver: called on the poller thread with each new snapshot (must be thread-safe, e.g.
+            post a message to the app).
+        interval: seconds between refresh starts; ``None`` adapts it to the node count.
+    """
+
+    def __init__(self, source: Source, deliver: Callable[[ClusterSnapshot], None],
+                 interval: float | None = None) -> None:
+        self.source = source
+        self.deliver = deliver
+        self.fixed_interval = interval
+        self.interval = interval or 1.0
+        self.history = GpuHistory()
+        self.focus: str | None = None
+        self.cycles = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._stop = False
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="fsdp-observe-fanin", daemon=True)
+
+    def start(self) -> None:
+        """Start refreshing (the first refresh begins at once)."""
+        self._thread.start()
+        self._ready.wait(5)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop after the refresh in progress and release the source's connections."""
+        self._stop = True
+        self.refresh_now()
+        self._thread.join(timeout)
+
+    def refresh_now(self) -> None:
+        """Start the next refresh now (thread-safe)."""
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+    def set_focus(self, node: str | None) -> None:
+        """Fetch ``node``'s full snapshot from the next refresh on, and refresh now (thread-safe)."""
+        self.focus = node
+        self.refresh_now()
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._run(loop))
+        finally:
+            self.source.close()
+            loop.close()
+
+    async def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop, self._wake = loop, asyncio.Event()
+        self._ready.set()
+        previous: ClusterSnapshot | None = None
+        while not self._stop:
+            started = time.monotonic()
+            self._wake.clear()
+            try:
+                snapshot = await self.source.cycle(self.focus, deadline_for(self.interval))
+            except Exception as exc:  # noqa: BLE001 - a source bug is shown, never fatal to the UI
+                log.exception("refresh failed")
+                snapshot = ClusterSnapshot(
+                    time_unix=time.time(), source=getattr(self.source, "description", ""),
+                    nodes=previous.nodes if previous else (), runs=previous.runs if previous else (),
+                    errors=(f"refresh failed: {type(exc).__name__}: {exc}",))
+            previous = snapshot
+            self.cycles += 1
+            if self.fixed_interval is None:
+                self.interval = adaptive_interval(len(snapshot.nodes))
+            self.history.update(snapshot)
+            if self._stop:
+                break
+            self.deliver(snapshot)
+            remaining = self.interval - (time.monotonic() - started)
+            if remaining > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass

@@ -1,0 +1,79 @@
+"""The Alerts screen: XID events across the cluster, newest first, with the catalogue's meaning and
+NVIDIA's recommended action (``observe.xid``); Enter opens the event's node."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+
+from observe.cluster import ClusterSnapshot
+from observe.model import XidEvent
+from observe.tui import fmt
+from observe.tui.screens.base import TableScreen
+from observe.tui.screens.cluster import SEVERITY_STYLE
+from observe.tui.widgets.lines import Line, Lines
+from observe.tui.widgets.table import Column, VirtualTable
+from observe.xid import lookup
+
+COLUMNS = (
+    Column("time", "TIME", 11, lambda x: x.time_unix, text=lambda x: fmt.clock(x.time_unix)),
+    Column("node", "NODE", 20, lambda x: x.node, style=lambda x: "accent"),
+    Column("gpu", "GPU", 4, lambda x: x.gpu, text=lambda x: fmt.NA if x.gpu is None else str(x.gpu), right=True),
+    Column("xid", "XID", 5, lambda x: x.xid, right=True, style=lambda x: SEVERITY_STYLE.get(x.severity)),
+    Column("severity", "SEVERITY", 13, lambda x: x.severity, style=lambda x: SEVERITY_STYLE.get(x.severity)),
+    Column("meaning", "MEANING", 44, lambda x: x.name, text=lambda x: fmt.one_line(x.name)),
+    Column("action", "ACTION", 0, lambda x: x.action, text=lambda x: fmt.one_line(x.action)),
+)
+
+
+def detail_lines(event: XidEvent | None) -> list[Line]:
+    """The event under the cursor in full: meaning, action, where, the kernel's line."""
+    if event is None:
+        return [[(" no XID events: the GPUs' drivers reported none", "dim")]]
+    info = lookup(event.xid)
+    where = f"node {event.node}, GPU {fmt.NA if event.gpu is None else event.gpu}"
+    if event.gpu_uuid:
+        where += f" ({event.gpu_uuid})"
+    if event.pci_bus:
+        where += f", PCI {event.pci_bus}"
+    lines: list[Line] = [
+        [(f" XID {event.xid} ", "title"), (f" {fmt.one_line(event.name or info.name)}", "value"),
+         (f"  [{event.severity}]", SEVERITY_STYLE.get(event.severity, "dim"))],
+        [(" where  ", "label"), (where, "value")],
+        [(" action ", "label"), (fmt.one_line(event.action or info.action), "warn")],
+    ]
+    if event.process or event.pid is not None:
+        lines.append([(" process ", "label"), (f"{fmt.one_line(event.process or '?')} (pid {event.pid})", "value")])
+    if event.raw or event.message:
+        lines.append([(" kernel ", "label"), (fmt.one_line(event.raw or event.message), "dim")])
+    return lines
+
+
+class AlertsScreen(TableScreen):
+    """Every XID event the agents report."""
+
+    TITLE = "Alerts"
+
+    def compose(self) -> ComposeResult:
+        yield from self.compose_status()
+        yield VirtualTable(COLUMNS, row_key=lambda x: (x.node, x.time_unix, x.xid, x.pci_bus, x.raw),
+                           search_text=lambda x: f"{x.node} {x.xid} {x.severity} {x.name} {x.raw}",
+                           sort_key="time", reverse=True, empty="no XID events", id="xids")
+        yield Lines(id="xid-detail")
+        yield from self.compose_filter()
+        yield from self.compose_footer()
+
+    def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        super().update_snapshot(snapshot)
+        self.table.set_rows(snapshot.xid_events())
+        self._detail()
+
+    def _detail(self) -> None:
+        self.query_one("#xid-detail", Lines).set_lines(detail_lines(self.table.current_row))
+
+    def on_virtual_table_highlighted(self, _: VirtualTable.Highlighted) -> None:
+        self._detail()
+
+    def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:
+        from observe.tui.screens.node import NodeScreen
+
+        self.app.push_screen(NodeScreen(event.row.node))

@@ -1,0 +1,297 @@
+"""A table that costs the same with 10 rows or 10,000: htop's process list as a Textual widget.
+
+Only the rows on screen are formatted, each time they are drawn (Textual's line API); a refresh
+replaces the row objects and re-sorts them (one ``list.sort``), nothing else. Rows are any
+objects; each ``Column`` knows how to read a sort value from a row and how to show it. Cell
+styles are names of component classes (``table--ok``, ``table--bad``, ...) whose colours live in
+the ``.tcss`` file. Text is drawn as plain segments, never parsed as markup.
+
+Keys: up/down/page up/page down/home/end move the cursor; Enter posts ``VirtualTable.Selected``.
+The cursor stays on the same row (by key) across refreshes and re-sorts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import reactive
+from textual.strip import Strip
+from textual.widget import Widget
+
+#: Cell style names a column's ``style`` may return (component classes ``table--<name>``).
+STYLES = ("ok", "warn", "bad", "dim", "accent", "lost")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column.
+
+    Attributes:
+        key: a stable name (for sorting by it). title: the header text.
+        width: characters; ``0`` means "take the room that is left" (one column at most).
+        value: row -> the value sorted on (``None`` sorts last whichever the direction).
+        text: row -> the cell text (default: ``str(value)``).
+        style: row -> a style name from ``STYLES`` or ``None``.
+        right: right-align (numbers).
+    """
+
+    key: str
+    title: str
+    width: int
+    value: Callable[[Any], Any]
+    text: Callable[[Any], str] | None = None
+    style: Callable[[Any], str | None] | None = None
+    right: bool = False
+
+
+class _RowMessage(Message):
+    """A message about one row of a ``VirtualTable``."""
+
+    def __init__(self, table: VirtualTable, row: Any) -> None:
+        super().__init__()
+        self.table = table
+        self.row = row
+
+    @property
+    def control(self) -> VirtualTable:
+        return self.table
+
+
+class VirtualTable(Widget, can_focus=True):
+    """A sortable, filterable table drawing only its visible rows.
+
+    Args:
+        columns: the columns, left to right.
+        row_key: row -> a key identifying it across refreshes (the cursor follows it).
+        search_text: row -> the text ``/`` filters on.
+        sort_key: the column sorted on at first; reverse: descending at first.
+    """
+
+    COMPONENT_CLASSES = {"table--header", "table--sorted", "table--cursor", "table--empty",
+                         *(f"table--{name}" for name in STYLES)}
+    BINDINGS = [
+        Binding("up,k", "cursor(-1)", "up", show=False),
+        Binding("down,j", "cursor(1)", "down", show=False),
+        Binding("pageup", "page(-1)", show=False),
+        Binding("pagedown", "page(1)", show=False),
+        Binding("home", "cursor_to(0)", show=False),
+        Binding("end", "cursor_to(-1)", show=False),
+        Binding("enter", "select", "open", show=False),
+    ]
+
+    cursor = reactive(0, always_update=True, repaint=True)
+
+    class Highlighted(_RowMessage):
+        """The cursor moved to another row (or the rows under it changed)."""
+
+    class Selected(_RowMessage):
+        """Enter (or a double click) on a row."""
+
+    def __init__(self, columns: Sequence[Column], row_key: Callable[[Any], Any],
+                 search_text: Callable[[Any], str] | None = None, sort_key: str | None = None,
+                 reverse: bool = False, empty: str = "nothing to show", *, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.columns = list(columns)
+        self.row_key = row_key
+        self.search_text = search_text
+        self.sort_key = sort_key or self.columns[0].key
+        self.reverse = reverse
+        self.filter = ""
+        self.empty = empty
+        self._all: list[Any] = []
+        self.rows: list[Any] = []
+        self._top = 0
+        self._styles: dict[str, Style] = {}
+
+    # -- data -----------------------------------------------------------------------------------
+
+    def set_rows(self, rows: Sequence[Any]) -> None:
+        """Replace the rows (re-sorted and re-filtered; the cursor stays on its row)."""
+        self._all = list(rows)
+        self._apply()
+
+    def sort_by(self, key: str, reverse: bool | None = None) -> None:
+        """Sort on column ``key``; choosing the current column again flips the direction."""
+        if reverse is None:
+            reverse = (not self.reverse) if key == self.sort_key else self._default_reverse(key)
+        self.sort_key, self.reverse = key, reverse
+        self._apply()
+
+    def invert(self) -> None:
+        """Flip the sort direction (htop's ``I``)."""
+        self.sort_by(self.sort_key, not self.reverse)
+
+    def set_filter(self, text: str) -> None:
+        """Keep only rows whose search text contains ``text`` (case-insensitive); ``""`` shows all."""
+        self.filter = text.lower()
+        self._apply()
+
+    def _default_reverse(self, key: str) -> bool:
+        column = self._column(key)
+        return bool(column and column.right)  # numbers: biggest first, as htop does
+
+    def _column(self, key: str) -> Column | None:
+        return next((c for c in self.columns if c.key == key), None)
+
+    def _apply(self) -> None:
+        current = self.current_row
+        current_key = None if current is None else self.row_key(current)
+        rows = self._all
+        if self.filter and self.search_text is not None:
+            needle = self.filter
+            rows = [r for r in rows if needle in self.search_text(r).lower()]
+        column = self._column(self.sort_key)
+        if column is not None:
+            value = column.value
+            present = [r for r in rows if value(r) is not None]
+            absent = [r for r in rows if value(r) is None]
+            try:
+                present.sort(key=value, reverse=self.reverse)
+            except TypeError:  # mixed types in a column: compare their text
+                present.sort(key=lambda r: str(value(r)), reverse=self.reverse)
+            rows = present + absent
+        self.rows = list(rows)
+        index = 0
+        if current_key is not None:
+            index = next((i for i, r in enumerate(self.rows) if self.row_key(r) == current_key), min(self.cursor, len(self.rows) - 1))
+        self.cursor = max(0, min(index, len(self.rows) - 1))
+        self._scroll_to_cursor()
+        self.refresh()
+
+    @property
+    def current_row(self) -> Any:
+        """The row under the cursor, or ``None``."""
+        return self.rows[self.cursor] if 0 <= self.cursor < len(self.rows) else None
+
+    # -- cursor -------------------------------------------------------------------------------
+
+    def watch_cursor(self) -> None:
+        self.post_message(self.Highlighted(self, self.current_row))
+
+    @property
+    def _body_height(self) -> int:
+        return max(1, self.size.height - 1)
+
+    def _scroll_to_cursor(self) -> None:
+        height = self._body_height
+        if self.cursor < self._top:
+            self._top = self.cursor
+        elif self.cursor >= self._top + height:
+            self._top = self.cursor - height + 1
+        self._top = max(0, min(self._top, max(0, len(self.rows) - height)))
+
+    def action_cursor(self, delta: int) -> None:
+        if self.rows:
+            self.cursor = max(0, min(len(self.rows) - 1, self.cursor + delta))
+            self._scroll_to_cursor()
+
+    def action_page(self, direction: int) -> None:
+        self.action_cursor(direction * self._body_height)
+
+    def action_cursor_to(self, index: int) -> None:
+        if self.rows:
+            self.cursor = index % len(self.rows)
+            self._scroll_to_cursor()
+
+    def action_select(self) -> None:
+        if self.current_row is not None:
+            self.post_message(self.Selected(self, self.current_row))
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self.action_cursor(3)
+        event.stop()
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self.action_cursor(-3)
+        event.stop()
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y == 0:
+            x = 0
+            for column, width in zip(self.columns, self._widths(self.size.width)):
+                if x <= event.x < x + width + 1:
+                    self.sort_by(column.key)
+                    return
+                x += width + 1
+            return
+        index = self._top + event.y - 1
+        if 0 <= index < len(self.rows):
+            if index == self.cursor and event.chain >= 2:
+                self.action_select()
+            self.cursor = index
+
+    def on_resize(self) -> None:
+        self._scroll_to_cursor()
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def _widths(self, total: int) -> list[int]:
+        fixed = sum(c.width for c in self.columns) + len(self.columns) - 1
+        return [c.width if c.width else max(4, total - fixed) for c in self.columns]
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        widths = self._widths(width)
+        if y == 0:
+            return self._header(widths, width)
+        index = self._top + y - 1
+        if index >= len(self.rows):
+            if index == 0:
+                style = self._style("empty")
+                return Strip([Segment(f" {self.empty}".ljust(width)[:width], style)], width)
+            return Strip.blank(width, self.rich_style)
+        row = self.rows[index]
+        base = self.rich_style
+        selected = index == self.cursor
+        cursor_style = self._style("cursor") if selected else None
+        segments = []
+        for n, (column, cell_width) in enumerate(zip(self.columns, widths)):
+            try:
+                value = column.value(row)
+                text = column.text(row) if column.text else ("" if value is None else str(value))
+                style_name = column.style(row) if column.style else None
+            except Exception:  # noqa: BLE001 - one odd value must not take the screen down
+                text, style_name = "?", "bad"
+            text = text if len(text) <= cell_width else text[: max(0, cell_width - 1)] + "…"
+            text = text.rjust(cell_width) if column.right else text.ljust(cell_width)
+            style = base + self._style(style_name) if style_name else base
+            if cursor_style is not None:
+                style = style + cursor_style
+            segments.append(Segment(text, style))
+            if n < len(self.columns) - 1:
+                segments.append(Segment(" ", cursor_style or base))
+        return Strip(segments).adjust_cell_length(width, cursor_style or base)
+
+    def _header(self, widths: list[int], width: int) -> Strip:
+        header = self._style("header")
+        sorted_style = self._style("sorted")
+        segments = []
+        for n, (column, cell_width) in enumerate(zip(self.columns, widths)):
+            title = column.title
+            if column.key == self.sort_key:
+                title = f"{title}{'▼' if self.reverse else '▲'}"
+            title = title[:cell_width]
+            title = title.rjust(cell_width) if column.right else title.ljust(cell_width)
+            segments.append(Segment(title, sorted_style if column.key == self.sort_key else header))
+            if n < len(self.columns) - 1:
+                segments.append(Segment(" ", header))
+        return Strip(segments).adjust_cell_length(width, header)
+
+    def _style(self, name: str) -> Style:
+        """The rich style of component class ``table--<name>`` (cached until the CSS changes)."""
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = self.get_component_rich_style(f"table--{name}")
+        return style
+
+    def notify_style_update(self) -> None:
+        self._styles = {}
+        super().notify_style_update()

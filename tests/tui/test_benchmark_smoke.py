@@ -1,0 +1,22 @@
+"""``benchmarks/tui_fanin.py`` runs end to end on a tiny fleet (its figures are not asserted: speed
+targets live in the benchmark, not in tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_fanin_benchmark_runs_and_writes_its_json(tmp_path: Path) -> None:
+    out = tmp_path / "tui_fanin.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tui_fanin.py"), "--nodes", "8", "--cycles", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "refresh wall med/max" in proc.stdout and "httpx CPU / ours" in proc.stdout
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["nodes"] == 8 and row["cluster_nodes_ok_min"] == 8 and row["node_full_snapshots"] == 1
+    assert row["cluster_full_snapshots"] == 0  # the Cluster screen asks for summaries only

@@ -1,0 +1,63 @@
+"""Meters, sparklines, number formats and the Node screen's header: N/A for the unknown, htop units."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from observe.cluster import node_status
+from observe.model import CpuStats
+from observe.tui import fmt
+from observe.tui.screens.node import MAX_CORE_METERS, host_lines, process_rows
+from observe.tui.widgets.lines import bar, spark
+from tests.tui.fleet import recorded
+
+NOW = 1_800_000_000.0
+
+
+def text(line) -> str:  # noqa: ANN001
+    return "".join(t for t, _ in line)
+
+
+def test_meters_fill_by_ratio_and_say_na_for_none() -> None:
+    half = text(bar(0.5, 12))
+    assert len(half) == 12 and half.startswith("[|||||") and half.endswith("50.0%]")
+    assert text(bar(None, 12)) == "[       N/A]"
+    assert text(bar(1.7, 8, "x")) == "[|||||x]"  # clamped, never wider than asked
+    assert text(bar(0.25, 14, "500 ms", outside=8)) == "[|   ]  500 ms"  # 14 cells in all
+
+
+def test_sparklines_scale_and_leave_gaps_for_unknown_values() -> None:
+    assert spark([0.0, 0.5, 1.0], 3) == "▁▅█"
+    assert spark([0.0, None, 1.0], 3) == "▁ █"
+    assert spark([3.0, 2.0, 1.0], 3, top=None) == "█▅▁"  # scaled to the values' own range (loss)
+    assert spark([None, None], 2) == "  " and len(spark(list(range(100)), 10)) == 10
+
+
+def test_formats() -> None:
+    assert (fmt.pct(None), fmt.pct(0.456), fmt.size(None), fmt.size(1536), fmt.size(80 << 30)) == \
+           ("N/A", "46%", "N/A", "1.5K", "80.0G")
+    assert (fmt.duration(59), fmt.duration(3725), fmt.duration(90061)) == ("59s", "1h02m", "1d01h")
+    assert (fmt.cpu_time(61.5), fmt.cpu_time(3 * 3600 + 65)) == ("1:01.50", "3h01:05")
+    assert (fmt.step_time(0.25), fmt.step_time(1.5), fmt.age(None), fmt.age(0.2)) == ("250 ms", "1.50 s", "never", "now")
+    assert fmt.one_line("a\nb\x1b[31m", 80) == "a\\x0ab\\x1b[31m" and fmt.one_line("abcdef", 4) == "abc…"
+
+
+def test_one_meter_per_core_up_to_128_then_one_average() -> None:
+    snap = recorded("gpu-node-1", NOW)
+    four = replace(snap, host=replace(snap.host, cpu_count=4, cpu=CpuStats(0.5, (0.1, 0.2, 0.3, 0.4))))
+    lines = [text(line) for line in host_lines(node_status("n", "u", four, NOW, True), four, 120)]
+    assert sum(line.lstrip().startswith("0 [") or line.lstrip().startswith("1 [") for line in lines) == 2
+    many = tuple(0.5 for _ in range(MAX_CORE_METERS + 1))
+    big = replace(snap, host=replace(snap.host, cpu_count=len(many), cpu=CpuStats(0.5, many)))
+    lines = [text(line) for line in host_lines(node_status("n", "u", big, NOW, True), big, 120)]
+    assert [line for line in lines if "Avg" in line] and "129 CPUs" in "\n".join(lines)
+    assert not any(line.lstrip().startswith("0 [") for line in lines)
+
+
+def test_gpu_processes_join_the_process_table_by_pid() -> None:
+    snap = recorded("gpu-node-2", NOW)
+    rows = {r.pid: r for r in process_rows(snap)}
+    outside = rows[31999]  # only NVML knows it: kept with its GPU memory, nothing else
+    assert (outside.user, outside.cpu_ratio, outside.gpu_memory_bytes, outside.gpus) == (None, None, 8 << 30, "0")
+    listed = next(r for r in rows.values() if r.gpus == "1")
+    assert listed.user == "root" and listed.gpu_memory_bytes == 4 << 30 and 'print("}{")' in listed.command
