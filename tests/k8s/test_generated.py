@@ -82,7 +82,8 @@ def test_check_mode_names_what_is_out_of_date(tmp_path: Path) -> None:
     ("broken.json", "{not json", "broken.json is not valid JSON"),
     ("huge.json", json.dumps({"panels": ["x" * (1024 * 1024)]}), "a ConfigMap holds at most 1 MiB"),
     (generated.RULES_FILE, "groups: {a: b}\n", "has no 'groups' list"),
-])
+], ids=["broken-json", "over-1MiB", "rules-without-groups"])  # short ids: pytest puts the id in
+# PYTEST_CURRENT_TEST, and a 1 MiB value there makes every subprocess fail with E2BIG
 def test_a_broken_input_is_one_error(tmp_path: Path, name: str, text: str, needle: str) -> None:
     folder = tmp_path / "dashboards"
     folder.mkdir()
