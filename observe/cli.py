@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scaling": ("observe.scaling.cli", "throughput, step time and memory against the number of ranks"),
     "job": ("observe.job_cmd", "render a PyTorchJob; show, read and stop one on Kubernetes"),
     "agent": ("observe.agent.cli", "the node agent: host, process, GPU and XID data as /metrics and /snapshot"),
+    "dashboards": ("observe.dashboards_cmd", "write or --check the Grafana dashboards and Prometheus rules"),
 }
 
 
