@@ -8,6 +8,7 @@ loopback with a generated config and a fresh TSDB folder, and waits until it rep
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -103,5 +104,13 @@ def start(folder: Path, settings: dict, port: int, timeout: float = 20.0) -> Loc
         time.sleep(0.1)
     running.stop()
     errors = [line for line in log_path.read_text(errors="replace").splitlines() if "level=error" in line]
-    reason = errors[-1] if errors else f"not ready within {timeout:g} s"
-    raise RuntimeError(f"Prometheus did not start ({reason}; log: {log_path})")
+    reason = _logfmt_error(errors[-1]) if errors else f"not ready within {timeout:g} s"
+    raise RuntimeError(f"Prometheus did not start: {reason} (log: {log_path})")
+
+
+def _logfmt_error(line: str) -> str:
+    """The ``err`` (else ``msg``) value of one of Prometheus' logfmt lines, unquoted."""
+    for key in ("err", "msg"):
+        if m := re.search(key + r'="((?:[^"\\]|\\.)*)"', line):
+            return m.group(1).replace('\\"', '"')
+    return line
