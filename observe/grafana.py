@@ -31,7 +31,7 @@ def datasource(plugin: str = "prometheus") -> dict[str, str]:
 def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False, table: bool = False,
            plugin: str = "prometheus") -> g.Target:
     """One PromQL query. ``instant`` for tables and single values; ``table`` for format=table."""
-    return g.Target(expr=expr, legendFormat=legend, refId=ref, instant=instant, intervalFactor=1,
+    return g.Target(expr=expr, legendFormat=legend, refId=ref, instant=instant, intervalFactor=1, step=None,
                     format="table" if table else "time_series", datasource=datasource(plugin))
 
 

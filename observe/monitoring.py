@@ -13,7 +13,7 @@ into one carrying our names (``node``, ``gpu_uuid``) with ``label_replace``, so 
 trainer's and the agent's series (which carry ``node`` and ``gpu_uuid``, DESIGN.md) read the same
 whatever the dialect.
 
-Standard library plus ``observe.catalog``; nothing here talks to a server.
+Standard library only; nothing here talks to a server.
 """
 
 from __future__ import annotations
