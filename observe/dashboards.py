@@ -25,8 +25,8 @@ import grafanalib.core as g
 from observe import catalog as c
 from observe import xid
 from observe.grafana import (
-    RowsHeatmap, datasource, datasource_variable, dumps, layout, override, stat, table, target, threshold_steps, timeseries,
-    to_json, variable,
+    RowsHeatmap, datasource, datasource_variable, dumps, layout, merged_table, override, stat, table, target,
+    threshold_steps, timeseries, to_json, variable,
 )
 from observe.monitoring import (
     DCGM_GPU_TEMP, DCGM_GPU_UTIL, DCGM_MEM_COPY_UTIL, DCGM_POWER_USAGE, DCGM_SM_CLOCK, DCGM_XID_COUNT,
@@ -151,16 +151,11 @@ def training_run(s: Settings) -> dict[str, Any]:
                 "checkpoint."),
         ]]),
         ("Scaling efficiency across runs", [[
-            table("Scaling efficiency", [
-                target(scaling.efficiency, instant=True, table=True, plugin=s.datasource_type),
-                target(scaling.throughput, ref="B", instant=True, table=True, plugin=s.datasource_type)],
+            merged_table(
+                "Scaling efficiency", scaling.efficiency, scaling.throughput,
                 "E(N) = tokens/s at N / (N/N0 x tokens/s at N0) over the runs in the time range that share a "
                 "model and sharding strategy; N0 is the smallest world size among them (docs/scaling.md).",
-                transformations=[{"id": "merge", "options": {}},
-                                 {"id": "organize", "options": {"excludeByName": {"Time": True}}}],
-                overrides=[override("Value #A", unit="percentunit", displayName="scaling efficiency"),
-                           override("Value #B", unit="short", displayName="global tokens/s")],
-                plugin=s.datasource_type),
+                (("percentunit", "scaling efficiency"), ("short", "global tokens/s")), s.datasource_type),
         ]]),
         ("The run's GPUs (dcgm-exporter, joined on GPU UUID and node)", [[
             timeseries("Step time per rank", [target(t(c.TRAIN_WINDOW_STEP_SECONDS),
@@ -322,18 +317,13 @@ def nodes(s: Settings) -> dict[str, Any]:
             timeseries("Processes by state", [target(a(c.NODE_PROCESSES), "{{node}} {{state}}"),
                                               target(a(c.NODE_THREADS), "{{node}} threads", "B")], "short",
                        "Processes on the node by state, and their threads."),
-            table("Busiest processes", [
-                target(f"{busiest}\n* on (node, pid) group_left (name, user, command)\n{a(c.NODE_PROCESS_INFO)}",
-                       instant=True, table=True, plugin=s.datasource_type),
-                target(f"{a(c.NODE_PROCESS_RESIDENT_MEMORY)}\nand on (node, pid)\n{busiest}", ref="B",
-                       instant=True, table=True, plugin=s.datasource_type)],
+            merged_table(
+                "Busiest processes",
+                f"{busiest}\n* on (node, pid) group_left (name, user, command)\n{a(c.NODE_PROCESS_INFO)}",
+                f"{a(c.NODE_PROCESS_RESIDENT_MEMORY)}\nand on (node, pid)\n{busiest}",
                 "The ten processes that used the most CPU over 5 minutes (cores), with their resident memory. "
                 "Command lines are redacted on the node (docs/agent.md).",
-                transformations=[{"id": "merge", "options": {}},
-                                 {"id": "organize", "options": {"excludeByName": {"Time": True}}}],
-                overrides=[override("Value #A", unit="short", displayName="CPU (cores)"),
-                           override("Value #B", unit="bytes", displayName="resident memory")],
-                plugin=s.datasource_type),
+                (("short", "CPU (cores)"), ("bytes", "resident memory")), s.datasource_type),
         ]]),
         ("GPUs (fsdp-observe agent, NVML)", [[
             timeseries("GPU utilisation", [target(a(c.GPU_UTILIZATION), "{{node}} GPU {{gpu}}")], "percentunit",

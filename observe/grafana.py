@@ -93,6 +93,21 @@ def table(title: str, targets: list[g.Target], description: str, *, overrides: l
                    maxDataPoints=None)
 
 
+def merged_table(title: str, first: str, second: str, description: str, columns: tuple[tuple[str, str], ...],
+                 plugin: str = "prometheus") -> g.Table:
+    """A table of two instant queries joined on their labels (Grafana's merge transformation).
+
+    ``columns``: (unit, column name) of the first and the second query's value.
+    """
+    (unit_a, name_a), (unit_b, name_b) = columns
+    return table(title, [target(first, instant=True, table=True, plugin=plugin),
+                         target(second, ref="B", instant=True, table=True, plugin=plugin)], description,
+                 transformations=[{"id": "merge", "options": {}},
+                                  {"id": "organize", "options": {"excludeByName": {"Time": True}}}],
+                 overrides=[override("Value #A", unit=unit_a, displayName=name_a),
+                            override("Value #B", unit=unit_b, displayName=name_b)], plugin=plugin)
+
+
 def stat(title: str, targets: list[g.Target], unit: str, description: str, *,
          thresholds: list[g.Threshold] | None = None, plugin: str = "prometheus") -> g.Stat:
     """A single-value panel (last value of each series)."""
