@@ -33,9 +33,16 @@ class UsageError(ValueError):
     """A flag or file that cannot work: one line ``error: FLAG: PROBLEM``, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: ANN201 - argparse's hook: one line, no usage block
+        raise UsageError(f"fsdp-observe dashboards: {message}; run 'fsdp-observe dashboards --help' for the flags")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    ap = argparse.ArgumentParser(prog="fsdp-observe dashboards", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="fsdp-observe dashboards",
+                 description="Write (or check) the generated Grafana dashboards and Prometheus rules "
+                             "(docs/dashboards.md).")
     ap.add_argument("--out", default="dashboards", type=Path, metavar="DIR",
                     help="where the dashboards and the rule file go (default dashboards)")
     ap.add_argument("--k8s-out", default="daemonsets/generated", type=Path, metavar="DIR",
@@ -107,8 +114,8 @@ def main(argv: list[str]) -> int:
     """Write or check; 0 when done or up to date, 1 when ``--check`` finds differences, 2 on bad input."""
     from observe.k8s import generated
 
-    ns = build_parser().parse_args(argv)
     try:
+        ns = build_parser().parse_args(argv)
         _check_paths(ns)
         files = render(load_settings(ns.settings))
         if ns.check:
@@ -121,8 +128,15 @@ def main(argv: list[str]) -> int:
                 print(f"error: out of date: {', '.join(stale)}; run fsdp-observe dashboards", file=sys.stderr)
                 return 1
             return 0
-        written = write(files, ns.out)
-        k8s = [] if ns.no_k8s else generated.write(ns.out, ns.k8s_out)
+        try:
+            written = write(files, ns.out)
+        except OSError as exc:
+            raise UsageError(f"--out: cannot write {ns.out} ({exc.strerror}); pass a directory you can write") from None
+        try:
+            k8s = [] if ns.no_k8s else generated.write(ns.out, ns.k8s_out)
+        except OSError as exc:
+            raise UsageError(f"--k8s-out: cannot write {ns.k8s_out} ({exc.strerror}); pass a directory you can "
+                             "write, or --no-k8s") from None
     except ValueError as exc:  # UsageError, or a dashboard too large for a ConfigMap (observe.k8s.generated)
         print(f"error: {exc}", file=sys.stderr)
         return 2

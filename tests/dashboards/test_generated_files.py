@@ -91,6 +91,8 @@ def test_a_settings_file_changes_the_output(tmp_path: Path) -> None:
                                                            "a Prometheus duration like 30s, 15m or 1h30m"),
     ("straggler_ratio: 0.9\n", ("--settings", "{tmp}/s.yaml"), "error: --settings: {tmp}/s.yaml: straggler_ratio: must "
                                                                "be above 1"),
+    (None, ("--bogus",), "error: fsdp-observe dashboards: unrecognized arguments: --bogus; run 'fsdp-observe "
+                         "dashboards --help' for the flags"),
     (None, ("--k8s-out", "{tmp}/nowhere/generated"), "error: --k8s-out: {tmp}/nowhere/ does not exist here; run from "
                                                      "the repository root, pass --k8s-out DIR, or --no-k8s"),
 ])
