@@ -39,12 +39,9 @@ CRITICAL_XID_CLASSES: dict[str, str] = {
     "gpu_reset": "FsdpGpuXidGpuReset", "node_reboot": "FsdpGpuXidNodeReboot",
     "nvlink_fabric": "FsdpGpuXidNvlinkFabric",
 }
-#: What a class means for the job, for summaries.
-_CLASS_EFFECT = {
-    "gpu_reset": "the GPU needs a reset", "node_reboot": "the node needs a reboot",
-    "nvlink_fabric": "an NVLink or fabric error", "application": "a burst of application-class XIDs",
-    "unknown": "an XID code the catalogue does not know",
-}
+#: What a critical class means for the GPU, for summaries.
+_CLASS_EFFECT = {"gpu_reset": "the GPU needs a reset", "node_reboot": "the node needs a reboot",
+                 "nvlink_fabric": "an NVLink or fabric error"}
 
 #: Recording rules (names follow level:metric:operations).
 STEP_MEAN = f"rank:{c.TRAIN_STEP_SECONDS.name}:mean5m"
