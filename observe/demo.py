@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "0 picks a free one)")
     ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
     ap.add_argument("--prometheus", action="store_true",
-                    help="also start Prometheus (binary on PATH) with the generated rules, scraping the agent and ranks")
+                    help="also start Prometheus (binary on PATH) with the generated rules, scraping the agent and "
+                         "the ranks")
     ap.add_argument("--prometheus-port", type=int, default=None,
                     help=f"its port (default {prometheus_local.DEFAULT_PORT}, or a free one when that is taken)")
     return ap
@@ -208,7 +209,8 @@ def agent_rows(snapshot: NodeSnapshot | None, url: str) -> list[tuple[str, str]]
     return rows
 
 
-def start_prometheus(out: Path, port: int | None, agent_url: str, rank_urls: list[str]) -> prometheus_local.LocalPrometheus:
+def start_prometheus(out: Path, port: int | None, agent_url: str,
+                     rank_urls: list[str]) -> prometheus_local.LocalPrometheus:
     """Prometheus on 127.0.0.1 with the generated rules, scraping the agent and the ranks.
 
     Its config, log, rule file and TSDB go to ``out/prometheus``. ``port`` ``None``: the default

@@ -37,7 +37,8 @@ def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False, t
 
 def threshold_steps(*steps: tuple[float, str]) -> list[g.Threshold]:
     """Threshold steps: green below the first ``(value, colour)``."""
-    return [g.Threshold("green", 0, 0.0), *(g.Threshold(colour, i + 1, float(value)) for i, (value, colour) in enumerate(steps))]
+    return [g.Threshold("green", 0, 0.0),
+            *(g.Threshold(colour, i + 1, float(value)) for i, (value, colour) in enumerate(steps))]
 
 
 @attr.s

@@ -139,7 +139,8 @@ def test_the_gpu_health_dashboard_charts_the_walkthrough_fields_and_the_xid_tabl
         by_code, fallback = mappings[column]
         assert {int(k): v["text"] for k, v in by_code["options"].items()} == {
             code: getattr(info, attribute) for code, info in xid.CATALOGUE.items()}
-        assert fallback["type"] == "regex" and fallback["options"]["result"]["text"] == getattr(xid.lookup(-1), attribute)
+        assert fallback["type"] == "regex"
+        assert fallback["options"]["result"]["text"] == getattr(xid.lookup(-1), attribute)
 
 
 def test_the_training_dashboard_has_every_asked_for_panel() -> None:

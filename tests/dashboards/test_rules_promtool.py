@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from observe import catalog as c
 from observe import rules, xid
 from observe.monitoring import Settings
 
@@ -29,8 +30,9 @@ BOOK = S.runbook_base_url
 NODE = "gpu-node-1"
 AGENT = f'node="{NODE}",instance="{NODE}",job="fsdp-observe-agent",pod="fsdp-observe-agent-x7k2p"'
 GPU_A = {"gpu": "0", "gpu_uuid": "GPU-0000000a", "pci_bus": "0000:3b:00"}
-RANK = 'namespace="training",run_id="llama-ft",local_rank="{r}",rank="{r}",node="gpu-node-1",gpu_uuid="GPU-0000000{g}",' \
-       'instance="10.0.7.21:{port}",job="training/fsdp-observe-trainer",pod="llama-ft-worker-0"'
+RANK = ('namespace="training",run_id="llama-ft",local_rank="{r}",rank="{r}",node="gpu-node-1",'
+        'gpu_uuid="GPU-0000000{g}",instance="10.0.7.21:{port}",job="training/fsdp-observe-trainer",'
+        'pod="llama-ft-worker-0"')
 
 
 def rank_labels(r: int, gpu: str) -> str:
@@ -39,13 +41,13 @@ def rank_labels(r: int, gpu: str) -> str:
 
 def xid_series(labels: dict[str, str], code: int, severity: str) -> str:
     inner = ",".join(f'{k}="{v}"' for k, v in {**labels, "xid": str(code), "severity": severity}.items())
-    return f"fsdp_gpu_xid_errors_total{{{AGENT},{inner}}}"
+    return f"{c.GPU_XID_ERRORS.name}{{{AGENT},{inner}}}"
 
 
 AGENT_SERIES = [
-    {"series": f"fsdp_node_agent_collections_total{{{AGENT}}}", "values": "0+60x90"},
-    {"series": f'fsdp_node_agent_source_up{{{AGENT},source="kernel_log"}}', "values": "1x90"},
-    {"series": f'fsdp_train_info{{{rank_labels(0, "a")},model="llama2-7b",world_size="2"}}', "values": "1x90"},
+    {"series": f"{c.AGENT_COLLECTIONS.name}{{{AGENT}}}", "values": "0+60x90"},
+    {"series": f'{c.AGENT_UP.name}{{{AGENT},source="kernel_log"}}', "values": "1x90"},
+    {"series": f'{c.TRAIN_INFO.name}{{{rank_labels(0, "a")},model="llama2-7b",world_size="2"}}', "values": "1x90"},
 ]
 
 
@@ -59,7 +61,7 @@ def _parse(inner: str) -> dict[str, str]:
 
 
 def xid_description(code: int, severity: str, gpu: dict[str, str], runs: str) -> str:
-    return (f"The driver reported XID {code} (class {severity}) for GPU {gpu['gpu']} ({gpu['gpu_uuid']}) of node {NODE}, "
+    return (f"The driver reported XID {code} (class {severity}) for {gpu_text(gpu)}, "
             f"PCI {gpu['pci_bus']}, within the last 10m. Runs on this GPU: {runs}. {xid.SEVERITY_ACTION[severity]}")
 
 
@@ -114,8 +116,9 @@ CASES = [
 ]
 
 DCGM_ONLY = "dcgm-only-node"
-DCGM_LABELS = ('gpu="{gpu}",UUID="GPU-d{gpu}",pci_bus_id="00000000:18:00.0",device="nvidia{gpu}",modelName="NVIDIA H200",'
-               'Hostname="{node}",DCGM_FI_DRIVER_VERSION="570.124.06",instance="10.0.7.9:9400",job="dcgm-exporter"')
+DCGM_LABELS = ('gpu="{gpu}",UUID="GPU-d{gpu}",pci_bus_id="00000000:18:00.0",device="nvidia{gpu}",'
+               'modelName="NVIDIA H200",Hostname="{node}",DCGM_FI_DRIVER_VERSION="570.124.06",instance="10.0.7.9:9400",'
+               'job="dcgm-exporter"')
 
 
 def dcgm(name: str, node: str, gpu: int, **extra: str) -> str:
@@ -155,8 +158,8 @@ CASES += [
                        f"{dcgm_tail()}",
         "runbook_url": f"{BOOK}#fsdpdcgmxidapplicationburst"})]),
     ("FsdpGpuLost", [
-        {"series": f'fsdp_gpu_lost{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x5 1x10"},
-        {"series": f'fsdp_gpu_lost{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x15"}],
+        {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x5 1x10"},
+        {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x15"}],
      [6], 7,
      [({"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "severity": "critical"},
        {"summary": f"GPU 0 (GPU-0000000a) of node {NODE} is lost",
@@ -167,7 +170,7 @@ CASES += [
 
 
 def phases(labels: str, current: str, minutes: int) -> list[dict]:
-    return [{"series": f'fsdp_train_phase{{{labels},phase="{p}"}}', "values": f"{int(p == current)}x{minutes}"}
+    return [{"series": f'{c.TRAIN_PHASE.name}{{{labels},phase="{p}"}}', "values": f"{int(p == current)}x{minutes}"}
             for p in ("training", "checkpointing", "finished")]
 
 
@@ -178,9 +181,9 @@ CASES += [
     # Rank 0 of llama-ft stops stepping at 10m (its timestamp stays at 600 s); 15m later it is a
     # stall. A finished run's old timestamp is not.
     ("FsdpTrainingStalled", [
-        {"series": f"fsdp_train_last_step_timestamp_seconds{{{R0}}}", "values": "0+60x10 600x40"},
+        {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{R0}}}", "values": "0+60x10 600x40"},
         *phases(R0, "training", 50),
-        {"series": f"fsdp_train_last_step_timestamp_seconds{{{DONE}}}", "values": "0+60x5 300x45"},
+        {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{DONE}}}", "values": "0+60x5 300x45"},
         *phases(DONE, "finished", 50)],
      [26, 27], 28,
      [({**_parse(R0), "phase": "training", "severity": "critical"},
@@ -191,11 +194,10 @@ CASES += [
         "runbook_url": f"{BOOK}#fsdptrainingstalled"})]),
 ]
 
-STRAGGLER = [
-    {"series": f"fsdp_train_step_seconds_sum{{{rank_labels(r, g)}}}", "values": "0+60x30"} for r, g in ((0, "a"), (1, "b"), (2, "c"))
-] + [
-    {"series": f"fsdp_train_step_seconds_count{{{rank_labels(r, g)}}}", "values": f"0+{n}x30"}
-    for r, g, n in ((0, "a", 60), (1, "b", 60), (2, "c", 30))
+STRAGGLER = [  # (rank, GPU, steps per minute): a minute of step time per minute on every rank
+    series for r, g, n in ((0, "a", 60), (1, "b", 60), (2, "c", 30)) for series in (
+        {"series": f"{c.TRAIN_STEP_SECONDS.name}_sum{{{rank_labels(r, g)}}}", "values": "0+60x30"},
+        {"series": f"{c.TRAIN_STEP_SECONDS.name}_count{{{rank_labels(r, g)}}}", "values": f"0+{n}x30"})
 ]
 
 CASES += [
@@ -210,7 +212,7 @@ CASES += [
     # 1000 tokens/s for half an hour, then 500 from 31m: below 70 % of the median of the hour
     # before the last 10 minutes.
     ("FsdpThroughputDrop", [
-        {"series": f"fsdp_train_global_tokens_per_second{{{R0}}}", "values": "1000x30 500x40"}], [30, 45], 46,
+        {"series": f"{c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name}{{{R0}}}", "values": "1000x30 500x40"}], [30, 45], 46,
      [({"namespace": "training", "run_id": "llama-ft", "severity": "warning"},
        {"summary": "Run llama-ft: tokens/s fell below 70% of its recent level",
         "description": "Run llama-ft (namespace training, nodes gpu-node-1) processes 500 tokens/s, below 70% of its "

@@ -39,7 +39,8 @@ def test_selectors_carry_the_cluster_matchers() -> None:
     assert s.trainer("fsdp_train_loss", 'rank="0"') == 'fsdp_train_loss{cluster="eu-1",rank="0"}'
     assert s.agent("fsdp_gpu_lost") == 'fsdp_gpu_lost{job="agent"}'
     assert Settings().trainer("fsdp_train_loss") == "fsdp_train_loss"
-    assert s.dcgm_raw("DCGM_FI_DEV_GPU_TEMP", s.dcgm_node("$node")) == 'DCGM_FI_DEV_GPU_TEMP{job="dcgm",Hostname=~"$node"}'
+    assert s.dcgm_raw("DCGM_FI_DEV_GPU_TEMP", s.dcgm_node("$node")) == (
+        'DCGM_FI_DEV_GPU_TEMP{job="dcgm",Hostname=~"$node"}')
 
 
 def test_dcgm_series_get_our_node_and_gpu_uuid_labels_in_any_dialect() -> None:

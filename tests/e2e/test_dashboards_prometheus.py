@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from observe import catalog as c
 from observe import dashboards, prometheus_local, rules
 from observe.monitoring import Settings
 from tests.conftest import CASES, free_port_block
@@ -127,7 +128,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
 
         def finished() -> bool:
             assert trainer.poll() is None, trainer_log.read_text()
-            done = instant(prometheus.url, f'fsdp_train_phase{{run_id="{RUN_ID}",phase="finished"}} == 1')
+            done = instant(prometheus.url, f'{c.TRAIN_PHASE.name}{{run_id="{RUN_ID}",phase="finished"}} == 1')
             return len(done) == 2
         wait_for(finished, timeout=300, interval=0.5, what="both ranks finished in Prometheus")
         time.sleep(2 * SCRAPE)  # the scrape after the last step is in, for the rate windows
@@ -250,7 +251,7 @@ def alerts(url: str, name: str) -> list[dict]:
 def test_an_xid_line_in_the_kernel_log_fires_the_xid_alerts(stack: Stack) -> None:
     url = stack.url
     # The XID 48 logged before Prometheus started stays silent once a whole window of history exists.
-    wait_for(lambda: instant(url, f"fsdp_node_agent_collections_total offset {RULE_SETTINGS.xid_window}"),
+    wait_for(lambda: instant(url, f"{c.AGENT_COLLECTIONS.name} offset {RULE_SETTINGS.xid_window}"),
              timeout=60, interval=0.5, what="an XID window of agent history")
     time.sleep(3 * EVALUATION)
     assert alerts(url, "FsdpGpuXidGpuReset") == []

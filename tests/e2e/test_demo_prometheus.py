@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from observe import catalog as c
 from observe import prometheus_local
 from tests.support.processes import wait_for
 
@@ -38,7 +39,7 @@ def test_demo_starts_prometheus_with_the_rules_scraping_the_agent_and_ranks(port
 
         def scraped() -> bool:
             targets = httpx.get(f"{url}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
-            steps = httpx.get(f"{url}/api/v1/query", params={"query": "fsdp_train_step"}, timeout=5).json()
+            steps = httpx.get(f"{url}/api/v1/query", params={"query": c.TRAIN_STEP.name}, timeout=5).json()
             return (sorted((t["labels"]["job"], t["health"]) for t in targets) ==
                     [("fsdp-observe-agent", "up"), ("fsdp-observe-trainer", "up"), ("fsdp-observe-trainer", "up")]
                     and len(steps["data"]["result"]) == 2)
