@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "job": ("observe.job_cmd", "render a PyTorchJob; show, read and stop one on Kubernetes"),
     "top": ("observe.tui.cli", "the terminal UI: nodes, GPUs, processes, the training run and XID alerts"),
     "agent": ("observe.agent.cli", "the node agent: host, process, GPU and XID data as /metrics and /snapshot"),
+    "dashboards": ("observe.dashboards_cmd", "write or --check the Grafana dashboards and Prometheus rules"),
 }
 
 

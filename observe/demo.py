@@ -6,6 +6,8 @@ metrics URL, scrapes the ranks over HTTP while the run goes, and ends with a sum
 includes what the agent saw (CPU, memory, GPUs or "no GPUs", XID errors). On a terminal it opens
 ``fsdp-observe top`` over the agent and the ranks while the run goes (quitting it stops the run);
 with no terminal attached (or ``--no-tui``) it runs headless to the end.
+With ``--prometheus`` (and a ``prometheus`` binary on PATH) it also starts a local Prometheus
+with the generated rules (``observe.rules``) scraping the agent and the ranks, and prints its URL.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from observe import prometheus_local
 from observe.catalog import AGENT_PORT, TRAIN_STEP, TRAINER_PORT_BASE
 from observe.model import NodeSnapshot
 
@@ -44,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
     ap.add_argument("--no-tui", action="store_true",
                     help="never open the terminal UI (it opens only when stdin and stdout are a terminal)")
+    ap.add_argument("--prometheus", action="store_true",
+                    help="also start Prometheus (binary on PATH) with the generated rules, scraping the agent and "
+                         "the ranks")
+    ap.add_argument("--prometheus-port", type=int, default=None,
+                    help=f"its port (default {prometheus_local.DEFAULT_PORT}, or a free one when that is taken)")
     return ap
 
 
@@ -222,6 +231,31 @@ def agent_rows(snapshot: NodeSnapshot | None, url: str) -> list[tuple[str, str]]
     return rows
 
 
+def start_prometheus(out: Path, port: int | None, agent_url: str,
+                     rank_urls: list[str]) -> prometheus_local.LocalPrometheus:
+    """Prometheus on 127.0.0.1 with the generated rules, scraping the agent and the ranks.
+
+    Its config, log, rule file and TSDB go to ``out/prometheus``. ``port`` ``None``: the default
+    port, or a free one when that is taken.
+
+    Raises:
+        RuntimeError: it did not start (the message says why).
+    """
+    from observe import rules
+
+    folder = out / "prometheus"
+    folder.mkdir(parents=True, exist_ok=True)
+    rule_path = folder / rules.RULES_FILE
+    rule_path.write_text(rules.render())
+    if port is None:
+        port = prometheus_local.DEFAULT_PORT
+        if not prometheus_local.port_is_free(port):
+            port = prometheus_local.free_port()
+    cfg = prometheus_local.config({"fsdp-observe-agent": [urlsplit(agent_url).netloc],
+                                   "fsdp-observe-trainer": [urlsplit(u).netloc for u in rank_urls]}, [rule_path])
+    return prometheus_local.start(folder, cfg, port)
+
+
 def print_table(title: str, rows: list[tuple[str, str]]) -> None:
     """Print rows as a two-column table."""
     width = max(len(label) for label, _ in rows)
@@ -249,6 +283,13 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_status
+    if ns.prometheus and prometheus_local.binary() is None:
+        print("error: --prometheus: no prometheus binary on PATH; install it (apt-get install prometheus) "
+              "or leave out --prometheus", file=sys.stderr)
+        return 2
+    if ns.prometheus_port is not None and not ns.prometheus:
+        print("error: --prometheus-port: only with --prometheus; add --prometheus", file=sys.stderr)
+        return 2
 
     try:
         agent, agent_url = start_local_agent(ns.agent_port, out / "agent.log")
@@ -256,10 +297,22 @@ def main(argv: list[str]) -> int:
         print(f"{exc}" if str(exc).startswith("error:") else f"error: {exc}", file=sys.stderr)
         return 2
     urls = [f"http://127.0.0.1:{ns.metrics_port + r}/metrics" for r in range(ns.nproc_per_node)]
+    prometheus = None
+    if ns.prometheus:
+        try:
+            prometheus = start_prometheus(out, ns.prometheus_port, agent_url, urls)
+        except RuntimeError as exc:
+            agent.terminate()
+            agent.wait()
+            print(f"error: --prometheus: {exc}", file=sys.stderr)
+            return 2
     print(f"fsdp-observe demo: run {run_id}, {ns.nproc_per_node} CPU ranks, {ns.steps} steps")
     print(f"  node agent: {agent_url}/metrics  {agent_url}/snapshot  (log: {out / 'agent.log'})")
     for rank, url in enumerate(urls):
         print(f"  rank {rank} metrics: {url}")
+    if prometheus is not None:
+        print(f"  prometheus: {prometheus.url}  (alerts: {prometheus.url}/alerts; config, rules and data: "
+              f"{prometheus.folder}; stops with the demo)", flush=True)
     scraper = Scraper(urls)
     tui = wants_tui(ns)
     train_log = open(out / "train.log", "wb") if tui else None  # the TUI owns the terminal
@@ -284,6 +337,8 @@ def main(argv: list[str]) -> int:
         snapshot = agent_snapshot(agent_url)
         agent.terminate()
         agent.wait()
+        if prometheus is not None:
+            prometheus.stop()
     windows, end = read_log(log_json)
     rows = summary_rows(windows, end, scraper.records, status)
     outcome = "stopped (the terminal UI was closed)" if stopped else "finished" if status == 0 else "FAILED"

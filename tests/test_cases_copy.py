@@ -17,7 +17,8 @@ def copied_files() -> list[Path]:
 
 def test_the_copy_is_not_empty() -> None:
     assert {"redaction.tsv", "exposition.md", "nvml-scenarios.md", "xid/kernel-log.txt",
-            "xid/expected.jsonl"} <= {str(p) for p in copied_files()}
+            "xid/expected.jsonl", "dcgm/README.md", "dcgm/exposition-v3.prom", "dcgm/exposition-v4.prom"
+            } <= {str(p) for p in copied_files()}
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/cases is not beside this checkout (a clean clone): "

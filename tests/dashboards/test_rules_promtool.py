@@ -1,0 +1,276 @@
+"""The generated rules under Prometheus' own ``promtool``: ``check rules``, then ``test rules``.
+
+Each alert is evaluated one evaluation before its ``for`` elapses (nothing firing) and at the
+evaluation where it does (firing, with its exact labels and annotations), over input series
+shaped like what the trainer, the agent and dcgm-exporter export. The cases below assume the
+default settings (asserted first), so they also pin the committed rule file's behaviour.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from observe import catalog as c
+from observe import rules, xid
+from observe.monitoring import Settings
+
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing: apt-get install prometheus "
+                                                         "(CI installs it)")
+S = Settings()
+BOOK = S.runbook_base_url
+
+# --- input series ------------------------------------------------------------------------------
+
+NODE = "gpu-node-1"
+AGENT = f'node="{NODE}",instance="{NODE}",job="fsdp-observe-agent",pod="fsdp-observe-agent-x7k2p"'
+GPU_A = {"gpu": "0", "gpu_uuid": "GPU-0000000a", "pci_bus": "0000:3b:00"}
+RANK = ('namespace="training",run_id="llama-ft",local_rank="{r}",rank="{r}",node="gpu-node-1",'
+        'gpu_uuid="GPU-0000000{g}",instance="10.0.7.21:{port}",job="training/fsdp-observe-trainer",'
+        'pod="llama-ft-worker-0"')
+
+
+def rank_labels(r: int, gpu: str) -> str:
+    return RANK.format(r=r, g=gpu, port=9500 + r)
+
+
+def xid_series(labels: dict[str, str], code: int, severity: str) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in {**labels, "xid": str(code), "severity": severity}.items())
+    return f"{c.GPU_XID_ERRORS.name}{{{AGENT},{inner}}}"
+
+
+AGENT_SERIES = [
+    {"series": f"{c.AGENT_COLLECTIONS.name}{{{AGENT}}}", "values": "0+60x90"},
+    {"series": f'{c.AGENT_UP.name}{{{AGENT},source="kernel_log"}}', "values": "1x90"},
+    {"series": f'{c.TRAIN_INFO.name}{{{rank_labels(0, "a")},model="llama2-7b",world_size="2"}}', "values": "1x90"},
+]
+
+
+def _parse(inner: str) -> dict[str, str]:
+    """The labels of a promtool label string ``a="b",c="d"``."""
+    out = {}
+    for part in inner.rstrip('"').split('",'):
+        key, value = part.split('="', 1)
+        out[key] = value
+    return out
+
+
+def xid_description(code: int, severity: str, gpu: dict[str, str], runs: str) -> str:
+    return (f"The driver reported XID {code} (class {severity}) for {gpu_text(gpu)}, "
+            f"PCI {gpu['pci_bus']}, within the last 10m. Runs on this GPU: {runs}. {xid.SEVERITY_ACTION[severity]}")
+
+
+def gpu_text(gpu: dict[str, str], node: str = NODE) -> str:
+    return f"GPU {gpu['gpu']} ({gpu['gpu_uuid']}) of node {node}"
+
+
+# --- the cases: (alert, input series, silent at, firing at, [(labels, annotations)]) --------------
+
+GPU_B = {"gpu": "1", "gpu_uuid": "GPU-0000000b", "pci_bus": "0000:86:00"}
+GPU_C = {"gpu": "2", "gpu_uuid": "GPU-0000000c", "pci_bus": "0000:af:00"}
+GPU_D = {"gpu": "3", "gpu_uuid": "GPU-0000000d", "pci_bus": "0000:d8:00"}
+OLD_48 = xid_series(GPU_A, 48, "gpu_reset")
+
+
+def xid_alert(name: str, code: int, severity: str, gpu: dict[str, str], level: str, runs: str) -> tuple[dict, dict]:
+    effect = {"gpu_reset": "the GPU needs a reset", "node_reboot": "the node needs a reboot",
+              "nvlink_fabric": "an NVLink or fabric error"}[severity]
+    return ({**gpu, "node": NODE, "xid": str(code), "severity": level},
+            {"summary": f"XID {code} on {gpu_text(gpu)}: {effect}",
+             "description": xid_description(code, severity, gpu, runs),
+             "runbook_url": f"{BOOK}#{name.lower()}"})
+
+
+CASES = [
+    # An XID already counted when Prometheus starts stays silent (5m, 15m); a second one of the
+    # same code on the same GPU (increase > 0) fires.
+    ("FsdpGpuXidGpuReset", [{"series": OLD_48, "values": "1x20 2x60"}], [5, 15, 21], 22,
+     [xid_alert("FsdpGpuXidGpuReset", 48, "gpu_reset", GPU_A, "critical", "llama-ft")]),
+    # The first XID 79 of a GPU is a new series already at 1: increase() alone would miss it.
+    ("FsdpGpuXidNodeReboot", [{"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x15 1x60"}], [15], 16,
+     [xid_alert("FsdpGpuXidNodeReboot", 79, "node_reboot", GPU_B, "critical", "none seen")]),
+    ("FsdpGpuXidNvlinkFabric", [{"series": xid_series(GPU_C, 74, "nvlink_fabric"), "values": "_x30 1x50"}], [30], 31,
+     [xid_alert("FsdpGpuXidNvlinkFabric", 74, "nvlink_fabric", GPU_C, "critical", "none seen")]),
+    # Three application-class XIDs within 10 minutes make a burst; two do not.
+    ("FsdpGpuXidApplicationBurst", [{"series": xid_series(GPU_D, 13, "application"), "values": "1x10 2 3 4 4x60"}],
+     [12, 13], 14,
+     [({**GPU_D, "node": NODE, "xid": "13", "severity": "warning"},
+       {"summary": f"3 XID 13 errors on {gpu_text(GPU_D)} within 10m",
+        "description": f"XID 13 (class application) came 3 times within 10m on {gpu_text(GPU_D)}, PCI "
+                       f"{GPU_D['pci_bus']} (3 or more make a burst). Runs on this GPU: none seen. One such XID is "
+                       f"usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
+                       f"{xid.SEVERITY_ACTION['application']}",
+        "runbook_url": f"{BOOK}#fsdpgpuxidapplicationburst"})]),
+    ("FsdpGpuXidUnknown", [{"series": xid_series(GPU_D, 99999, "unknown"), "values": "_x40 1x40"}], [40], 41,
+     [({**GPU_D, "node": NODE, "xid": "99999", "severity": "warning"},
+       {"summary": f"Unknown XID 99999 on {gpu_text(GPU_D)}",
+        "description": f"The driver reported XID 99999, which the catalogue (observe/xid.py) does not know, for "
+                       f"{gpu_text(GPU_D)}, PCI {GPU_D['pci_bus']}, within the last 10m. Runs on this GPU: none seen. "
+                       f"{xid.UNKNOWN_ACTION}",
+        "runbook_url": f"{BOOK}#fsdpgpuxidunknown"})]),
+]
+
+DCGM_ONLY = "dcgm-only-node"
+DCGM_LABELS = ('gpu="{gpu}",UUID="GPU-d{gpu}",pci_bus_id="00000000:18:00.0",device="nvidia{gpu}",'
+               'modelName="NVIDIA H200",Hostname="{node}",DCGM_FI_DRIVER_VERSION="570.124.06",instance="10.0.7.9:9400",'
+               'job="dcgm-exporter"')
+
+
+def dcgm(name: str, node: str, gpu: int, **extra: str) -> str:
+    more = "".join(f',{k}="{v}"' for k, v in extra.items())
+    return f"{name}{{{DCGM_LABELS.format(gpu=gpu, node=node)}{more}}}"
+
+
+def dcgm_tail() -> str:
+    return ("Runs on this GPU: none seen. Read from dcgm-exporter because no fsdp-observe agent reads XIDs on this "
+            "node.")
+
+
+CASES += [
+    # dcgm-exporter's windowed count, on a node without our agent; the same XID on a node whose
+    # agent reads the kernel log stays with the agent's alerts; the sticky last-XID gauge alone
+    # (still 79 at 30m) raises nothing once the window has emptied.
+    ("FsdpDcgmXidCritical", [
+        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0), "values": "0x60"},
+        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0, xid="79"), "values": "_x5 1x5"},
+        {"series": dcgm("DCGM_FI_DEV_XID_ERRORS", DCGM_ONLY, 0, err_code="79", err_msg="GPU has fallen off the bus"),
+         "values": "0x4 79x60"},
+        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", NODE, 1, xid="79"), "values": "_x5 1x5"}],
+     [5, 30], 6,
+     [({"node": DCGM_ONLY, "gpu": "0", "gpu_uuid": "GPU-d0", "xid": "79", "severity": "critical"},
+       {"summary": f"XID 79 on GPU 0 (GPU-d0) of node {DCGM_ONLY} (dcgm-exporter)",
+        "description": f"dcgm-exporter counted XID 79 for GPU 0 (GPU-d0) of node {DCGM_ONLY} within the last 10m; the "
+                       f"catalogue classes it as needing a GPU reset, a node reboot or NVLink/fabric recovery (see "
+                       f"the XID table of the runbook). {dcgm_tail()}",
+        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical"})]),
+    ("FsdpDcgmXidApplicationBurst", [
+        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 1, xid="31"), "values": "_x5 2 3x5"}],
+     [5, 6], 7,
+     [({"node": DCGM_ONLY, "gpu": "1", "gpu_uuid": "GPU-d1", "xid": "31", "severity": "warning"},
+       {"summary": f"3 XID 31 errors on GPU 1 (GPU-d1) of node {DCGM_ONLY} (dcgm-exporter)",
+        "description": f"dcgm-exporter counted XID 31 (class application) 3 times in its window for GPU 1 (GPU-d1) "
+                       f"of node {DCGM_ONLY} (3 or more make a burst). {xid.SEVERITY_ACTION['application']} "
+                       f"{dcgm_tail()}",
+        "runbook_url": f"{BOOK}#fsdpdcgmxidapplicationburst"})]),
+    ("FsdpGpuLost", [
+        {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x5 1x10"},
+        {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x15"}],
+     [6], 7,
+     [({"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "severity": "critical"},
+       {"summary": f"GPU 0 (GPU-0000000a) of node {NODE} is lost",
+        "description": f"NVML reports GPU 0 (GPU-0000000a) of node {NODE} lost: it fell off the bus and answers no "
+                       f"query. Runs on this GPU: llama-ft. {xid.REBOOT}",
+        "runbook_url": f"{BOOK}#fsdpgpulost"})]),
+]
+
+
+def phases(labels: str, current: str, minutes: int) -> list[dict]:
+    return [{"series": f'{c.TRAIN_PHASE.name}{{{labels},phase="{p}"}}', "values": f"{int(p == current)}x{minutes}"}
+            for p in ("training", "checkpointing", "finished")]
+
+
+DONE = RANK.format(r=0, g="e", port=9600).replace("llama-ft", "done-ft")
+R0 = rank_labels(0, "a")
+
+CASES += [
+    # Rank 0 of llama-ft stops stepping at 10m (its timestamp stays at 600 s); 15m later it is a
+    # stall. A finished run's old timestamp is not.
+    ("FsdpTrainingStalled", [
+        {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{R0}}}", "values": "0+60x10 600x40"},
+        *phases(R0, "training", 50),
+        {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{DONE}}}", "values": "0+60x5 300x45"},
+        *phases(DONE, "finished", 50)],
+     [26, 27], 28,
+     [({**_parse(R0), "phase": "training", "severity": "critical"},
+       {"summary": "Run llama-ft: rank 0 made no step for 15m",
+        "description": "Rank 0 of run llama-ft on node gpu-node-1 (GPU GPU-0000000a) completed its last optimizer step "
+                       "18m 0s ago and is still training. A hung collective, a dead peer or a stuck data loader stops "
+                       "every rank; look for the rank whose log stops first.",
+        "runbook_url": f"{BOOK}#fsdptrainingstalled"})]),
+]
+
+STRAGGLER = [  # (rank, GPU, steps per minute): a minute of step time per minute on every rank
+    series for r, g, n in ((0, "a", 60), (1, "b", 60), (2, "c", 30)) for series in (
+        {"series": f"{c.TRAIN_STEP_SECONDS.name}_sum{{{rank_labels(r, g)}}}", "values": "0+60x30"},
+        {"series": f"{c.TRAIN_STEP_SECONDS.name}_count{{{rank_labels(r, g)}}}", "values": f"0+{n}x30"})
+]
+
+CASES += [
+    # Rank 2 steps at 2 s while the run's median rank steps at 1 s.
+    ("FsdpStragglerRank", STRAGGLER, [10], 11,
+     [({**_parse(rank_labels(2, "c")), "severity": "warning"},
+       {"summary": "Run llama-ft: rank 2 is a straggler",
+        "description": "Rank 2 of run llama-ft on node gpu-node-1 (GPU GPU-0000000c) has taken 2.0 times the run's "
+                       "median step time (means over 5m) for 10m (alert above 1.5). Compare its GPU's utilisation, "
+                       "clocks, temperature and XIDs on the training-run dashboard.",
+        "runbook_url": f"{BOOK}#fsdpstragglerrank"})]),
+    # 1000 tokens/s for half an hour, then 500 from 31m: below 70 % of the median of the hour
+    # before the last 10 minutes.
+    ("FsdpThroughputDrop", [
+        {"series": f"{c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name}{{{R0}}}", "values": "1000x30 500x40"}], [30, 45], 46,
+     [({"namespace": "training", "run_id": "llama-ft", "severity": "warning"},
+       {"summary": "Run llama-ft: tokens/s fell below 70% of its recent level",
+        "description": "Run llama-ft (namespace training, nodes gpu-node-1) processes 500 tokens/s, below 70% of its "
+                       "median over the 1h before the last 10m, for 15m. Look for a straggler rank, a throttled or "
+                       "erroring GPU, data-loader waits, or checkpoints in the window.",
+        "runbook_url": f"{BOOK}#fsdpthroughputdrop"})]),
+]
+
+
+def promtool_tests() -> dict:
+    """A promtool test file: one test group per case, each alert silent before and firing at its time."""
+    tests = []
+    for name, series, silent, firing, expected in CASES:
+        checks = [{"eval_time": f"{t}m", "alertname": name, "exp_alerts": []} for t in silent]
+        checks.append({"eval_time": f"{firing}m", "alertname": name, "exp_alerts": [
+            {"exp_labels": labels, "exp_annotations": annotations} for labels, annotations in expected]})
+        tests.append({"name": name, "interval": "1m", "input_series": [*AGENT_SERIES, *series],
+                      "alert_rule_test": checks})
+    return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_the_cases_assume_the_default_settings() -> None:
+    assert (S.xid_window, S.xid_for, S.xid_application_burst, S.gpu_lost_for) == ("10m", "1m", 3, "1m")
+    assert (S.stall_time, S.stall_for, S.straggler_ratio, S.straggler_for) == ("15m", "2m", 1.5, "10m")
+    assert (S.throughput_drop_ratio, S.throughput_baseline, S.throughput_offset, S.throughput_for) == (
+        0.7, "1h", "10m", "15m")
+
+
+def test_every_alert_has_a_case_with_a_silent_check_just_before_its_for() -> None:
+    assert sorted(name for name, *_ in CASES) == sorted(rules.alert_names())
+    for name, _, silent, firing, _ in CASES:
+        assert firing - 1 in silent, f"{name}: no silent check one evaluation before it fires"
+
+
+def test_promtool_check_rules_accepts_the_committed_file() -> None:
+    committed = Path(__file__).resolve().parents[2] / "dashboards" / rules.RULES_FILE
+    done = promtool("check", "rules", str(committed), cwd=committed.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {sum(len(g['rules']) for g in rules.rule_file()['groups'])} rules found" in done.stdout
+
+
+def test_promtool_test_rules(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(rules.render())
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(promtool_tests(), sort_keys=False, width=1000))
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_sees_a_missed_alert(tmp_path: Path) -> None:
+    """The harness can fail: expecting the straggler one evaluation early is reported."""
+    (tmp_path / "rules.yaml").write_text(rules.render())
+    early = promtool_tests()
+    (case,) = [t for t in early["tests"] if t["name"] == "FsdpStragglerRank"]
+    case["alert_rule_test"][0]["exp_alerts"] = case["alert_rule_test"][-1]["exp_alerts"]
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(early, sort_keys=False, width=1000))
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 1 and "FsdpStragglerRank" in done.stdout + done.stderr

@@ -1,0 +1,52 @@
+"""``observe.monitoring.Settings``: validation naming the field, selectors, the DCGM dialect."""
+
+from __future__ import annotations
+
+import pytest
+
+from observe.monitoring import Settings, duration_seconds
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("15m", 900), ("1h30m", 5400), ("500ms", 0.5), ("2d", 172800)])
+def test_durations(text: str, seconds: float) -> None:
+    assert duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("stall_time", "15 minutes", "stall_time: '15 minutes' is not a Prometheus duration"),
+    ("xid_for", "", "xid_for: '' is not a Prometheus duration"),
+    ("dcgm_hostname_label", "host-name", "dcgm_hostname_label: 'host-name' is not a Prometheus label name"),
+    ("trainer_selector", '{cluster="a"}', "trainer_selector: give label matchers without braces"),
+    ("xid_application_burst", 0, "xid_application_burst: must be 1 or more"),
+    ("xid_application_burst", 2.5, "xid_application_burst: expected int, got 2.5"),
+    ("throughput_drop_ratio", 1.2, "throughput_drop_ratio: must be between 0 and 1"),
+    ("runbook_base_url", "docs/dashboards.md", "runbook_base_url: must be an http(s) URL"),
+    ("straggler_ratio", True, "straggler_ratio: expected float, got True"),
+])
+def test_a_bad_value_names_its_field(field: str, value, message: str) -> None:
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace("{", r"\{")):
+        Settings.from_mapping({field: value})
+
+
+def test_unknown_fields_are_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"^unknown field 'dcgm_uuid'; known fields: agent_selector, "):
+        Settings.from_mapping({"dcgm_uuid": "uuid"})
+    assert Settings.from_mapping({"straggler_ratio": 2}).straggler_ratio == 2  # an int where a float goes
+
+
+def test_selectors_carry_the_cluster_matchers() -> None:
+    s = Settings(trainer_selector='cluster="eu-1"', agent_selector='job="agent"', dcgm_selector='job="dcgm"')
+    assert s.trainer("fsdp_train_loss", 'rank="0"') == 'fsdp_train_loss{cluster="eu-1",rank="0"}'
+    assert s.agent("fsdp_gpu_lost") == 'fsdp_gpu_lost{job="agent"}'
+    assert Settings().trainer("fsdp_train_loss") == "fsdp_train_loss"
+    assert s.dcgm_raw("DCGM_FI_DEV_GPU_TEMP", s.dcgm_node("$node")) == (
+        'DCGM_FI_DEV_GPU_TEMP{job="dcgm",Hostname=~"$node"}')
+
+
+def test_dcgm_series_get_our_node_and_gpu_uuid_labels_in_any_dialect() -> None:
+    assert Settings().dcgm("DCGM_FI_DEV_GPU_UTIL") == (
+        'label_replace(label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "Hostname", "(.+)"), '
+        '"gpu_uuid", "$1", "UUID", "(.+)")')
+    # an exporter that already says gpu_uuid needs only the node copied
+    assert Settings(dcgm_uuid_label="gpu_uuid", dcgm_hostname_label="hostname").dcgm("DCGM_FI_DEV_GPU_UTIL") == (
+        'label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "hostname", "(.+)")')

@@ -1,0 +1,276 @@
+"""Every panel query of every generated dashboard against a real Prometheus; an XID line that fires.
+
+Real: Prometheus (Debian's ``prometheus``) on loopback with the generated rules, a two-rank CPU
+trainer run under torchrun, the node agent process, and HTTP between them all.
+
+Stand-ins for what cannot run on a machine without a GPU, said here as the rules ask:
+
+- the agent's GPUs come from the fake ``libnvidia-ml.so.1`` (``tests/support/fake_nvml.c``);
+- dcgm-exporter is a static server **replaying the recorded expositions** of ``tests/cases/dcgm``
+  in both label dialects (``Hostname``, 3.x; ``hostname``, newer);
+- the two CUDA ranks those recordings describe (run ``llama2-7b-ft``, namespace ``training``,
+  GPUs ``…e01``/``…e02``) are served by the same static server: the trainer's own exporter fed
+  CUDA-like figures, carrying only what a CPU rank cannot export (``gpu_uuid``, MFU, the caching
+  allocator's memory; ``tests/support/replay.py``).
+
+This machine plays the node the recordings name: the agent and the live ranks carry its name.
+The live ranks get a ``namespace`` target label, as the trainer PodMonitor's targets do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from observe import catalog as c
+from observe import dashboards, prometheus_local, rules
+from observe.monitoring import Settings
+from tests.conftest import CASES, free_port_block
+from tests.support.fake_nvml import FakeNvml
+from tests.support.processes import REPO, AgentProcess, wait_for
+from tests.support.replay import StaticServer, cuda_rank_exposition
+
+NODE = "ip-10-0-7-21.ec2.internal"  # the node of tests/cases/dcgm
+DCGM_UUIDS = ("GPU-7d1e3c2a-55b0-4f7e-9c1d-2a3b4c5d6e01", "GPU-7d1e3c2a-55b0-4f7e-9c1d-2a3b4c5d6e02")
+FAKE_UUID = "GPU-fa4e0000-0000-4000-8000-0000000000{:02d}"  # fake NVML GPU N
+RUN_ID = "dash-live"
+SCRAPE, EVALUATION, STEP = 0.5, 1.0, 1.0
+#: The generated rules with windows short enough for a test: a 30 s XID window, 2 s ``for``.
+RULE_SETTINGS = Settings(xid_window="30s", xid_for="2s")
+DIALECTS = {"v3": Settings(), "v4": Settings(dcgm_hostname_label="hostname")}
+XID_LINE = "[Mon Nov 30 12:00:00 2026] NVRM: Xid (PCI:{bus}): {code}, pid=4242, name=python3, {text}\n"
+
+pytestmark = pytest.mark.skipif(prometheus_local.binary() is None,
+                                reason="the prometheus binary is missing: apt-get install prometheus (CI installs it)")
+
+
+@dataclass
+class Stack:
+    """What the module's tests share."""
+
+    url: str
+    start: float
+    kernel_log: Path
+    trainer_log: Path
+
+
+def promql(url: str, path: str, **params) -> dict:
+    body = httpx.get(f"{url}{path}", params=params, timeout=30).json()
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def instant(url: str, expr: str) -> list[dict]:
+    return promql(url, "/api/v1/query", query=expr)["result"]
+
+
+@pytest.fixture(scope="module")
+def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("dashboards-e2e")
+    fake = FakeNvml(native.fake_nvml, tmp / "nvml.conf")
+    fake.set("bus@0 0x3b\nbus@1 0x86")  # the PCI addresses of the XID lines below
+    kernel_log = tmp / "kern.log"  # an XID already logged before anything starts
+    kernel_log.write_text(XID_LINE.format(bus="0000:3b:00", code=48, text="An uncorrectable double bit error"))
+    agent = AgentProcess(["--interval", "0.25", "--node", NODE, "--kernel-log", str(kernel_log)],
+                         fake.env(session_env), tmp)
+    server = StaticServer({
+        "/dcgm-v3": (CASES / "dcgm" / "exposition-v3.prom").read_bytes(),
+        "/dcgm-v4": (CASES / "dcgm" / "exposition-v4.prom").read_bytes(),
+        **{f"/cuda-rank-{r}": cuda_rank_exposition("llama2-7b-ft", r, NODE, DCGM_UUIDS[r], 2) for r in (0, 1)},
+    }).__enter__()
+    base = free_port_block(2)
+    static = f"127.0.0.1:{server.port}"
+    (tmp / rules.RULES_FILE).write_text(rules.render(RULE_SETTINGS))
+    config = {
+        "global": {"scrape_interval": f"{SCRAPE * 1000:.0f}ms", "scrape_timeout": "400ms",
+                   "evaluation_interval": f"{EVALUATION * 1000:.0f}ms"},
+        "rule_files": [str(tmp / rules.RULES_FILE)],
+        "scrape_configs": [
+            {"job_name": "trainer", "static_configs": [
+                {"targets": [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"], "labels": {"namespace": "fsdp-e2e"}}]},
+            {"job_name": "agent", "static_configs": [{"targets": [agent.base.split("//")[1]]}]},
+            *({"job_name": f"dcgm-{d}", "metrics_path": f"/dcgm-{d}", "honor_labels": True,
+               "static_configs": [{"targets": [static]}]} for d in ("v3", "v4")),
+            *({"job_name": f"cuda-rank-{r}", "metrics_path": f"/cuda-rank-{r}",
+               "static_configs": [{"targets": [static], "labels": {"namespace": "training"}}]} for r in (0, 1)),
+        ],
+    }
+    started = time.time()
+    prometheus = prometheus_local.start(tmp / "prometheus", config, prometheus_local.free_port())
+    trainer = None
+    try:
+        def targets_up() -> bool:  # discovery hands targets over after ~5 s: poll, never sleep
+            active = promql(prometheus.url, "/api/v1/targets")["activeTargets"]
+            return sum(t["health"] == "up" for t in active if t["labels"]["job"] != "trainer") == 5
+        wait_for(targets_up, timeout=30, interval=0.25, what="Prometheus to scrape the agent and the replays")
+        trainer_log = tmp / "trainer.log"
+        with open(trainer_log, "w") as log:
+            trainer = subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "trainer",
+                 "--steps", "60", "--seq-len", "64", "--batch-size", "2", "--log-every", "2", "--warmup-steps", "2",
+                 "--metrics-address", "127.0.0.1", "--metrics-port", str(base), "--metrics-linger", "600",
+                 "--run-id", RUN_ID, "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", "30",
+                 "--val-every", "30"],
+                env={**session_env, "NODE_NAME": NODE}, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+
+        def finished() -> bool:
+            assert trainer.poll() is None, trainer_log.read_text()
+            done = instant(prometheus.url, f'{c.TRAIN_PHASE.name}{{run_id="{RUN_ID}",phase="finished"}} == 1')
+            return len(done) == 2
+        wait_for(finished, timeout=300, interval=0.5, what="both ranks finished in Prometheus")
+        time.sleep(2 * SCRAPE)  # the scrape after the last step is in, for the rate windows
+        yield Stack(prometheus.url, started, kernel_log, trainer_log)
+    finally:
+        if trainer is not None and trainer.poll() is None:
+            os.killpg(trainer.pid, signal.SIGTERM)  # ends --metrics-linger at once
+            try:
+                trainer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(trainer.pid, signal.SIGKILL)
+                trainer.wait()
+        prometheus.stop()
+        agent.stop()
+        server.__exit__(None, None, None)
+
+
+# --- the dashboards' own variables and queries ------------------------------------------------
+
+def variable_values(board: dict, span: float) -> dict[str, str]:
+    """Each variable as "All" (its allValue), and Grafana's built-in intervals for this range."""
+    values = {v["name"]: v["allValue"] for v in board["templating"]["list"] if v["type"] == "query"}
+    rate_interval = max(STEP + SCRAPE, 4 * SCRAPE)  # Grafana: max($__interval + scrape, 4 x scrape)
+    values.update(__rate_interval=f"{rate_interval:g}s", __interval=f"{STEP:g}s", __range=f"{math.ceil(span)}s")
+    return values
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    """Grafana's interpolation of ``$name`` and ``${name}`` (``$1`` of label_replace is left alone)."""
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2), m.group(0)), expr)
+
+
+def panel_queries(board: dict) -> Iterator[tuple[str, dict]]:
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            yield f"{board['uid']} / {panel['title']} / {target['refId']}", target
+
+
+def finite_values(data: dict) -> list[float]:
+    if data["resultType"] == "matrix":
+        raw = [v for series in data["result"] for _, v in series["values"]]
+    else:
+        raw = [series["value"][1] for series in data["result"]]
+    return [float(v) for v in raw if math.isfinite(float(v))]
+
+
+def run_queries(url: str, board: dict, start: float) -> tuple[list[str], list[dict]]:
+    """Evaluate every query as Grafana would (range queries, or instant ones for instant targets).
+
+    Returns the failures (errors and queries without a finite value) and every result's series.
+    """
+    end = time.time()
+    values = variable_values(board, end - start)
+    failures, series = [], []
+    for where, target in panel_queries(board):
+        expr = substitute(target["expr"], values)
+        params = ({"query": expr, "time": f"{end:.3f}"} if target.get("instant")
+                  else {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{STEP:g}"})
+        body = httpx.get(f"{url}/api/v1/query{'' if target.get('instant') else '_range'}", params=params,
+                         timeout=30).json()
+        if body["status"] != "success":
+            failures.append(f"{where}: {body.get('error')}\n    {expr}")
+        elif not finite_values(body["data"]):
+            failures.append(f"{where}: no data\n    {expr}")
+        else:
+            series += body["data"]["result"]
+    return failures, series
+
+
+def boards(dialect: str) -> dict[str, dict]:
+    """v3: the committed files, as Grafana would load them; v4: generated with the other dialect."""
+    if dialect == "v3":
+        return {p.name: json.loads(p.read_text()) for p in sorted((REPO / "dashboards").glob("*.json"))}
+    return dashboards.dashboards(DIALECTS[dialect])
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+def test_every_panel_query_of_every_dashboard_returns_data(stack: Stack, dialect: str) -> None:
+    found = boards(dialect)
+    assert sorted(found) == ["gpu-health.json", "nodes.json", "training-run.json"]
+    failures, series = [], []
+    for board in found.values():
+        more_failures, more_series = run_queries(stack.url, board, stack.start)
+        failures += more_failures
+        series += more_series
+    assert not failures, "\n".join(failures)
+    # The dialect setting picks that exporter's series and only those.
+    dcgm_jobs = {s["metric"]["job"] for s in series if s["metric"].get("job", "").startswith("dcgm-")}
+    assert dcgm_jobs == {f"dcgm-{dialect}"}
+    # The run's GPUs: the DCGM series joined to the ranks that use them, by GPU UUID and node.
+    joined = {(s["metric"]["run_id"], s["metric"]["rank"], s["metric"]["gpu_uuid"]) for s in series
+              if s["metric"].get("job") == f"dcgm-{dialect}" and "run_id" in s["metric"]}
+    assert joined == {("llama2-7b-ft", "0", DCGM_UUIDS[0]), ("llama2-7b-ft", "1", DCGM_UUIDS[1])}
+    # The live CPU run fed the training panels (not only the CUDA stand-ins).
+    assert RUN_ID in {s["metric"].get("run_id") for s in series}
+
+
+def test_every_variable_lists_values(stack: Stack) -> None:
+    end = time.time()
+    for dialect in sorted(DIALECTS):
+        for board in boards(dialect).values():
+            values = variable_values(board, end - stack.start)
+            for var in board["templating"]["list"]:
+                if var["type"] != "query":
+                    continue
+                m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"])
+                assert m, var["query"]
+                found = promql(stack.url, "/api/v1/series", **{"match[]": substitute(m.group(1), values),
+                                                               "start": f"{stack.start:.3f}", "end": f"{end:.3f}"})
+                listed = {s.get(m.group(2)) for s in found} - {None}
+                assert listed, f"{board['uid']}: variable {var['name']} lists nothing ({var['query']})"
+                if var["name"] == "node":
+                    assert listed == {NODE}, listed
+
+
+def alerts(url: str, name: str) -> list[dict]:
+    return [a for a in promql(url, "/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == name]
+
+
+def test_an_xid_line_in_the_kernel_log_fires_the_xid_alerts(stack: Stack) -> None:
+    url = stack.url
+    # The XID 48 logged before Prometheus started stays silent once a whole window of history exists.
+    wait_for(lambda: instant(url, f"{c.AGENT_COLLECTIONS.name} offset {RULE_SETTINGS.xid_window}"),
+             timeout=60, interval=0.5, what="an XID window of agent history")
+    time.sleep(3 * EVALUATION)
+    assert alerts(url, "FsdpGpuXidGpuReset") == []
+
+    with stack.kernel_log.open("a") as log:
+        log.write(XID_LINE.format(bus="0000:86:00", code=79, text="GPU has fallen off the bus."))
+        log.write(XID_LINE.format(bus="0000:3b:00", code=48, text="An uncorrectable double bit error"))
+
+    def firing(name: str) -> list[dict]:
+        return [a for a in alerts(url, name) if a["state"] == "firing"]
+
+    (reboot,) = wait_for(lambda: firing("FsdpGpuXidNodeReboot"), timeout=60, interval=0.25,
+                         what="FsdpGpuXidNodeReboot to fire")
+    assert reboot["labels"] == {"alertname": "FsdpGpuXidNodeReboot", "severity": "critical", "node": NODE, "gpu": "1",
+                                "gpu_uuid": FAKE_UUID.format(1), "pci_bus": "0000:86:00", "xid": "79"}
+    assert f"GPU 1 ({FAKE_UUID.format(1)}) of node {NODE}" in reboot["annotations"]["description"]
+    (reset,) = wait_for(lambda: firing("FsdpGpuXidGpuReset"), timeout=60, interval=0.25,
+                        what="FsdpGpuXidGpuReset to fire on the second XID 48")
+    assert reset["labels"] == {"alertname": "FsdpGpuXidGpuReset", "severity": "critical", "node": NODE, "gpu": "0",
+                               "gpu_uuid": FAKE_UUID.format(0), "pci_bus": "0000:3b:00", "xid": "48"}
+    # dcgm-exporter's variant stays quiet on a node whose agent reads the kernel log.
+    assert alerts(url, "FsdpDcgmXidCritical") == alerts(url, "FsdpDcgmXidApplicationBurst") == []
