@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 import time
@@ -19,41 +18,28 @@ import httpx
 import pytest
 from PIL import Image
 
+from observe import prometheus_local
 from observe.scaling.prometheus import PrometheusAPI, find_window
 from observe.scaling.queries import scaling_queries
+from tests.support.processes import wait_for
 
 STEPS, SEQ, BATCH, WARMUP = 60, 128, 4, 3
 RUNS = {"scale-a": 1, "scale-b": 2}
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture
 def prometheus(tmp_path: Path, port_block):
     """A real Prometheus on loopback scraping ports (base_a) and (base_b, base_b+1) every 0.25 s."""
-    binary = shutil.which("prometheus")
-    if binary is None:
+    if prometheus_local.binary() is None:
         pytest.skip("the prometheus binary is missing: apt-get install prometheus (CI installs it)")
     web = port_block(4)  # one block, so the four ports cannot overlap
     base_a, base_b = web + 1, web + 2
     targets = [f"127.0.0.1:{base_a}", f"127.0.0.1:{base_b}", f"127.0.0.1:{base_b + 1}"]
-    config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps({  # JSON is YAML
-        "global": {"scrape_interval": "250ms", "scrape_timeout": "200ms"},
-        "scrape_configs": [{"job_name": "trainer", "static_configs": [{"targets": targets}]}],
-    }))
-    log = open(tmp_path / "prometheus.log", "w")
-    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{web}"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{web}"
+    prom = prometheus_local.start(tmp_path / "prometheus", prometheus_local.config(
+        {"trainer": targets}, [], scrape_interval="250ms"), web)
+    url = prom.url
     try:
         def discovered():  # the first scrape only comes after target discovery hands over (~5 s)
             try:
@@ -64,9 +50,7 @@ def prometheus(tmp_path: Path, port_block):
         wait_for(discovered, 20, "Prometheus to discover its targets")
         yield url, base_a, base_b
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+        prom.stop()
 
 
 def start_run(run_id: str, ranks: int, port: int, env: dict[str, str], tmp_path: Path) -> subprocess.Popen:

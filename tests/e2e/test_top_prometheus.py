@@ -9,14 +9,12 @@ source must turn its answers into the same ClusterSnapshot the direct source bui
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
+from observe import prometheus_local
 from observe.sources.prometheus import PrometheusSource
 from tests.conftest import CASES
 from tests.support.fake_nvml import FakeNvml
@@ -27,10 +25,9 @@ from tests.tui.fleet import RecordedFleet, trainer_exposition
 
 @pytest.fixture
 def scraped(native, tmp_path: Path, port_block, subprocess_env):
-    binary = shutil.which("prometheus")
-    if binary is None:
+    if prometheus_local.binary() is None:
         pytest.skip("the prometheus binary is missing: apt-get install prometheus (CI installs it)")
-    agents, fleet, proc = [], RecordedFleet(), None
+    agents, fleet, prom = [], RecordedFleet(), None
     try:
         for node, scenario, log in (("prom-node-a", "gpus 2\nbus@0 0x3b\n", str(CASES / "xid" / "kernel-log.txt")),
                                     ("prom-node-b", "gpus 2\nlost@1 1\n", str(tmp_path / "empty.log"))):
@@ -42,14 +39,9 @@ def scraped(native, tmp_path: Path, port_block, subprocess_env):
         ranks = [fleet.trainer("rank0", trainer_exposition(0, "prom-node-a", GPU0, 0.5, 0.02)),
                  fleet.trainer("rank1", trainer_exposition(1, "prom-node-a", GPU1, 0.6, 0.09))]
         targets = [a.base.split("://")[1] for a in agents] + [r.split("://")[1].split("/")[0] for r in ranks]
-        web = port_block(1)
-        config = tmp_path / "prometheus.yml"
-        config.write_text(json.dumps({"global": {"scrape_interval": "250ms", "scrape_timeout": "200ms"},
-                                      "scrape_configs": [{"job_name": "fsdp", "static_configs": [{"targets": targets}]}]}))
-        proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{web}"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{web}"
+        prom = prometheus_local.start(tmp_path / "prometheus", prometheus_local.config(
+            {"fsdp": targets}, [], scrape_interval="250ms"), port_block(1))
+        url = prom.url
 
         def scraped_all() -> bool:
             try:
@@ -61,9 +53,8 @@ def scraped(native, tmp_path: Path, port_block, subprocess_env):
         wait_for(scraped_all, timeout=30, interval=0.25, what="Prometheus to scrape all four targets")
         yield url
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=10)
+        if prom is not None:
+            prom.stop()
         for agent in agents:
             agent.stop()
         fleet.close()

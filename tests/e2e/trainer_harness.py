@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.processes import wait_for  # noqa: F401  (re-exported for the e2e tests)
+
 #: Small, fast settings shared by the multi-process trainer tests (tiny preset, 2 x 64 tokens).
 FAST = ["--seq-len", "64", "--batch-size", "2", "--lr", "3e-3", "--warmup-steps", "2", "--log-every", "1"]
 
@@ -93,15 +95,6 @@ def rank_pids(torchrun_pid: int) -> dict[int, int]:
     return ranks
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.02):
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def final_weights(checkpoint: Path, tmp: Path) -> dict:

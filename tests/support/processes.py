@@ -26,7 +26,7 @@ def spawn_sleeper(sleeper: Path, argv: list[str | bytes]) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def wait_for(check: Callable[[], T], timeout: float = 15.0, interval: float = 0.05, what: str = "condition") -> T:
+def wait_for(check: Callable[[], T], timeout: float = 15.0, what: str = "condition", interval: float = 0.05) -> T:
     """Poll ``check`` until it returns something truthy; return it, or fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
