@@ -24,23 +24,15 @@ import yaml
 
 from observe import dashboards, rules
 from observe.monitoring import Settings
+from observe.usage import OneLineParser, UsageError
 
 #: Files in ``--out`` that this command owns (anything else there is left alone).
 OWNED = ("*.json", "*.rules.yaml")
 
 
-class UsageError(ValueError):
-    """A flag or file that cannot work: one line ``error: FLAG: PROBLEM``, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: ANN201 - argparse's hook: one line, no usage block
-        raise UsageError(f"fsdp-observe dashboards: {message}; run 'fsdp-observe dashboards --help' for the flags")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    ap = _Parser(prog="fsdp-observe dashboards",
+    ap = OneLineParser(prog="fsdp-observe dashboards",
                  description="Write (or check) the generated Grafana dashboards and Prometheus rules "
                              "(docs/dashboards.md).")
     ap.add_argument("--out", default="dashboards", type=Path, metavar="DIR",

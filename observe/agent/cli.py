@@ -17,32 +17,14 @@ import sys
 from importlib import metadata
 
 from observe.catalog import AGENT_PORT
+from observe.usage import OneLineParser, UsageError
 
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
 
 
-class UsageError(ValueError):
-    """A flag value that cannot work: printed as ``error: FLAG: PROBLEM; FIX`` with exit status 2.
-
-    Args:
-        flag: the flag at fault. problem: what is wrong. fix: what to do instead.
-    """
-
-    exit_status = 2
-
-    def __init__(self, flag: str, problem: str, fix: str) -> None:
-        self.flag, self.problem, self.fix = flag, problem, fix
-        super().__init__(f"{flag}: {problem}; {fix}")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: ANN201 - argparse's hook; one line, no usage block
-        raise UsageError("fsdp-observe agent", message, "run 'fsdp-observe agent --help' for the flags")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The agent's flags."""
-    ap = _Parser(prog="fsdp-observe agent",
+    ap = OneLineParser(prog="fsdp-observe agent",
                  description="Node agent: host, process, GPU (NVML) and XID data as /metrics and /snapshot.")
     ap.add_argument("--address", default="0.0.0.0", help="address to serve on (default 0.0.0.0; '::' for IPv6)")
     ap.add_argument("--port", type=int, default=AGENT_PORT, help=f"port to serve on (default {AGENT_PORT}; 0 picks a free one)")

@@ -16,18 +16,13 @@ import time
 from pathlib import Path
 
 from observe.catalog import TRAINER_PORT_BASE
+from observe.usage import OneLineParser, UsageError
 
 LOCAL_ONLY = ("world_sizes", "strong", "steps", "batch_size", "seq_len", "preset", "threads_per_rank",
               "metrics_port", "timeout")
 
 
-class UsageError(Exception):
-    """A command-line mistake: printed as ``error: FLAG: PROBLEM; FIX``, exit status 2."""
-
-    exit_status = 2
-
-
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):
     """argparse, but a usage mistake is one line (raised, not printed with the usage)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]

@@ -21,7 +21,7 @@ def imported(path: Path) -> set[str]:
 
 
 def test_the_agent_imports_only_what_it_may() -> None:
-    allowed_project = {"observe", "observe.catalog", "observe.model", "observe.xid"}
+    allowed_project = {"observe", "observe.catalog", "observe.model", "observe.xid", "observe.usage"}
     allowed_third_party = {"psutil", "pynvml", "prometheus_client"}
     for path in (OBSERVE / "agent").rglob("*.py"):
         for name in imported(path):
