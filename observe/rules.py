@@ -195,7 +195,7 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
             "FsdpStragglerRank",
             f"{STEP_MEAN}\n/ on ({_RUN}) group_left\n{STEP_MEDIAN}\n> {s.straggler_ratio:g}",
             s.straggler_for, "warning",
-            f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} is a straggler",
+            "Run {{ $labels.run_id }}: rank {{ $labels.rank }} is a straggler",
             f"R{_RANK[1:]} has taken {{{{ printf \"%.1f\" $value }}}} times the run's median step time (means over "
             f"5m) for {s.straggler_for} (alert above {s.straggler_ratio:g}). Compare its GPU's utilisation, clocks, "
             f"temperature and XIDs on the training-run dashboard.", s),

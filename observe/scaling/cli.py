@@ -184,7 +184,8 @@ def _local(ns: argparse.Namespace, trainer_args: list[str]):
 
 def _cluster(ns: argparse.Namespace):
     from observe.scaling.figures import build_report
-    from observe.scaling.prometheus import PrometheusAPI, PrometheusError, RunNotFound, read_run
+    from observe.scaling.prometheus import RunNotFound, read_run
+    from observe.sources.prometheus import PrometheusAPI, PrometheusError
 
     api = PrometheusAPI(ns.prometheus)
     now = time.time()

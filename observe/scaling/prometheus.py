@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from observe import catalog as c
 from observe.scaling.figures import SizeFigures, measure
 from observe.scaling.snapshot import SNAPSHOT_SAMPLE_NAMES, Sample, rank_snapshots
-from observe.sources.prometheus import PrometheusAPI, PrometheusError, promql_string
+from observe.sources.prometheus import PrometheusAPI, promql_string
 
-__all__ = ["PrometheusAPI", "PrometheusError", "RunNotFound", "RunWindow", "find_window", "parse_duration",
-           "promql_string", "read_run", "samples_at"]
+__all__ = ["RunNotFound", "RunWindow", "find_window", "parse_duration", "read_run", "samples_at"]
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d|w)$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -102,7 +101,7 @@ def read_run(api: PrometheusAPI, run_id: str, warmup_steps: int, lookback: float
 
     Raises:
         RunNotFound: no series for ``run_id``.
-        PrometheusError: a query failed.
+        observe.sources.prometheus.PrometheusError: a query failed.
         ValueError (``MeasureError`` among them): the run cannot be measured.
     """
     window = find_window(api, run_id, warmup_steps, lookback, now)

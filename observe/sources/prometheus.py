@@ -174,7 +174,7 @@ def build_nodes(node_series: list[dict], gpu_series: list[dict], xid_series: lis
             xid=code, name=info.name, severity=labels.get("severity") or info.severity, action=info.action,
             node=labels.get("node", ""), gpu=int(gpu) if gpu.isdigit() else None,
             gpu_uuid=labels.get("gpu_uuid") or None, pci_bus=labels.get("pci_bus") or None, time_unix=now,
-            source="prometheus", message=f"{count:.0f} in the last hour (fsdp_gpu_xid_errors_total)"))
+            source="prometheus", message=f"{count:.0f} in the last hour ({c.GPU_XID_ERRORS.name})"))
     nodes = {}
     for node in set(sections) | set(gpus):
         sec, ext = sections[node], extra[node]

@@ -19,7 +19,8 @@ import pytest
 from PIL import Image
 
 from observe import prometheus_local
-from observe.scaling.prometheus import PrometheusAPI, find_window
+from observe.scaling.prometheus import find_window
+from observe.sources.prometheus import PrometheusAPI
 from observe.scaling.queries import scaling_queries
 from tests.support.processes import wait_for
 
