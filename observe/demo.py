@@ -101,9 +101,11 @@ class Scraper:
         self._thread = threading.Thread(target=self._loop, name="demo-scraper", daemon=True)
 
     def start(self) -> None:
+        """Start polling on the background thread."""
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop polling; waits up to 5 s for the thread's current scrape."""
         self._stop.set()
         self._thread.join(timeout=5)
 

@@ -52,6 +52,7 @@ class RowsHeatmap(g.Panel):
     unit = attr.ib(default="s")
 
     def to_json_data(self) -> dict[str, Any]:
+        """The panel as Grafana's dashboard JSON (grafanalib's serialisation hook)."""
         return self.panel_json({
             "type": "heatmap",
             "fieldConfig": {"defaults": {"unit": self.unit, "custom": {
