@@ -29,7 +29,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,16 +36,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from observe.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 TICKS = os.sysconf("SC_CLK_TCK")
 TARGETS = {"cpu_ratio_max": 1.0, "agent_rss_mib_max": 80 * 1e6 / 2**20, "p99_ms_max": 10.0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -163,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sleepers = [subprocess.Popen(["sleep", "100000"]) for _ in range(ns.processes)]
     ports = {"agent": free_port(), "node_exporter": free_port()}
-    agent = subprocess.Popen([sys.executable, "-m", "observe.agent", "--address", "127.0.0.1", "--port",
+    agent = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--address", "127.0.0.1", "--port",
                               str(ports["agent"]), "--interval", "1", "--log-level", "warning"],
                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     exporter = subprocess.Popen([NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{ports['node_exporter']}"],
@@ -219,9 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+        cells = zip(row, widths, strict=True)
+        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(cells)))
+    missed = [k for k, v in result["met"].items() if not v]
     print(f"targets met: {', '.join(k for k, v in result['met'].items() if v) or 'none'}"
-          f"{'; missed: ' + ', '.join(k for k, v in result['met'].items() if not v) if not all(result['met'].values()) else ''}")
+          + (f"; missed: {', '.join(missed)}" if missed else ""))
     print(f"load average before / after: {load_before[0]:.2f} / {result['machine']['load_average_after'][0]:.2f} "
           "(other work on the machine shows up in the latencies)")
     print(f"JSON: {ns.out}")

@@ -16,15 +16,10 @@ import asyncio
 import json
 import random
 import resource
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from observe.agent.server import summary  # noqa: E402
-from observe.model import (AgentHealth, CpuStats, GpuInfo, GpuProcess, HostStats, MemoryStats,  # noqa: E402
-                           NodeSnapshot, ProcessInfo)
+from observe.agent.server import summary
+from observe.model import AgentHealth, CpuStats, GpuInfo, GpuProcess, HostStats, MemoryStats, NodeSnapshot, ProcessInfo
 
 GPUS, PROCESSES, CORES = 8, 300, 96
 
@@ -52,7 +47,8 @@ def make_node(index: int, now: float, seed: int, processes: bool = True) -> Node
         command=f"/usr/bin/python3 -m trainer --preset llama2-7b --local-rank {p % GPUS} --log-every 10 "
                 f"--data /mnt/data/shard-{p:05d}.bin", pod_uid="0f2c9a44-52a3-4b8e-9c41-3e2d7f1a6b90",
         container_id=f"{p:064x}") for p in range(PROCESSES if with_processes else 0))
-    gpu_processes = tuple(GpuProcess(gpu=g, gpu_uuid=gpus[g].uuid, pid=1000 + g, used_memory_bytes=gpus[g].memory_used_bytes,
+    gpu_processes = tuple(GpuProcess(gpu=g, gpu_uuid=gpus[g].uuid, pid=1000 + g,
+                                     used_memory_bytes=gpus[g].memory_used_bytes,
                                      sm_utilization_ratio=gpus[g].utilization_ratio, name="python3", user="root",
                                      command=processes[g].command) for g in range(GPUS if with_processes else 0))
     cores = tuple(r.uniform(0.05, 0.95) for _ in range(CORES))
@@ -79,7 +75,8 @@ class Fleet:
 
     def render(self) -> None:
         now, self.seed = time.time(), self.seed + 1
-        self.summaries = [summary(make_node(i, now, self.seed, processes=False)).to_json().encode() for i in range(self.nodes)]
+        self.summaries = [summary(make_node(i, now, self.seed, processes=False)).to_json().encode()
+                          for i in range(self.nodes)]
         self.full = {}
 
     def body(self, index: int, target: bytes) -> bytes:

@@ -27,10 +27,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
-from trainer.launch import prepare, torchrun_command, torchrun_env  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 CHECKPOINTING = ("none", "full")
@@ -121,9 +120,9 @@ def print_table(setup: Setup, rows: list[dict]) -> None:
                       f"{r['step_seconds_median']:.3f}", f"{r['tokens_per_second_per_device']:,.0f}",
                       "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}", f"{peak:,.2f}" if on_cuda else f"{peak:,.0f}",
                       ratio])
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines, strict=False)]
     for line in [header, ["-" * w for w in widths], *lines]:
-        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)))
 
 
 def main() -> int:

@@ -24,11 +24,10 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from observe.training.collector import TrainerMetrics
+from trainer.runspec.launch import check_ports_free, torchrun_command
 
-from trainer.launch import check_ports_free, torchrun_command  # noqa: E402
-from trainer.metrics import TrainerMetrics  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_once(metrics_on: bool, steps: int, port: int, workdir: Path) -> float:

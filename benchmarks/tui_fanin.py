@@ -37,16 +37,14 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
+from observe.sources.direct import DirectSource, Endpoint
+from observe.sources.http import HttpFetcher
+from observe.tui.app import make_app
+from observe.tui.screens.node import NodeScreen
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import httpx  # noqa: E402
-
-from observe.sources.direct import DirectSource, Endpoint  # noqa: E402
-from observe.sources.http import HttpFetcher  # noqa: E402
-from observe.tui.app import make_app  # noqa: E402
-from observe.tui.screens.node import NodeScreen  # noqa: E402
-
 RESULTS = ROOT / "benchmarks" / "results" / "tui_fanin.json"
 
 
@@ -58,7 +56,7 @@ class Measured:
         self.description = source.description
         self.cycles: list[dict] = []
 
-    async def cycle(self, focus: str | None, deadline: float):  # noqa: ANN201
+    async def cycle(self, focus: str | None, deadline: float):
         wall, cpu = time.perf_counter(), time.thread_time()
         snapshot = await self.source.cycle(focus, deadline)
         self.cycles.append({"wall": time.perf_counter() - wall, "cpu": time.thread_time() - cpu,
@@ -101,7 +99,7 @@ async def run_app(ports: list[int], cycles: int) -> dict:
     redraws: list[float] = []
     show = app.show_snapshot
 
-    def timed_show(snapshot):  # noqa: ANN001, ANN202
+    def timed_show(snapshot):
         started = time.perf_counter()
         show(snapshot)
         redraws.append(time.perf_counter() - started)

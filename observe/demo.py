@@ -1,18 +1,19 @@
-"""``fsdp-observe demo``: a bounded two-rank CPU fine-tune on this machine, watched end to end.
+"""The pieces of ``fsdp-observe demo`` (``observe.cli.demo``): a local agent, a scraper, the summary.
 
-Starts a local node agent (``python -m observe.agent``) and ``torchrun`` with the ``tiny`` preset
+The demo is a bounded two-rank CPU fine-tune on this machine, watched end to end.
+
+Starts a local node agent (``python -m observe.cli agent``) and ``torchrun`` with the ``tiny`` preset
 on the default corpus (the Python standard library's sources), prints the agent's and each rank's
 metrics URL, scrapes the ranks over HTTP while the run goes, and ends with a summary table that
 includes what the agent saw (CPU, memory, GPUs or "no GPUs", XID errors). On a terminal it opens
 ``fsdp-observe top`` over the agent and the ranks while the run goes (quitting it stops the run);
 with no terminal attached (or ``--no-tui``) it runs headless to the end.
 With ``--prometheus`` (and a ``prometheus`` binary on PATH) it also starts a local Prometheus
-with the generated rules (``observe.rules``) scraping the agent and the ranks, and prints its URL.
+with the generated rules (``observe.monitoring.rules``) scraping the agent and the ranks, and prints its URL.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -20,45 +21,18 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from observe import prometheus_local
-from observe.catalog import AGENT_PORT, TRAIN_STEP, TRAINER_PORT_BASE
+from observe import prometheus_local, promtext
+from observe.catalog import AGENT_PORT, TRAIN_STEP
+from observe.errors import PortInUseError
 from observe.model import NodeSnapshot
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The demo's command line."""
-    ap = argparse.ArgumentParser(prog="fsdp-observe demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200, help="training steps (default 200, about a minute)")
-    ap.add_argument("--nproc-per-node", type=int, default=2, help="CPU ranks (default 2)")
-    ap.add_argument("--metrics-port", type=int, default=TRAINER_PORT_BASE, help="base port of the ranks' /metrics")
-    ap.add_argument("--log-every", type=int, default=20)
-    ap.add_argument("--agent-port", type=int, default=None,
-                    help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
-                         "0 picks a free one)")
-    ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
-    ap.add_argument("--no-tui", action="store_true",
-                    help="never open the terminal UI (it opens only when stdin and stdout are a terminal)")
-    ap.add_argument("--prometheus", action="store_true",
-                    help="also start Prometheus (binary on PATH) with the generated rules, scraping the agent and "
-                         "the ranks")
-    ap.add_argument("--prometheus-port", type=int, default=None,
-                    help=f"its port (default {prometheus_local.DEFAULT_PORT}, or a free one when that is taken)")
-    return ap
-
-
-def wants_tui(ns: argparse.Namespace) -> bool:
-    """Open the TUI: stdin and stdout are a terminal and ``--no-tui`` was not given."""
-    return not ns.no_tui and sys.stdin.isatty() and sys.stdout.isatty()
+from observe.ports import free_port, port_is_free
 
 
 def watch(agent_url: str, metrics_urls: list[str], proc: subprocess.Popen) -> bool:
@@ -118,17 +92,14 @@ class Scraper:
     @staticmethod
     def _scrape(client: httpx.Client, record: ScrapeRecord) -> None:
         try:
-            text = client.get(record.url).raise_for_status().text
-            families = list(text_string_to_metric_families(text))
+            samples = promtext.parse(client.get(record.url).raise_for_status().text)
         except (httpx.HTTPError, ValueError) as exc:
             record.failed += 1
             record.last_error = type(exc).__name__
             return
         record.ok += 1
-        record.series = sum(len(f.samples) for f in families)
-        for family in families:
-            if family.name == TRAIN_STEP.name and family.samples:
-                record.last_step = family.samples[0].value
+        record.series = len(samples)
+        record.last_step = next((s.value for s in samples if s.name == TRAIN_STEP.name), record.last_step)
 
 
 def read_log(path: Path) -> tuple[list[dict], dict | None]:
@@ -144,7 +115,8 @@ def read_log(path: Path) -> tuple[list[dict], dict | None]:
     return windows, end
 
 
-def summary_rows(windows: list[dict], end: dict | None, scrapes: list[ScrapeRecord], status: int) -> list[tuple[str, str]]:
+def summary_rows(windows: list[dict], end: dict | None, scrapes: list[ScrapeRecord],
+                 status: int) -> list[tuple[str, str]]:
     """The summary table as (label, value) rows."""
     rows: list[tuple[str, str]] = [("steps", str(end["steps"]) if end else "n/a")]
     if windows:
@@ -165,18 +137,18 @@ def summary_rows(windows: list[dict], end: dict | None, scrapes: list[ScrapeReco
 
 
 def start_agent(port: int, log_path: Path, timeout: float = 30.0) -> tuple[subprocess.Popen, str]:
-    """Start ``python -m observe.agent`` on 127.0.0.1:``port``, its log in ``log_path``.
+    """Start ``python -m observe.cli agent`` on 127.0.0.1:``port`` (0: a free one), its log in ``log_path``.
 
     Returns the process and its base URL (read from the line the agent prints once it serves).
 
     Raises:
         RuntimeError: the agent exited or printed no URL within ``timeout`` seconds; the message
-            is the agent's own error line when it gave one (e.g. a taken port).
+            is the agent's own error line when it gave one.
     """
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "observe.agent", "--address", "127.0.0.1", "--port", str(port),
-                                 "--interval", "1"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--address", "127.0.0.1",
+                                 "--port", str(port), "--interval", "1"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     line = proc.stdout.readline().decode() if ready else ""
     proc.stdout.close()
@@ -193,14 +165,14 @@ def start_local_agent(port: int | None, log_path: Path) -> tuple[subprocess.Pope
     """``start_agent`` on ``port``; with ``None``, on ``AGENT_PORT``, or on a free port when that is taken.
 
     Raises:
-        RuntimeError: as ``start_agent`` (an explicit ``port`` that is taken is an error).
+        PortInUseError: an explicit ``port`` is taken (flag ``--agent-port``).
+        RuntimeError: as ``start_agent``.
     """
-    try:
-        return start_agent(AGENT_PORT if port is None else port, log_path)
-    except RuntimeError as exc:
-        if port is not None or "already in use" not in str(exc):
-            raise
-        return start_agent(0, log_path)
+    if port is None:
+        port = AGENT_PORT if port_is_free(AGENT_PORT) else 0
+    elif port and not port_is_free(port):
+        raise PortInUseError("--agent-port", "127.0.0.1", port, "pass another --agent-port, or 0 for a free one")
+    return start_agent(port, log_path)
 
 
 def agent_snapshot(url: str) -> NodeSnapshot | None:
@@ -243,7 +215,7 @@ def start_prometheus(out: Path, port: int | None, agent_url: str,
     Raises:
         RuntimeError: it did not start (the message says why).
     """
-    from observe import rules
+    from observe.monitoring import rules
 
     folder = out / "prometheus"
     folder.mkdir(parents=True, exist_ok=True)
@@ -251,8 +223,8 @@ def start_prometheus(out: Path, port: int | None, agent_url: str,
     rule_path.write_text(rules.render())
     if port is None:
         port = prometheus_local.DEFAULT_PORT
-        if not prometheus_local.port_is_free(port):
-            port = prometheus_local.free_port()
+        if not port_is_free(port):
+            port = free_port()
     cfg = prometheus_local.config({"fsdp-observe-agent": [urlsplit(agent_url).netloc],
                                    "fsdp-observe-trainer": [urlsplit(u).netloc for u in rank_urls]}, [rule_path])
     return prometheus_local.start(folder, cfg, port)
@@ -265,86 +237,3 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
     print("-" * (width + 2 + max(len(v) for _, v in rows)))
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
-
-
-def main(argv: list[str]) -> int:
-    """Run the demo; return the trainer's exit status (2 for a bad flag)."""
-    from trainer.errors import ConfigError
-    from trainer.launch import prepare, torchrun_command, torchrun_env
-
-    ns = build_parser().parse_args(argv)
-    out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
-    out.mkdir(parents=True, exist_ok=True)
-    run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    log_json = out / f"{run_id}.jsonl"
-    trainer_args = ["--preset", "tiny", "--steps", str(ns.steps), "--log-every", str(ns.log_every),
-                    "--metrics-port", str(ns.metrics_port), "--metrics-address", "127.0.0.1",
-                    "--log-json", str(log_json), "--run-id", run_id]
-    try:
-        prepare(trainer_args, ns.nproc_per_node)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_status
-    if ns.prometheus and prometheus_local.binary() is None:
-        print("error: --prometheus: no prometheus binary on PATH; install it (apt-get install prometheus) "
-              "or leave out --prometheus", file=sys.stderr)
-        return 2
-    if ns.prometheus_port is not None and not ns.prometheus:
-        print("error: --prometheus-port: only with --prometheus; add --prometheus", file=sys.stderr)
-        return 2
-
-    try:
-        agent, agent_url = start_local_agent(ns.agent_port, out / "agent.log")
-    except RuntimeError as exc:
-        print(f"{exc}" if str(exc).startswith("error:") else f"error: {exc}", file=sys.stderr)
-        return 2
-    urls = [f"http://127.0.0.1:{ns.metrics_port + r}/metrics" for r in range(ns.nproc_per_node)]
-    prometheus = None
-    if ns.prometheus:
-        try:
-            prometheus = start_prometheus(out, ns.prometheus_port, agent_url, urls)
-        except RuntimeError as exc:
-            agent.terminate()
-            agent.wait()
-            print(f"error: --prometheus: {exc}", file=sys.stderr)
-            return 2
-    print(f"fsdp-observe demo: run {run_id}, {ns.nproc_per_node} CPU ranks, {ns.steps} steps")
-    print(f"  node agent: {agent_url}/metrics  {agent_url}/snapshot  (log: {out / 'agent.log'})")
-    for rank, url in enumerate(urls):
-        print(f"  rank {rank} metrics: {url}")
-    if prometheus is not None:
-        print(f"  prometheus: {prometheus.url}  (alerts: {prometheus.url}/alerts; config, rules and data: "
-              f"{prometheus.folder}; stops with the demo)", flush=True)
-    scraper = Scraper(urls)
-    tui = wants_tui(ns)
-    train_log = open(out / "train.log", "wb") if tui else None  # the TUI owns the terminal
-    if train_log is not None:
-        print(f"  training output: {out / 'train.log'}; opening fsdp-observe top (q quits and stops the run)")
-    proc = subprocess.Popen(torchrun_command(trainer_args, ns.nproc_per_node),
-                            env=torchrun_env(ns.nproc_per_node), start_new_session=True,
-                            stdout=train_log, stderr=subprocess.STDOUT if train_log else None)
-    scraper.start()
-    stopped = False
-    try:
-        if tui:
-            stopped = watch(agent_url, urls, proc)
-        status = proc.wait()
-    except KeyboardInterrupt:
-        os.killpg(proc.pid, signal.SIGTERM)
-        status = proc.wait()
-    finally:
-        if train_log is not None:
-            train_log.close()
-        scraper.stop()
-        snapshot = agent_snapshot(agent_url)
-        agent.terminate()
-        agent.wait()
-        if prometheus is not None:
-            prometheus.stop()
-    windows, end = read_log(log_json)
-    rows = summary_rows(windows, end, scraper.records, status)
-    outcome = "stopped (the terminal UI was closed)" if stopped else "finished" if status == 0 else "FAILED"
-    print_table(f"fsdp-observe demo: run {run_id} {outcome}",
-                rows[:-1] + agent_rows(snapshot, agent_url) + rows[-1:])
-    print(f"\nJSON log: {log_json}")
-    return 0 if stopped else status

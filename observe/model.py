@@ -20,8 +20,9 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: Version of the ``/snapshot`` JSON layout; a reader refuses other versions.
 SCHEMA_VERSION = 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -24,23 +23,6 @@ DEFAULT_PORT = 9090
 def binary() -> str | None:
     """Path of the ``prometheus`` binary on PATH, or ``None``."""
     return shutil.which("prometheus")
-
-
-def port_is_free(port: int) -> bool:
-    """Whether 127.0.0.1:``port`` can be bound now."""
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def config(targets: dict[str, list[str]], rule_files: list[Path], scrape_interval: str = "2s",

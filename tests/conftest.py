@@ -13,32 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from observe.ports import free_port_block
 from tests.support.fake_nvml import FakeNvml
 from tests.support.native import build_fake_nvml, build_sleeper
 from tests.support.processes import spawn_sleeper
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port_block(count: int) -> int:
-    """A base port such that ``base .. base+count-1`` are free right now on 127.0.0.1."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count >= 65535:
-            continue
-        ok = True
-        for port in range(base, base + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free block of ports")
 
 
 @pytest.fixture

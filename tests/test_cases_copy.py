@@ -24,5 +24,7 @@ def test_the_copy_is_not_empty() -> None:
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/cases is not beside this checkout (a clean clone): "
                                                 "nothing to compare the copy with")
 def test_the_copy_equals_the_shared_cases() -> None:
+    shared = sorted(p.relative_to(SHARED) for p in SHARED.rglob("*") if p.is_file())
+    assert copied_files() == shared, "copy ../shared/cases into tests/cases again (cp -r ../shared/cases/. tests/cases/)"
     for relative in copied_files():
         assert (CASES / relative).read_bytes() == (SHARED / relative).read_bytes(), f"{relative} differs from ../shared"

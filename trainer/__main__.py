@@ -14,8 +14,8 @@ import os
 import sys
 import traceback
 
-from trainer.config import build_parser, config_from_args
-from trainer.errors import ConfigError
+from observe.errors import UserError
+from trainer.runspec.config import build_parser, config_from_args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return run(cfg, files)
         except EmptyStream as exc:
-            raise ConfigError("--data", str(exc), "add documents, or lower --val-fraction") from None
-    except ConfigError as exc:
+            raise UserError("--data", str(exc), "add documents, or lower --val-fraction") from None
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:

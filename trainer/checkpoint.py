@@ -2,7 +2,7 @@
 
 A checkpoint holds what the next step depends on: the model and optimizer (each rank writes
 its own shards, through ``get_state_dict``/``set_state_dict`` so names and sharding are
-portable), every rank's RNG state, and, in ``trainer.json`` (``trainer.checkpoint_files``),
+portable), every rank's RNG state, and, in ``trainer.json`` (``trainer.runspec.checkpoint_files``),
 the step, the data position (micro-batches drawn per rank), the LR scheduler, the layout it
 was written under and the run's goodput clock. Resuming restores all of them, so step
 ``s + 1`` after a resume computes exactly what it would have computed without the interruption.
@@ -21,9 +21,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from trainer.checkpoint_files import TrainerState, prune, step_dir
-from trainer.config import CheckpointConfig
-from trainer.phases import Goodput
+from observe.training.phases import Goodput
+from trainer.runspec.checkpoint_files import TrainerState, prune, step_dir
+from trainer.runspec.config import CheckpointConfig
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.corpus import read_documents
+from trainer.runspec.corpus import read_documents
 
 #: Target value of positions that carry no label (torch's ``cross_entropy`` default).
 IGNORE_INDEX = -100
@@ -106,7 +106,7 @@ def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int
     """Tokenised documents, each followed by EOS, file order reshuffled per epoch.
 
     Args:
-        files: the corpus (``trainer.corpus.resolve_data_files``).
+        files: the corpus (``trainer.runspec.corpus.resolve_data_files``).
         tokenizer: byte or Hugging Face tokenizer.
         seed: file order of epoch ``e`` is ``random.Random(seed + e).shuffle(files)``.
         epochs: stop after this many passes (``None``: endless).

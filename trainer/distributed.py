@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from trainer.config import ParallelConfig
-from trainer.errors import ConfigError
-from trainer.launch import UNSHARE_STORE_ENV, restart_store_hazard
+from observe.errors import UserError
+from observe.ports import free_port
+from trainer.runspec.config import ParallelConfig
+from trainer.runspec.launch import UNSHARE_STORE_ENV, restart_store_hazard
 
 
 @dataclass(frozen=True)
@@ -49,29 +50,23 @@ class Runtime:
         return self.rank == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init(parallel: ParallelConfig) -> Runtime:
     """Join the process group: NCCL on CUDA, gloo on CPU, unless ``parallel.backend`` says.
 
     Without torchrun's environment the process runs as a world of one (handy for references).
 
     Raises:
-        ConfigError: ``--device cuda`` on a machine without CUDA.
+        UserError: ``--device cuda`` on a machine without CUDA.
     """
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     use_cuda = parallel.device == "cuda" or (parallel.device == "auto" and torch.cuda.is_available())
     if use_cuda and not torch.cuda.is_available():
-        raise ConfigError("--device", "cuda was asked for but no CUDA device is visible",
+        raise UserError("--device", "cuda was asked for but no CUDA device is visible",
                           "pass --device cpu or run on a GPU node")
     gpu_uuid = device_name = None
     if use_cuda:
@@ -97,8 +92,9 @@ def init(parallel: ParallelConfig) -> Runtime:
 def resolve_run_id(given: str | None) -> str:
     """The run's id, the same on every rank.
 
-    ``given`` (``--run-id``, or the id of the checkpoint a run resumes) when set; else torchrun's rendezvous id (``TORCHELASTIC_RUN_ID``) when set;
-    else rank 0 makes one (``run-<UTC time>-<random>``) and broadcasts it.
+    ``given`` (``--run-id``, or the id of the checkpoint a run resumes) when set; else torchrun's
+    rendezvous id (``TORCHELASTIC_RUN_ID``) when set; else rank 0 makes one
+    (``run-<UTC time>-<random>``) and broadcasts it.
     """
     if given:
         return given

@@ -19,10 +19,10 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.distributed.tensor import DTensor, distribute_tensor
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from observe.errors import UserError
 from trainer.checkpoint import describe_failure
-from trainer.config import ModelConfig
-from trainer.errors import ConfigError
-from trainer.presets import PRESETS
+from trainer.runspec.config import ModelConfig
+from trainer.runspec.presets import PRESETS
 
 
 def llama_config(cfg: ModelConfig) -> LlamaConfig:
@@ -54,7 +54,7 @@ def materialize(model: LlamaForCausalLM, device: torch.device, cfg: ModelConfig,
     they are tied again first; FSDP keeps them tied itself.
 
     Raises:
-        ConfigError: the checkpoint does not fit the model (flag ``--model``).
+        UserError: the checkpoint does not fit the model (flag ``--model``).
     """
     model.to_empty(device=device)
     embedding, output = model.get_input_embeddings(), model.get_output_embeddings()
@@ -111,7 +111,7 @@ def load_pretrained(model: LlamaForCausalLM, path: str) -> None:
     (Hugging Face does not store ``lm_head.weight`` for tied models).
 
     Raises:
-        ConfigError: a tensor is missing or has another shape (flag ``--model``).
+        UserError: a tensor is missing or has another shape (flag ``--model``).
     """
     state = get_model_state_dict(model)
     if model.get_input_embeddings().weight is model.get_output_embeddings().weight:
@@ -119,7 +119,7 @@ def load_pretrained(model: LlamaForCausalLM, path: str) -> None:
     try:
         dcp.load(state, storage_reader=dcp.HuggingFaceStorageReader(str(Path(path))))
     except CheckpointException as exc:
-        raise ConfigError("--model", f"cannot load the weights in {path}: {describe_failure(exc)}",
+        raise UserError("--model", f"cannot load the weights in {path}: {describe_failure(exc)}",
                           "pass a Llama from_pretrained directory whose tensors match its config.json") from None
 
 

@@ -30,14 +30,14 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from trainer.config import ParallelConfig
+from trainer.runspec.config import ParallelConfig
 
 
 def build_mesh(parallel: ParallelConfig, device_type: str, world_size: int, local_world_size: int) -> DeviceMesh:
     """The device mesh for ``parallel.sharding_strategy``; always explicit (never implied).
 
     Raises:
-        ConfigError: degrees that do not fit the world (``ParallelConfig.mesh_shape``).
+        UserError: degrees that do not fit the world (``ParallelConfig.mesh_shape``).
     """
     shape = parallel.mesh_shape(world_size, local_world_size)
     names = ("dp_shard",) if len(shape) == 1 else ("dp_replicate", "dp_shard")

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 
+from observe.training.flops import peak_flops
+from observe.training.window import WindowStats
 from trainer import distributed
-from trainer.config import TrainConfig
-from trainer.flops import peak_flops
-from trainer.window import WindowStats
+from trainer.runspec.config import TrainConfig
 
 
 def format_duration(seconds: float) -> str:

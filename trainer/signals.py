@@ -97,7 +97,7 @@ class StopRequest:
 
     # -- signal side --------------------------------------------------------------------------
 
-    def _on_signal(self, signum: int, frame) -> None:  # runs in the main thread, between bytecodes
+    def _on_signal(self, signum: int, frame: object) -> None:  # runs in the main thread, between bytecodes
         self._mark()
 
     def _mark(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,25 +24,26 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from observe.catalog import TRAINER_CUDA_LABELS, TRAINER_LABELS
+from observe.errors import UserError
+from observe.training.collector import DeviceMemory, TrainerMetrics, process_resident_memory_peak_bytes
+from observe.training.flops import flops_per_token, peak_flops
+from observe.training.phases import Goodput, PhaseClock, process_start_time
+from observe.training.server import serve
+from observe.training.window import LogWindow, WindowStats, is_log_step
 from trainer import distributed
 from trainer.checkpoint import Checkpointer, RunPosition
-from trainer.checkpoint_files import TrainerState, resolve_resume
-from trainer.config import TrainConfig
 from trainer.data import BatchIterator, ByteTokenizer, HFTokenizer
-from trainer.errors import ConfigError
-from trainer.flops import flops_per_token, peak_flops
-from trainer.metrics import DeviceMemory, TrainerMetrics, process_resident_memory_peak_bytes, serve
 from trainer.model import build_model, materialize
 from trainer.parallelize import build_mesh, parallelize
-from trainer.phases import Goodput, PhaseClock, process_start_time
 from trainer.report import Reporter
+from trainer.runspec.checkpoint_files import TrainerState, resolve_resume
+from trainer.runspec.config import TrainConfig
 from trainer.signals import SIGTERM_EXIT_STATUS, StopRequest
 from trainer.validation import evaluate, token_loss_sum, validation_batches
 from trainer.verify import full_weights_sha256, gather_from_ranks
-from trainer.window import LogWindow, WindowStats, is_log_step
 
 
-def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float):
+def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
     """Multiplier of the peak LR at a 0-based scheduler step: linear warm-up, then cosine.
 
     Warm-up rises linearly to 1 over ``warmup_steps``; the cosine then falls to ``min_ratio``
@@ -116,7 +118,7 @@ class Trainer:
         tokenizer = HFTokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else ByteTokenizer()
         model = build_model(cfg.model)
         if tokenizer.vocab_size > model.config.vocab_size:
-            raise ConfigError("--tokenizer", f"{tokenizer.vocab_size} tokens exceed the model's vocabulary "
+            raise UserError("--tokenizer", f"{tokenizer.vocab_size} tokens exceed the model's vocabulary "
                               f"of {model.config.vocab_size}", "use the tokenizer that belongs to the model")
         self.fpt = flops_per_token(model, cfg.data.seq_len)
         self.goodput = Goodput(run_started=self.process_started)
@@ -165,7 +167,7 @@ class Trainer:
         label_values = (self.run_id, str(rt.rank), str(rt.local_rank), rt.node, rt.gpu_uuid)
         p = cfg.parallel
         metrics = TrainerMetrics(
-            labels=dict(zip(label_names, label_values)),
+            labels=dict(zip(label_names, label_values, strict=False)),
             info={"model": cfg.model.name, "sharding_strategy": p.sharding_strategy,
                   "mixed_precision": p.mixed_precision, "world_size": str(rt.world_size),
                   "device_type": rt.device.type, "backend": rt.backend,

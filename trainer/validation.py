@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from observe.errors import UserError
 from trainer.data import IGNORE_INDEX, Batch, BatchIterator, EmptyStream, Tokenizer
-from trainer.errors import ConfigError
 
 
 def validation_batches(files: list[Path], tokenizer: Tokenizer, seq_len: int, batch_size: int, rank: int,
@@ -23,14 +23,14 @@ def validation_batches(files: list[Path], tokenizer: Tokenizer, seq_len: int, ba
     """This rank's fixed validation micro-batches (a small corpus's split is cycled to fill them).
 
     Raises:
-        ConfigError: no document falls in the held-out split (flag ``--val-fraction``).
+        UserError: no document falls in the held-out split (flag ``--val-fraction``).
     """
     it = BatchIterator(files, tokenizer, seq_len, batch_size, rank, world_size, seed,
                        held_out=fraction, split="val")
     try:
         return [next(it) for _ in range(count)]
     except EmptyStream:
-        raise ConfigError("--val-fraction", f"no document of the {len(files)} data file(s) falls in the "
+        raise UserError("--val-fraction", f"no document of the {len(files)} data file(s) falls in the "
                           f"held-out {fraction:.1%}", "raise --val-fraction or add documents") from None
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.distributed.tensor import DTensor
+
+T = TypeVar("T")
 
 
 def full_weights_sha256(model: torch.nn.Module) -> str:
@@ -25,7 +28,7 @@ def full_weights_sha256(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def gather_from_ranks(value):
+def gather_from_ranks(value: T) -> list[T]:
     """``value`` of every rank, in rank order (``all_gather_object``; a collective)."""
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, value)

@@ -19,7 +19,8 @@ import re
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric as Family
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import Metric as Family
 from prometheus_client.registry import Collector
 
 from observe import catalog as c
@@ -97,7 +98,8 @@ class SnapshotCollector(Collector):
         for cpu, ratio in enumerate(host.cpu.core_busy_ratios):
             f.add(c.NODE_CPU_CORE_BUSY, node, ratio, str(cpu))
         for metric, value in ((c.NODE_MEMORY_TOTAL, mem.total_bytes), (c.NODE_MEMORY_USED, mem.used_bytes),
-                              (c.NODE_MEMORY_AVAILABLE, mem.available_bytes), (c.NODE_MEMORY_BUFFERS, mem.buffers_bytes),
+                              (c.NODE_MEMORY_AVAILABLE, mem.available_bytes),
+                              (c.NODE_MEMORY_BUFFERS, mem.buffers_bytes),
                               (c.NODE_MEMORY_CACHED, mem.cached_bytes), (c.NODE_SWAP_TOTAL, mem.swap_total_bytes),
                               (c.NODE_SWAP_USED, mem.swap_used_bytes), (c.NODE_LOAD1, host.load1),
                               (c.NODE_LOAD5, host.load5), (c.NODE_LOAD15, host.load15),
@@ -124,9 +126,11 @@ class SnapshotCollector(Collector):
         base = (self.snapshot.node, str(g.index), g.uuid or "")
         f.add(c.GPU_INFO, base, 1, g.name or "", g.pci_bus or "", g.driver_version or "")
         f.add(c.GPU_LOST, base, 1 if g.lost else 0)
-        for metric, value in ((c.GPU_UTILIZATION, g.utilization_ratio), (c.GPU_MEMORY_UTILIZATION, g.memory_utilization_ratio),
+        for metric, value in ((c.GPU_UTILIZATION, g.utilization_ratio),
+                              (c.GPU_MEMORY_UTILIZATION, g.memory_utilization_ratio),
                               (c.GPU_MEMORY_TOTAL, g.memory_total_bytes), (c.GPU_MEMORY_USED, g.memory_used_bytes),
-                              (c.GPU_MEMORY_RESERVED, g.memory_reserved_bytes), (c.GPU_TEMPERATURE, g.temperature_celsius),
+                              (c.GPU_MEMORY_RESERVED, g.memory_reserved_bytes),
+                              (c.GPU_TEMPERATURE, g.temperature_celsius),
                               (c.GPU_POWER, g.power_watts), (c.GPU_POWER_LIMIT, g.power_limit_watts),
                               (c.GPU_SM_CLOCK, g.sm_clock_hertz), (c.GPU_MEMORY_CLOCK, g.memory_clock_hertz),
                               (c.GPU_FAN_SPEED, g.fan_speed_ratio), (c.GPU_PCIE_RX, g.pcie_rx_bytes_per_second),

@@ -55,7 +55,7 @@ class HostCollector:
         self._total, self._cores = total, cores
         per_core: tuple[float, ...] = ()
         if before_cores is not None and len(before_cores) == len(cores):
-            per_core = tuple(busy_ratio(b, a) or 0.0 for b, a in zip(before_cores, cores))
+            per_core = tuple(busy_ratio(b, a) or 0.0 for b, a in zip(before_cores, cores, strict=False))
         return CpuStats(busy_ratio=busy_ratio(before_total, total), core_busy_ratios=per_core)
 
     @staticmethod

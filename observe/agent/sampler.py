@@ -22,8 +22,18 @@ from observe.agent.gpu import GpuCollector, Nvml
 from observe.agent.host import HostCollector
 from observe.agent.procs import ProcessTable
 from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
-from observe.model import (AgentHealth, CpuStats, GpuInfo, GpuProcess, HostStats, MemoryStats, NodeSnapshot,
-                           ProcessInfo, XidCount, XidEvent)
+from observe.model import (
+    AgentHealth,
+    CpuStats,
+    GpuInfo,
+    GpuProcess,
+    HostStats,
+    MemoryStats,
+    NodeSnapshot,
+    ProcessInfo,
+    XidCount,
+    XidEvent,
+)
 from observe.xid import lookup
 
 log = logging.getLogger(__name__)
@@ -111,7 +121,7 @@ class Sampler:
     def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:
         try:
             return fn()
-        except Exception:  # noqa: BLE001 - one section failing must not take the others down
+        except Exception:
             self.errors[f"collect_{section}"] += 1
             if section not in self._logged:
                 self._logged.add(section)

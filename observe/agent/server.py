@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import gzip
 import socket
-from dataclasses import replace
-from urllib.parse import parse_qs
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 from observe.model import NodeSnapshot
 
@@ -112,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
     latest: Latest
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
         current = self.latest.current
         if path == "/healthz":
@@ -146,7 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet: no line per scrape
+    def log_message(self, format: str, *args: object) -> None:  # quiet: no line per scrape
         pass
 
 

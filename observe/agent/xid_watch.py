@@ -139,7 +139,7 @@ class KernelLogWatcher:
     def _run(self, target: Callable[[], None]) -> None:
         try:
             target()
-        except Exception as exc:  # noqa: BLE001 - report, never kill the agent
+        except Exception as exc:
             self.status = f"stopped reading {self.source}: {exc}"
             log.exception("kernel-log watcher stopped (reported once)")
         finally:

@@ -1,24 +1,24 @@
 """A connection to the Kubernetes API through the official ``kubernetes`` client, with every
 failure a user can fix (no kubeconfig, unreachable server, expired credentials, missing RBAC,
-no such job, training operator not installed) turned into one ``ConfigError`` line.
+no such job, training operator not installed) turned into one ``UserError`` line.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from observe.errors import UserError
 from observe.k8s.kubeconfig import explain
 from observe.k8s.kubeconfig import load as kubeconfig_load
-from trainer.errors import ConfigError
 
 #: (connect, read) seconds for one API call; log streams with ``--follow`` have no read limit.
 REQUEST_TIMEOUT = (5.0, 60.0)
@@ -48,19 +48,19 @@ def connect(kubeconfig: str | None = None, context: str | None = None, namespace
     kubeconfig, the pod's service account. Nothing is sent to the server yet.
 
     Raises:
-        ConfigError: no kubeconfig, an unknown context, or an unreadable file.
+        UserError: no kubeconfig, an unknown context, or an unreadable file.
     """
     try:
         cfg, default_ns = kubeconfig_load(kubeconfig, context)
     except (ConfigException, OSError, ValueError) as exc:
-        raise ConfigError(*explain(exc, kubeconfig, context)) from None
+        raise UserError(*explain(exc, kubeconfig, context)) from None
     api = client.ApiClient(cfg)
     return Kube(client.CoreV1Api(api), client.CustomObjectsApi(api), namespace or default_ns, cfg.host)
 
 
 @contextmanager
 def api_errors(kube: Kube, what: str, namespace: str | None = None) -> Iterator[None]:
-    """Turn errors of API calls made inside the block into one-line ``ConfigError``s.
+    """Turn errors of API calls made inside the block into one-line ``UserError``s.
 
     Args:
         kube: the connection (for the server URL).
@@ -73,36 +73,36 @@ def api_errors(kube: Kube, what: str, namespace: str | None = None) -> Iterator[
     except urllib3.exceptions.HTTPError as exc:
         reason = getattr(exc, "reason", None) or exc
         if isinstance(reason, urllib3.exceptions.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
-            raise ConfigError(f"API server {kube.server}", f"TLS verification failed ({_short(reason)})",
+            raise UserError(f"API server {kube.server}", f"TLS verification failed ({_short(reason)})",
                               "check the server address and certificate-authority-data in your kubeconfig") from None
-        raise ConfigError(f"API server {kube.server}", f"unreachable ({_short(reason)})",
+        raise UserError(f"API server {kube.server}", f"unreachable ({_short(reason)})",
                           "check the cluster is up and kubectl cluster-info works, "
                           "or pass --context/--kubeconfig") from None
     except ApiException as exc:
         raise _api_error(exc, kube, what, ns) from None
 
 
-def _api_error(exc: ApiException, kube: Kube, what: str, ns: str) -> ConfigError:
+def _api_error(exc: ApiException, kube: Kube, what: str, ns: str) -> UserError:
     status = _status_body(exc)
     message = status.get("message") or exc.reason or "no message"
     if exc.status == 0:
-        return ConfigError(f"API server {kube.server}", _short(message),
+        return UserError(f"API server {kube.server}", _short(message),
                            "check the server's certificate in your kubeconfig")
     if exc.status == 401:
-        return ConfigError(f"API server {kube.server}", "rejected the credentials (401 Unauthorized)",
+        return UserError(f"API server {kube.server}", "rejected the credentials (401 Unauthorized)",
                            "refresh them (on EKS: aws eks update-kubeconfig --name CLUSTER)")
     if exc.status == 403:
-        return ConfigError(what, f"forbidden in namespace {ns}: {_short(message)}",
+        return UserError(what, f"forbidden in namespace {ns}: {_short(message)}",
                            "ask for the fsdp-observe-viewer ClusterRole (daemonsets/) to read; stop also needs "
                            "delete on pytorchjobs and pods")
     if exc.status == 404 and not status:
         # A bare "404 page not found": the API group itself is missing.
-        return ConfigError(what, "the cluster has no kubeflow.org/v1 PyTorchJob API",
+        return UserError(what, "the cluster has no kubeflow.org/v1 PyTorchJob API",
                            "install the Kubeflow training operator (docs/kubernetes.md, prerequisites)")
     if exc.status == 404:
-        return ConfigError(what, f"not found in namespace {ns}",
+        return UserError(what, f"not found in namespace {ns}",
                            "list jobs with kubectl get pytorchjobs -A, and pass -n NAMESPACE")
-    return ConfigError(what, f"API error {exc.status} {exc.reason}: {_short(message)}",
+    return UserError(what, f"API error {exc.status} {exc.reason}: {_short(message)}",
                        "retry, or check kubectl get events")
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, TextIO
+from typing import Any, TextIO
 
+from observe.errors import UserError
 from observe.k8s import names
 from observe.k8s.client import REQUEST_TIMEOUT, Kube, api_errors
-from observe.k8s.settings import ETCD_BACKENDS
-from trainer.errors import ConfigError
+from observe.k8s.job_settings import ETCD_BACKENDS
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 _MASTER_ADDR = re.compile(rb"master_addr=(\S+)")
@@ -117,7 +118,7 @@ def job_status(kube: Kube, name: str) -> JobStatus:
     """Read the job, its pods, and find its leader.
 
     Raises:
-        ConfigError: the job does not exist, the API is unreachable or forbidden.
+        UserError: the job does not exist, the API is unreachable or forbidden.
     """
     job = get_job(kube, name)
     pods = [pod_state(p) for p in list_pods(kube, name)]
@@ -138,7 +139,7 @@ def find_master_addr(kube: Kube, pods: list[PodState]) -> tuple[str | None, str 
     for pod in [p for p in pods if p.has_log][:LEADER_SEARCH_PODS]:
         try:
             found = last_master_addr(_log_lines(kube, pod.name, follow=False))
-        except ConfigError:
+        except UserError:
             continue
         if found:
             return found, pod.name
@@ -188,7 +189,7 @@ def format_status(st: JobStatus) -> str:
         lines.append("no pods yet")
     else:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip() for row in rows]
     return "\n".join(lines)
 
 
@@ -219,30 +220,30 @@ def write_logs(kube: Kube, name: str, all_workers: bool, follow: bool, tail: int
     """Print the leader's log, or every worker's with a ``[pod]`` prefix.
 
     Raises:
-        ConfigError: no pods, or (leader only) no leader found yet.
+        UserError: no pods, or (leader only) no leader found yet.
     """
     out = out or sys.stdout
     get_job(kube, name)  # a clear "not found" before anything else
     pods = [pod_state(p) for p in list_pods(kube, name)]
     started = [p for p in pods if p.has_log]
     if not started:
-        raise ConfigError(f"pytorchjob {name}", "no worker has started yet",
+        raise UserError(f"pytorchjob {name}", "no worker has started yet",
                           f"wait, then retry; see fsdp-observe job status {name}")
     if not all_workers:
         master_addr, _ = find_master_addr(kube, started)
         leader = match_leader(master_addr, started)
         if leader is None:
-            raise ConfigError(f"pytorchjob {name}", "no leader found (no master_addr= naming a worker in their logs)",
+            raise UserError(f"pytorchjob {name}", "no leader found (no master_addr= naming a worker in their logs)",
                               "pass --all to read every worker")
         _copy(_log_lines(kube, leader, follow, tail), out, prefix=None)
         return
     lock = threading.Lock()
-    errors: list[ConfigError] = []
+    errors: list[UserError] = []
 
     def pump(pod: str) -> None:
         try:
             _copy(_log_lines(kube, pod, follow, tail), out, prefix=f"[{pod}] ", lock=lock)
-        except ConfigError as exc:
+        except UserError as exc:
             errors.append(exc)
 
     if not follow:

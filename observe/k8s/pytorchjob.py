@@ -17,14 +17,14 @@ import secrets
 from typing import Any
 
 from observe.k8s import names
-from observe.k8s.settings import JobSettings
-from trainer.launch import UNSHARE_STORE_ENV
-from trainer.presets import PRESETS
+from observe.k8s.job_settings import JobSettings
+from trainer.runspec.launch import UNSHARE_STORE_ENV
+from trainer.runspec.presets import PRESETS
 
 #: Environment of every rank. LOGLEVEL=INFO makes torchrun's elastic agent log its rendezvous
 #: result (``master_addr=...``), which ``fsdp-observe job status`` reads to find the leader.
 #: ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` keeps a c10d restart from reading the dead attempt's
-#: addresses (``trainer.launch.restart_store_hazard``).
+#: addresses (``trainer.runspec.launch.restart_store_hazard``).
 BASE_ENV: tuple[tuple[str, str], ...] = (
     ("LOGLEVEL", "INFO"),
     ("PYTHONUNBUFFERED", "1"),

@@ -34,7 +34,7 @@ SCHEMA = "fsdp-observe/scaling-report/v1"
 HISTOGRAM_QUANTILES = "fsdp_train_step_seconds buckets, pooled over ranks (as histogram_quantile)"
 
 
-class MeasureError(ValueError):
+class MeasureError(Exception):
     """The snapshots cannot give figures (missing ranks, nothing measured, a restart)."""
 
 
@@ -228,7 +228,7 @@ class ScalingReport:
         return {"schema": SCHEMA, "efficiency_definition": EFFICIENCY_DEFINITION, **asdict(self)}
 
 
-class ReportError(ValueError):
+class ReportError(Exception):
     """The runs cannot be compared (different model or strategy)."""
 
 
@@ -281,7 +281,7 @@ def _scaling_kind(sizes: list[SizeFigures]) -> str:
 
 
 def _add(a: HistogramState, b: HistogramState) -> HistogramState:
-    return HistogramState(tuple((bound, n + m) for (bound, n), (_, m) in zip(a.buckets, b.buckets)),
+    return HistogramState(tuple((bound, n + m) for (bound, n), (_, m) in zip(a.buckets, b.buckets, strict=False)),
                           a.sum + b.sum, a.count + b.count)
 
 

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from observe import promtext
 from observe.catalog import TRAINER_PORT_BASE
+from observe.promtext import Sample
 from observe.scaling.figures import SizeFigures, measure
-from observe.scaling.snapshot import RankSnapshot, Sample, rank_snapshots
+from observe.scaling.snapshot import RankSnapshot, rank_snapshots
 
 
 class RunFailed(RuntimeError):
@@ -69,15 +70,15 @@ class LocalPlan:
         """Sequences per rank at ``world_size``.
 
         Raises:
-            ConfigError: strong scaling whose global batch does not split evenly.
+            UserError: strong scaling whose global batch does not split evenly.
         """
-        from trainer.errors import ConfigError
+        from observe.errors import UserError
 
         if not self.strong:
             return self.batch_size
         global_batch = self.batch_size * self.world_sizes[0]
         if global_batch % world_size:
-            raise ConfigError("--batch-size", f"--strong keeps a global batch of {global_batch} sequences "
+            raise UserError("--batch-size", f"--strong keeps a global batch of {global_batch} sequences "
                               f"({self.batch_size} x {self.world_sizes[0]} ranks), which does not split "
                               f"evenly over {world_size} ranks",
                               "choose a --batch-size that makes it divisible by every world size")
@@ -96,13 +97,13 @@ def check(plan: LocalPlan) -> None:
     """Validate the plan and every size's trainer configuration before anything runs.
 
     Raises:
-        ConfigError: the first problem (flag, data, port), naming the flag and the fix.
+        UserError: the first problem (flag, data, port), naming the flag and the fix.
     """
-    from trainer.errors import ConfigError
-    from trainer.launch import prepare
+    from observe.errors import UserError
+    from trainer.runspec.launch import prepare
 
     if plan.warmup_steps >= plan.steps:
-        raise ConfigError("--warmup-steps", f"{plan.warmup_steps} leaves none of the {plan.steps} steps to measure",
+        raise UserError("--warmup-steps", f"{plan.warmup_steps} leaves none of the {plan.steps} steps to measure",
                           "pass fewer warm-up steps or more --steps")
     argvs = {n: plan.trainer_argv(n, "check", Path(os.devnull)) for n in plan.world_sizes}  # batches first
     for n, argv in argvs.items():
@@ -112,9 +113,7 @@ def check(plan: LocalPlan) -> None:
 def scrape(client: httpx.Client, url: str) -> list[Sample] | None:
     """One rank's ``/metrics`` as samples, or ``None`` when it does not answer (yet)."""
     try:
-        text = client.get(url).raise_for_status().text
-        return [Sample(s.name, s.labels, s.value)
-                for family in text_string_to_metric_families(text) for s in family.samples]
+        return promtext.parse(client.get(url).raise_for_status().text)
     except (httpx.HTTPError, ValueError):
         return None
 
@@ -138,7 +137,7 @@ def run_size(plan: LocalPlan, world_size: int, run_id: str, run_dir: Path,
     Raises:
         RunFailed: as ``run_all``.
     """
-    from trainer.launch import torchrun_command, torchrun_env
+    from trainer.runspec.launch import torchrun_command, torchrun_env
 
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path, log_json = run_dir / "trainer.log", run_dir / "trainer.jsonl"

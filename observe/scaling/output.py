@@ -57,7 +57,7 @@ def format_table(report: ScalingReport) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     left = {2}  # the run id reads best left-aligned
     lines = ["  ".join(cell.ljust(w) if i in left else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=False))) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     quantiles = {s.step_time_quantiles_from for s in report.sizes}
     lines += [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from observe.scaling.figures import EFFICIENCY_DEFINITION, ScalingReport
 from observe.scaling.output import headline
@@ -21,7 +22,7 @@ def _memory_unit(values: list[float]) -> tuple[str, float]:
     return ("GiB", 2.0**30) if max(values) >= 2**30 else ("MiB", 2.0**20)
 
 
-def _tokens_formatter(top: float):
+def _tokens_formatter(top: float) -> Any:
     from matplotlib.ticker import FuncFormatter
 
     if top >= 1e6:
@@ -79,7 +80,7 @@ def render(report: ScalingReport, path: Path) -> None:
     ax_tp.plot(ideal_x, [n / n0 * baseline for n in ideal_x], "--", color=_GREY, lw=1.5,
                label=f"ideal: linear from N\N{SUBSCRIPT ZERO} = {n0} rank{'s' if n0 > 1 else ''}")
     ax_tp.plot(x, tps, "o-", color=_BLUE, lw=2.2, ms=7, label="measured")
-    for xi, yi, ei in zip(x, tps, eff):
+    for xi, yi, ei in zip(x, tps, eff, strict=False):
         if ei is not None:
             ax_tp.annotate(f"{ei:.0f} %", (xi, yi), textcoords="offset points", xytext=(8, -14),
                            fontsize=10, color=_BLUE)
@@ -101,7 +102,7 @@ def render(report: ScalingReport, path: Path) -> None:
     ax_tp.legend(loc="upper left", fontsize=10, frameon=False)
 
     ax_eff.axhline(100, color=_GREY, ls="--", lw=1.2)
-    eff_points = [(xi, ei) for xi, ei in zip(x, eff) if ei is not None]
+    eff_points = [(xi, ei) for xi, ei in zip(x, eff, strict=False) if ei is not None]
     lines = ax_eff.plot([p[0] for p in eff_points], [p[1] for p in eff_points], "o-", color=_GREEN,
                         lw=2.2, ms=7, label="scaling efficiency (left axis)")
     for xi, ei in eff_points:

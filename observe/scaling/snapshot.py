@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from observe import catalog as c
+from observe.promtext import Sample
 
 #: Where a rank's peak memory comes from, best first: the CUDA allocator's peak on GPU ranks,
 #: else the process's resident-set high-water mark (CPU ranks).
@@ -30,15 +31,6 @@ SNAPSHOT_SAMPLE_NAMES: tuple[str, ...] = (
     c.TRAIN_STEP_SECONDS.name + "_count", c.TRAIN_DATA_WAIT_SECONDS.name + "_sum",
     *(metric.name for metric, _ in MEMORY_SOURCES),
 )
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One sample: exposition sample name, its labels, its value."""
-
-    name: str
-    labels: Mapping[str, str]
-    value: float
 
 
 @dataclass(frozen=True)
@@ -63,7 +55,7 @@ class HistogramState:
         """
         if [b for b, _ in self.buckets] != [b for b, _ in earlier.buckets]:
             raise ValueError("histogram bucket layouts differ between the two instants")
-        buckets = tuple((b, n - m) for (b, n), (_, m) in zip(self.buckets, earlier.buckets))
+        buckets = tuple((b, n - m) for (b, n), (_, m) in zip(self.buckets, earlier.buckets, strict=False))
         if any(n < 0 for _, n in buckets) or self.count < earlier.count:
             raise ValueError("histogram counts went backwards (the process restarted)")
         return HistogramState(buckets, self.sum - earlier.sum, self.count - earlier.count)

@@ -20,11 +20,11 @@ from collections import deque
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
-from observe.cluster import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_status
+from observe.errors import UserError
 from observe.model import NodeSnapshot
-from observe.sources import SourceError
 from observe.sources.http import FetchError, HttpFetcher
 from observe.sources.trainer import parse_exposition, ranks_from_samples
+from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_status
 
 #: Points of loss history kept per run.
 LOSS_HISTORY_POINTS = 600
@@ -47,7 +47,7 @@ def check_url(url: str, flag: str) -> None:
     """Refuse what cannot be an agent or trainer address.
 
     Raises:
-        SourceError: not ``host:port`` or an ``http(s)://`` URL with a host.
+        UserError: not ``host:port`` or an ``http(s)://`` URL with a host.
     """
     parts = urlsplit(url if "://" in url else f"http://{url}")
     try:
@@ -55,7 +55,7 @@ def check_url(url: str, flag: str) -> None:
     except ValueError:
         port_ok = False
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise SourceError(flag, f"{url!r} is not an address", "give host:port or http://host:port")
+        raise UserError(flag, f"{url!r} is not an address", "give host:port or http://host:port")
 
 
 def normalise_url(url: str, path: str) -> str:
@@ -201,7 +201,7 @@ class DirectSource:
 
 
 def decode_node(previous: NodeStatus, body: bytes, now: float, keep: bool) -> NodeStatus:
-    """A node's status after its agent answered ``body`` at ``now`` (``observe.cluster.node_status``);
+    """A node's status after its agent answered ``body`` at ``now`` (``observe.sources.view.node_status``);
     ``malformed`` keeps the previous data (shown with its age). ``keep``: keep the whole snapshot."""
     try:
         return node_status(previous.name, previous.source, NodeSnapshot.from_json(body), now, keep)

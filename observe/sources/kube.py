@@ -22,11 +22,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from observe.catalog import AGENT_PORT
-from observe.cluster import ClusterSnapshot
+from observe.errors import UserError
 from observe.k8s import names
 from observe.k8s.kubeconfig import explain, load
-from observe.sources import SourceError
 from observe.sources.direct import DirectSource, Endpoint
+from observe.sources.view import ClusterSnapshot
 
 #: Seconds between two discoveries.
 REDISCOVER_SECONDS = 30.0
@@ -82,7 +82,7 @@ class KubeSource:
         kubeconfig, context: as kubectl's flags. concurrency, timeout: as ``DirectSource``.
 
     Raises:
-        SourceError: the kubeconfig cannot be loaded (checked at once, before the UI starts).
+        UserError: the kubeconfig cannot be loaded (checked at once, before the UI starts).
     """
 
     def __init__(self, namespace: str | None = None, agent_namespace: str | None = None, selector: str | None = None,
@@ -91,7 +91,7 @@ class KubeSource:
         try:
             cfg, default_namespace = load(kubeconfig, context)
         except (ConfigException, OSError, ValueError) as exc:
-            raise SourceError(*explain(exc, kubeconfig, context)) from None
+            raise UserError(*explain(exc, kubeconfig, context)) from None
         self.core = client.CoreV1Api(client.ApiClient(cfg))
         self.server = cfg.host
         self.namespace = namespace or default_namespace

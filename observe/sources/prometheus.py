@@ -4,8 +4,9 @@ For large clusters the TUI asks Prometheus (which already scrapes every agent an
 every node: one refresh is a handful of instant queries whatever the node count, each selecting
 the series it needs by name (names from ``observe.catalog``). What cannot come from counters is
 said so: XID "events" are the last hour's increase of ``fsdp_gpu_xid_errors_total`` per GPU and
-code (a series that appeared within the hour counts whole), with the time of the refresh; a node's processes (the Node screen) come from the
-``--process-series`` busiest processes each agent exports. API:
+code (a series that appeared within the hour counts whole), with the time of the refresh; a
+node's processes (the Node screen) come from the ``--process-series`` busiest processes each
+agent exports. API:
 https://prometheus.io/docs/prometheus/latest/querying/api/
 """
 
@@ -14,85 +15,28 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
-
-import httpx
+from dataclasses import replace
 
 from observe import catalog as c
-from observe.cluster import ClusterSnapshot, NodeStatus, node_status
-from observe.model import (AgentHealth, CpuStats, GpuInfo, GpuProcess, HostStats, MemoryStats, NodeSnapshot,
-                           ProcessInfo, XidEvent)
+from observe.model import (
+    AgentHealth,
+    CpuStats,
+    GpuInfo,
+    GpuProcess,
+    HostStats,
+    MemoryStats,
+    NodeSnapshot,
+    ProcessInfo,
+    XidEvent,
+)
+from observe.promapi import PrometheusAPI, PrometheusError
+from observe.promql import names_regex
+from observe.promql import string as promql_string
 from observe.sources.direct import LossHistory, build_runs
 from observe.sources.trainer import SAMPLE_NAMES as TRAINER_SAMPLES
 from observe.sources.trainer import ranks_from_samples
+from observe.sources.view import ClusterSnapshot, NodeStatus, node_status
 from observe.xid import lookup
-
-
-class PrometheusError(RuntimeError):
-    """Prometheus could not be reached or did not answer a query."""
-
-
-def promql_string(value: str) -> str:
-    """``value`` as a double-quoted PromQL string literal (backslash and quote escaped)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-@dataclass
-class PrometheusAPI:
-    """A minimal client of Prometheus' query API.
-
-    Args:
-        url: the server's base URL (``http://host:9090``, or with a path prefix).
-        timeout: seconds per request.
-    """
-
-    url: str
-    timeout: float = 10.0
-
-    def __post_init__(self) -> None:
-        self._client = httpx.Client(base_url=self.url.rstrip("/"), timeout=self.timeout)
-
-    def close(self) -> None:
-        """Close the HTTP connection pool."""
-        self._client.close()
-
-    def _get(self, path: str, params: dict[str, str]) -> tuple[str, list[dict]]:
-        try:
-            response = self._client.get(path, params=params)
-        except httpx.HTTPError as exc:
-            raise PrometheusError(f"cannot reach {self.url} ({type(exc).__name__}: {exc})") from None
-        try:
-            body = response.json()
-        except ValueError:
-            raise PrometheusError(f"{self.url} answered HTTP {response.status_code} without Prometheus "
-                                  "API JSON; is it a Prometheus server?") from None
-        if not isinstance(body, dict) or body.get("status") != "success":
-            error = body if not isinstance(body, dict) else f"{body.get('errorType')}: {body.get('error')}"
-            raise PrometheusError(f"query failed at {self.url}: {error}")
-        return body["data"]["resultType"], body["data"]["result"]
-
-    def query(self, expr: str, at: float) -> tuple[str, list[dict]]:
-        """Evaluate ``expr`` at Unix time ``at``; return ``(resultType, result)``.
-
-        Raises:
-            PrometheusError: unreachable, a non-Prometheus answer, or a query error.
-        """
-        return self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
-
-    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
-        """Evaluate ``expr`` from ``start`` to ``end`` every ``step`` seconds; the matrix result.
-
-        Raises:
-            PrometheusError: as ``query``.
-        """
-        return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{step:g}"})[1]
-
-
-def names_regex(names) -> str:  # noqa: ANN001 - an iterable of metric names
-    """``{__name__=~"a|b|c"}``: one selector for several metric names."""
-    return '{__name__=~"' + "|".join(sorted(names)) + '"}'
-
 
 #: Node-level gauge -> (section, field) of the snapshot the source builds.
 _NODE: dict[str, tuple[str, str]] = {
@@ -298,8 +242,8 @@ class PrometheusSource:
             if labels.get("pid", "").isdigit() and labels.get("gpu", "").isdigit():
                 gpu_processes.append(GpuProcess(gpu=int(labels["gpu"]), gpu_uuid=labels.get("gpu_uuid") or None,
                                                 pid=int(labels["pid"]), used_memory_bytes=int(_value(s))))
-        ratios = sorted(((int(s["metric"].get("cpu", "0")), _value(s)) for s in cores
-                         if s["metric"].get("cpu", "").isdigit()))
+        ratios = sorted((int(s["metric"].get("cpu", "0")), _value(s)) for s in cores
+                         if s["metric"].get("cpu", "").isdigit())
         host = replace(summary.host, cpu_count=len(ratios) or summary.host.cpu_count,
                        cpu=replace(summary.host.cpu, core_busy_ratios=tuple(v for _, v in ratios)))
         return replace(summary, host=host, processes=tuple(processes), gpu_processes=tuple(gpu_processes),

@@ -10,10 +10,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from observe import catalog as c
-from observe.cluster import RankStatus
+from observe import promtext
+from observe.promtext import Sample
+from observe.sources.view import RankStatus
 
 #: Sample name -> ``RankStatus`` field, for the gauges the Run screen shows.
 GAUGES: dict[str, str] = {
@@ -30,24 +30,13 @@ GAUGES: dict[str, str] = {
 #: Every sample name the TUI reads from a trainer.
 SAMPLE_NAMES: frozenset[str] = frozenset({*GAUGES, c.TRAIN_INFO.name})
 
-Sample = tuple[str, dict[str, str], float]
-
-
 def parse_exposition(text: str) -> list[Sample]:
-    """The samples of a trainer's ``/metrics`` text that the TUI reads.
-
-    Lines of other families are skipped before parsing (a rank's exposition is mostly histogram
-    buckets and process series).
+    """The samples of a trainer's ``/metrics`` text that the TUI reads (``SAMPLE_NAMES``).
 
     Raises:
         ValueError: the text is not the Prometheus text format.
     """
-    wanted = [line for line in text.splitlines()
-              if line and not line.startswith("#") and line.split("{", 1)[0].split(" ", 1)[0] in SAMPLE_NAMES]
-    samples: list[Sample] = []
-    for family in text_string_to_metric_families("\n".join(wanted) + "\n"):
-        samples.extend((s.name, s.labels, s.value) for s in family.samples)
-    return samples
+    return promtext.parse(text, SAMPLE_NAMES)
 
 
 def _int(text: str | None) -> int | None:

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
 
-from observe.cluster import ClusterSnapshot
+from observe.sources.view import ClusterSnapshot
 from observe.tui.poller import Poller, Source
 
 

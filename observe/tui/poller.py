@@ -9,15 +9,15 @@ to the number of nodes (``adaptive_interval``) unless one is given.
 from __future__ import annotations
 
 import asyncio
-from array import array
 import logging
 import math
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from typing import Protocol
 
-from observe.cluster import ClusterSnapshot
+from observe.sources.view import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class GpuHistory:
                 if f is None or node.time_unix is None or self._seen.get(node.name) == node.time_unix:
                     continue
                 self._seen[node.name] = node.time_unix
-                for index, util, memory in zip(f.gpu_indexes, f.gpu_util_ratios, f.gpu_memory_ratios):
+                for index, util, memory in zip(f.gpu_indexes, f.gpu_util_ratios, f.gpu_memory_ratios, strict=False):
                     key = (node.name, index)
                     for series, value in ((self._util, util), (self._memory, memory)):
                         ring = series.get(key)
@@ -160,7 +160,7 @@ class Poller:
             self._wake.clear()
             try:
                 snapshot = await self.source.cycle(self.focus, deadline_for(self.interval))
-            except Exception as exc:  # noqa: BLE001 - a source bug is shown, never fatal to the UI
+            except Exception as exc:
                 log.exception("refresh failed")
                 snapshot = ClusterSnapshot(
                     time_unix=time.time(), source=getattr(self.source, "description", ""),

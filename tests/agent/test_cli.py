@@ -6,13 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from observe.agent.cli import main
 from observe.cli import main as top_main
 
 
-
 def one_error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
-    assert main(argv) == 2
+    assert top_main(["agent", *argv]) == 2
     err = capsys.readouterr().err
     lines = err.splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from observe.demo import agent_rows, agent_snapshot, start_agent
+from observe.errors import PortInUseError
 from observe.model import AgentHealth, CpuStats, GpuInfo, HostStats, MemoryStats, NodeSnapshot, XidCount
 
 
@@ -63,5 +64,5 @@ def test_the_default_port_falls_back_to_a_free_one(tmp_path: Path, monkeypatch, 
     finally:
         proc.terminate()
         proc.wait()
-    with pytest.raises(RuntimeError, match="already in use"):  # a port the user chose is not replaced
+    with pytest.raises(PortInUseError, match="^--agent-port: port .* already in use"):  # the user's port stays
         demo.start_local_agent(taken_port, tmp_path / "agent.log")

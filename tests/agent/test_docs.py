@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from observe import model
-from observe.agent.cli import build_parser
 from observe.agent.redact import MAX_ARG_CHARS, MAX_COMMAND_CHARS
+from observe.cli.agent import build_parser
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
 

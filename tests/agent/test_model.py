@@ -6,8 +6,20 @@ import json
 
 import pytest
 
-from observe.model import (SCHEMA_VERSION, AgentHealth, CpuStats, GpuInfo, GpuProcess, HostStats, MemoryStats,
-                           MigInstance, NodeSnapshot, ProcessInfo, XidCount, XidEvent)
+from observe.model import (
+    SCHEMA_VERSION,
+    AgentHealth,
+    CpuStats,
+    GpuInfo,
+    GpuProcess,
+    HostStats,
+    MemoryStats,
+    MigInstance,
+    NodeSnapshot,
+    ProcessInfo,
+    XidCount,
+    XidEvent,
+)
 
 
 def full_snapshot() -> NodeSnapshot:

@@ -7,8 +7,16 @@ import time
 import pytest
 
 from observe.agent.procs import ProcessTable
-from observe.agent.redact import (MAX_ARG_CHARS, MAX_COMMAND_CHARS, REDACTED, cut, escape_controls, is_secret_name,
-                                  safe_command, safe_text)
+from observe.agent.redact import (
+    MAX_ARG_CHARS,
+    MAX_COMMAND_CHARS,
+    REDACTED,
+    cut,
+    escape_controls,
+    is_secret_name,
+    safe_command,
+    safe_text,
+)
 from tests.conftest import CASES
 
 

@@ -22,7 +22,7 @@ def test_kernel_log_case_yields_exactly_the_expected_events() -> None:
     expected = [json.loads(line) for line in (XID_CASES / "expected.jsonl").read_text().splitlines() if line]
     events, parser = parse_all(lines)
     assert len(events) == len(expected)
-    for i, (event, want) in enumerate(zip(events, expected)):
+    for i, (event, want) in enumerate(zip(events, expected, strict=False)):
         got = {key: getattr(event, key) for key in want}
         assert got == want, f"event {i} (xid {want['xid']})"
     assert parser.parse_errors == 1  # the truncated last line: no event, no crash, one parse error

@@ -14,9 +14,10 @@ import re
 
 import pytest
 
-from observe import catalog, rules, xid
-from observe.dashboards import UIDS, XID_ACTION, XID_MEANING, dashboards
-from observe.monitoring import DCGM, Settings
+from observe import catalog, xid
+from observe.monitoring import rules
+from observe.monitoring.dashboards import UIDS, XID_ACTION, XID_MEANING, dashboards
+from observe.monitoring.settings import DCGM, Settings
 
 BOARDS = dashboards()
 PANEL_TYPES = {"row", "timeseries", "heatmap", "table", "stat"}

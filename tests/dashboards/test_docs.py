@@ -7,9 +7,9 @@ import dataclasses
 import re
 from pathlib import Path
 
-from observe import rules
-from observe.dashboards_cmd import build_parser
-from observe.monitoring import Settings
+from observe.cli.dashboards import build_parser
+from observe.monitoring import rules
+from observe.monitoring.settings import Settings
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "dashboards.md").read_text()
 
@@ -27,7 +27,7 @@ def test_every_setting_is_documented_with_its_default() -> None:
     for names, default in re.findall(r"^\| (`[^|]+`) \| ([^|]*) \|", DOC, re.M):
         fields = re.findall(r"`(\w+)`", names)
         defaults = re.findall(r"`([^`]*)`", default) or [""] * len(fields)
-        rows.update(zip(fields, defaults))
+        rows.update(zip(fields, defaults, strict=False))
     for f in dataclasses.fields(Settings):
         assert f.name in rows, f.name
         value = getattr(Settings(), f.name)

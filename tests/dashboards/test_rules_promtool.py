@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from observe import catalog as c
-from observe import rules, xid
-from observe.monitoring import Settings
+from observe import xid
+from observe.monitoring import rules
+from observe.monitoring.settings import Settings
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing: apt-get install prometheus "

@@ -1,10 +1,12 @@
-"""``observe.monitoring.Settings``: validation naming the field, selectors, the DCGM dialect."""
+"""``observe.monitoring.settings.Settings``: validation naming the field, selectors, the DCGM dialect."""
 
 from __future__ import annotations
 
 import pytest
 
-from observe.monitoring import Settings, duration_seconds
+from observe.errors import UserError
+from observe.monitoring.settings import Settings
+from observe.promql import duration_seconds
 
 
 @pytest.mark.parametrize("text, seconds", [("30s", 30), ("15m", 900), ("1h30m", 5400), ("500ms", 0.5), ("2d", 172800)])
@@ -16,21 +18,25 @@ def test_durations(text: str, seconds: float) -> None:
     ("stall_time", "15 minutes", "stall_time: '15 minutes' is not a Prometheus duration"),
     ("xid_for", "", "xid_for: '' is not a Prometheus duration"),
     ("dcgm_hostname_label", "host-name", "dcgm_hostname_label: 'host-name' is not a Prometheus label name"),
-    ("trainer_selector", '{cluster="a"}', "trainer_selector: give label matchers without braces"),
-    ("xid_application_burst", 0, "xid_application_burst: must be 1 or more"),
+    ("trainer_selector", '{cluster="a"}', "trainer_selector: label matchers are given without braces"),
+    ("xid_application_burst", 0, "xid_application_burst: 0 is below 1; give 1 or more"),
     ("xid_application_burst", 2.5, "xid_application_burst: expected int, got 2.5"),
-    ("throughput_drop_ratio", 1.2, "throughput_drop_ratio: must be between 0 and 1"),
-    ("runbook_base_url", "docs/dashboards.md", "runbook_base_url: must be an http(s) URL"),
+    ("throughput_drop_ratio", 1.2, "throughput_drop_ratio: 1.2 is not between 0 and 1"),
+    ("runbook_base_url", "docs/dashboards.md", "runbook_base_url: 'docs/dashboards.md' is not an http(s) URL"),
     ("straggler_ratio", True, "straggler_ratio: expected float, got True"),
 ])
 def test_a_bad_value_names_its_field(field: str, value, message: str) -> None:
-    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace("{", r"\{")):
+    with pytest.raises(UserError) as err:
         Settings.from_mapping({field: value})
+    assert err.value.field == field
+    assert str(err.value).startswith(message) and err.value.fix
 
 
-def test_unknown_fields_are_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"^unknown field 'dcgm_uuid'; known fields: agent_selector, "):
+def test_unknown_fields_are_refused_with_a_close_match() -> None:
+    with pytest.raises(UserError, match=r"^dcgm_uuid: unknown field; did you mean dcgm_uuid_label\?"):
         Settings.from_mapping({"dcgm_uuid": "uuid"})
+    with pytest.raises(UserError, match=r"^zzz: unknown field; known fields: agent_selector, "):
+        Settings.from_mapping({"zzz": 1})
     assert Settings.from_mapping({"straggler_ratio": 2}).straggler_ratio == 2  # an int where a float goes
 
 

@@ -1,4 +1,8 @@
-"""Fixtures of the end-to-end trainer tests."""
+"""Fixtures of the end-to-end tests; every test under tests/e2e/ is marked ``e2e``.
+
+``python -m pytest -m "not e2e"`` is the inner loop (no torchrun, no real servers); CI and the
+README's test command run everything.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,14 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of this folder ``e2e`` (multi-process or real-server)."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
 
 #: Standard-library modules cut into paragraphs: several hundred short documents, so a small
 #: ``--val-fraction`` holds some out and packing crosses many document boundaries.

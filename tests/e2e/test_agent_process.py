@@ -1,4 +1,4 @@
-"""The agent as a user runs it: a real ``python -m observe.agent`` process, scraped over real HTTP.
+"""The agent as a user runs it: a real ``python -m observe.cli agent`` process, scraped over real HTTP.
 
 GPUs come from the fake ``libnvidia-ml.so.1`` built by the test suite (a stand-in for a GPU
 driver, put on the agent's library path); processes, /proc and the HTTP server are real.

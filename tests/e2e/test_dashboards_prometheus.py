@@ -35,9 +35,11 @@ import httpx
 import pytest
 
 from observe import catalog as c
-from observe import dashboards, prometheus_local, rules
-from observe.monitoring import Settings
-from tests.conftest import CASES, free_port_block
+from observe import prometheus_local
+from observe.monitoring import dashboards, rules
+from observe.monitoring.settings import Settings
+from observe.ports import free_port, free_port_block
+from tests.conftest import CASES
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import REPO, AgentProcess, wait_for
 from tests.support.replay import StaticServer, cuda_rank_exposition
@@ -108,7 +110,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
         ],
     }
     started = time.time()
-    prometheus = prometheus_local.start(tmp / "prometheus", config, prometheus_local.free_port())
+    prometheus = prometheus_local.start(tmp / "prometheus", config, free_port())
     trainer = None
     try:
         def targets_up() -> bool:  # discovery hands targets over after ~5 s: poll, never sleep

@@ -61,7 +61,7 @@ def test_demo_prometheus_bad_input_is_one_line(subprocess_env, taken_port: int, 
     bin_only = {**subprocess_env, "PATH": str(Path(sys.executable).parent)}  # no prometheus on PATH
     cases = [(["--prometheus"], bin_only, "error: --prometheus: no prometheus binary on PATH; install it "
                                           "(apt-get install prometheus) or leave out --prometheus"),
-             (["--prometheus-port", "9999"], subprocess_env, "error: --prometheus-port: only with --prometheus; "
+             (["--prometheus-port", "9999"], subprocess_env, "error: --prometheus-port: only applies with --prometheus; "
                                                              "add --prometheus")]
     if prometheus_local.binary() is not None:
         cases.append((["--prometheus", "--prometheus-port", str(taken_port), "--agent-port", "0"], subprocess_env,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.e2e.trainer_harness import FAST, events, losses, read_log, run_trainer
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from tests.e2e.trainer_harness import FAST, events, losses, read_log, run_trainer
 from trainer.data import IGNORE_INDEX, BatchIterator, ByteTokenizer
 
 

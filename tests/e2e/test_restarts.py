@@ -19,12 +19,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.e2e.trainer_harness import (FAST, LastScrape, events, final_weights, losses, rank_pids, read_log, run_trainer,
-                             start, stop_group, torchrun_cmd, wait_for)
 
 from observe import catalog as c
-from trainer.checkpoint_files import TrainerState, is_complete, newest_complete, step_dir
-from trainer.launch import UNSHARE_STORE_ENV
+from tests.e2e.trainer_harness import (
+    FAST,
+    LastScrape,
+    events,
+    final_weights,
+    losses,
+    rank_pids,
+    read_log,
+    run_trainer,
+    start,
+    stop_group,
+    torchrun_cmd,
+    wait_for,
+)
+from trainer.runspec.checkpoint_files import TrainerState, is_complete, newest_complete, step_dir
+from trainer.runspec.launch import UNSHARE_STORE_ENV
 
 STEPS = 30
 
@@ -106,7 +118,7 @@ def test_killed_rank_restarts_the_group_which_resumes_exactly(backend: str, requ
     endpoint = request.getfixturevalue("etcd_v2") if backend == "etcd-v2" else f"127.0.0.1:{port_block(1)}"
     rdzv = [f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id=test-{uuid.uuid4().hex[:8]}",
             "--nnodes=1"]
-    env = {**subprocess_env, UNSHARE_STORE_ENV: "1"}  # see trainer.launch.restart_store_hazard
+    env = {**subprocess_env, UNSHARE_STORE_ENV: "1"}  # see trainer.runspec.launch.restart_store_hazard
     metrics_port = port_block(2)
     args = trainer_args(corpus, tmp_path, "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
                         "--metrics-linger", "3")

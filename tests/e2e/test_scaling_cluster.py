@@ -19,9 +19,9 @@ import pytest
 from PIL import Image
 
 from observe import prometheus_local
-from observe.scaling.prometheus import find_window
+from observe.monitoring.queries import scaling_queries
+from observe.scaling.cluster import find_window
 from observe.sources.prometheus import PrometheusAPI
-from observe.scaling.queries import scaling_queries
 from tests.support.processes import wait_for
 
 STEPS, SEQ, BATCH, WARMUP = 60, 128, 4, 3
@@ -141,7 +141,7 @@ def test_cluster_mode_reads_two_runs_from_a_real_prometheus(prometheus, tmp_path
          f"error: --run-id: no trainer series with run_id 'no-such-run' in {url} over the last --lookback; "
          "check the id (the run_id label) or widen --lookback"),
         (["--run-id", "scale-a", "--run-id", "scale-b", "--warmup-steps", "100"],
-         f"error: --run-id: run scale-a: Prometheus holds no step after the warm-up to measure (last step {STEPS}, "
+         f"error: --warmup-steps: run scale-a: Prometheus holds no step after the warm-up to measure (last step {STEPS}, "
          "warm-up 100); lower --warmup-steps or scrape more often"),
     ):
         proc = cli(["--prometheus", url, *args, "--out", str(tmp_path / "bad")], subprocess_env)

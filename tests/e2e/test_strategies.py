@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.e2e.trainer_reference import reference_run
 from tests.e2e.trainer_harness import FAST, events, final_weights, losses, read_log, run_trainer
+from tests.e2e.trainer_reference import reference_run
 
 STEPS = 8
 LOSS_TOLERANCE = 1e-5
@@ -42,7 +42,7 @@ CASES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(corpus: Path, global_batch: int):
     return reference_run([corpus / "docs.jsonl"], STEPS, seq_len=64, global_batch=global_batch, lr=3e-3,
                          warmup_steps=2)
@@ -65,8 +65,8 @@ def test_strategy_matches_single_process(case: str, corpus: Path, tmp_path: Path
     want_losses, want_weights = reference(corpus, nproc * 2 * accum)
     got = losses(records)
     assert sorted(got) == list(range(1, STEPS + 1))
-    diffs = [abs(got[step][0] - want) for step, want in zip(range(1, STEPS + 1), want_losses)]
-    assert max(diffs) < LOSS_TOLERANCE, list(zip(got.values(), want_losses))
+    diffs = [abs(got[step][0] - want) for step, want in zip(range(1, STEPS + 1), want_losses, strict=False)]
+    assert max(diffs) < LOSS_TOLERANCE, list(zip(got.values(), want_losses, strict=False))
     assert want_losses[-1] < want_losses[0] - 1.0  # it does train
 
     digests = events(records, "end")[0]["weights_sha256"]

@@ -18,15 +18,15 @@ import pytest
 
 from observe.demo import start_local_agent
 from observe.sources.direct import DirectSource, Endpoint
+from observe.tui.app import make_app
 from observe.tui.screens.cluster import ClusterScreen
 from observe.tui.screens.node import NodeScreen
 from observe.tui.screens.run import RunScreen
-from observe.tui.app import make_app
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable
 from tests.support.fake_nvml import FakeNvml
 from tests.tui.conftest import lines_text, table_text, until
-from trainer.launch import prepare, torchrun_command, torchrun_env
+from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
 pytestmark = pytest.mark.anyio
 NODE = "demo-node"
@@ -86,7 +86,7 @@ async def test_top_over_the_live_demo(live_demo) -> None:
         await pilot.press("1")
         cluster = await until(pilot, lambda: isinstance(app.screen, ClusterScreen) and app.screen, 10, "Cluster")
         table = cluster.query_one(VirtualTable)
-        row = await until(pilot, lambda: next((l for l in table_text(table) if l.startswith(NODE)), None), 10, "row")
+        row = await until(pilot, lambda: next((line for line in table_text(table) if line.startswith(NODE)), None), 10, "row")
         assert " ok " in row and " 2 " in row and "75%" in row  # the stand-in's two GPUs at 75 %
 
         await pilot.press("enter")

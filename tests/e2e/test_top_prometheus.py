@@ -1,6 +1,6 @@
 """``fsdp-observe top --prometheus``: a real Prometheus scraping two real agents and two trainer ranks.
 
-The agents are ``python -m observe.agent`` processes (GPUs from the fake NVML stand-in: one node
+The agents are ``python -m observe.cli agent`` processes (GPUs from the fake NVML stand-in: one node
 healthy, one with a lost GPU; XIDs from the field case's kernel log); the ranks serve the
 trainer's own exporter text. Prometheus (Debian's ``prometheus``) scrapes them every 250 ms; the
 source must turn its answers into the same ClusterSnapshot the direct source builds.
@@ -63,7 +63,7 @@ def scraped(native, tmp_path: Path, port_block, subprocess_env):
 def test_the_cluster_as_prometheus_sees_it(scraped: str) -> None:
     source = PrometheusSource(scraped)
 
-    async def run():  # noqa: ANN202
+    async def run():
         return await source.cycle(None, 10.0), await source.cycle("prom-node-a", 10.0)
 
     summary, focused = asyncio.run(run())
@@ -83,7 +83,7 @@ def test_the_cluster_as_prometheus_sees_it(scraped: str) -> None:
     assert summary.gpu_index("prom-node-a", GPU1) == 1
     full = focused.node("prom-node-a").snapshot
     assert full is not None and full.view == "full" and full.processes  # from fsdp_node_process_info
-    assert any("observe.agent" in (p.command or "") for p in full.processes)
+    assert any("observe.cli agent" in (p.command or "") for p in full.processes)
     assert len(full.host.cpu.core_busy_ratios) == full.host.cpu_count and focused.node("prom-node-b").snapshot is None
 
 

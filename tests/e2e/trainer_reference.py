@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trainer.config import ModelConfig
 from trainer.data import IGNORE_INDEX, BatchIterator, ByteTokenizer
 from trainer.model import build_model, materialize
+from trainer.runspec.config import ModelConfig
 from trainer.train import lr_lambda
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from fake_apiserver import RecordedAPIServer, Reply, write_kubeconfig
 from kube_checks import SCHEMAS
 

@@ -29,7 +29,7 @@ class Reply:
     content_type: str = "application/json"
 
     @classmethod
-    def recorded(cls, name: str, status: int = 200) -> "Reply":
+    def recorded(cls, name: str, status: int = 200) -> Reply:
         """A file under ``recorded/`` (``.json`` as JSON, anything else as plain text)."""
         path = RECORDED / name
         kind = "application/json" if path.suffix == ".json" else "text/plain"

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fake_apiserver import RECORDED, Reply
-from observe import job_cmd
-from observe.k8s.jobs import match_leader, pod_state, service_of_host, PodState
+
+from observe.cli import main as cli_main
+from observe.k8s.jobs import PodState, match_leader, pod_state, service_of_host
 
 JOB = "llama2-7b-fsdp"
 JOB_PATH = f"/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/{JOB}"
@@ -48,7 +48,7 @@ def healthy() -> dict:
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    status = job_cmd.main(argv)
+    status = cli_main(["job", *argv])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-
 from kube_checks import K8S_VERSION, REPO, unknown_fields, validate_against
-from observe import job_cmd
+
 from observe.catalog import TRAINER_PORT_BASE
+from observe.cli import job as job_cmd
 from observe.k8s import names
+from observe.k8s.job_settings import RDZV_BACKENDS, load_settings, settings_from_mapping
 from observe.k8s.pytorchjob import render, trainer_command
-from observe.k8s.settings import RDZV_BACKENDS, load_settings, settings_from_mapping
-from trainer.config import SHARDING_STRATEGIES, build_parser, config_from_args
+from trainer.runspec.config import SHARDING_STRATEGIES, build_parser, config_from_args
 
 ENV_EXAMPLE = REPO / "examples" / "llama2-7b.env"
 IMAGE = "registry.example/fsdp-observe:0.1.0"
@@ -105,7 +105,7 @@ def test_every_render_gets_a_new_rendezvous_id() -> None:
     first, second = render(s), render(s)
     ids = [job["spec"]["elasticPolicy"]["rdzvId"] for job in (first, second)]
     assert ids[0] != ids[1]
-    for job, run_id in zip((first, second), ids):
+    for job, run_id in zip((first, second), ids, strict=False):
         assert run_id.startswith("llama2-7b-fsdp-") and len(run_id) <= 63
         template = pod_of(job)
         assert template["metadata"]["labels"][names.RUN_ID_LABEL] == run_id

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kube_checks import REPO
-from observe import job_cmd
+
+from observe.cli import main as cli_main
+from observe.errors import UserError
 from observe.k8s import names
-from observe.k8s.settings import JobSettings, load_settings
-from trainer.config import SHARDING_STRATEGIES
-from trainer.errors import ConfigError
+from observe.k8s.job_settings import JobSettings, load_settings
+from trainer.runspec.config import SHARDING_STRATEGIES
 
 ENV_EXAMPLE = REPO / "examples" / "llama2-7b.env"
 YAML_EXAMPLE = REPO / "examples" / "llama2-7b.yaml"
@@ -96,14 +96,14 @@ def test_every_sharding_strategy_of_the_trainer_is_accepted(tmp_path: Path) -> N
 ])
 def test_bad_settings_name_the_key_and_the_fix(tmp_path: Path, line: str, key: str, needle: str) -> None:
     text = MINIMAL + line + "\n" if not line.startswith("IMAGE_URI") else line + "\n"
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(UserError) as info:
         settings(tmp_path, text)
-    assert info.value.flag == key
+    assert info.value.field == key
     assert needle in str(info.value)
 
 
 def test_a_key_set_twice_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="is set twice"):
+    with pytest.raises(UserError, match="is set twice"):
         settings(tmp_path, MINIMAL + "NUM_NODES=2\nnum_nodes=4\n")
 
 
@@ -114,7 +114,7 @@ def test_a_key_set_twice_is_refused(tmp_path: Path) -> None:
     ("image_uri: r/x:1\nnum_nodes: true\n", "is not a whole number"),
 ])
 def test_bad_yaml_is_one_error(tmp_path: Path, text: str, needle: str) -> None:
-    with pytest.raises(ConfigError, match=needle.replace("[", r"\[")):
+    with pytest.raises(UserError, match=needle.replace("[", r"\[")):
         settings(tmp_path, text, "job.yaml")
 
 
@@ -122,12 +122,12 @@ def test_a_token_in_the_settings_is_refused_without_echoing_it(tmp_path: Path, c
     token = "hf_TESTtokenVALUE1234567890"
     path = tmp_path / "job.env"
     path.write_text(MINIMAL + f"export HF_TOKEN={token}\n")
-    status = job_cmd.main(["render", "--config", str(path)])
+    status = cli_main(["job", "render", "--config", str(path)])
     out, err = capsys.readouterr()
     assert status == 2 and out == ""
     assert err.startswith("error: HF_TOKEN: a token written into the settings would end up in the manifest")
     assert "HF_TOKEN_SECRET=hf-token" in err and token not in err
-    assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--set", f"HF_TOKEN={token}"]) == 2
+    assert cli_main(["job", "render", "--config", str(ENV_EXAMPLE), "--set", f"HF_TOKEN={token}"]) == 2
     out, err = capsys.readouterr()
     assert token not in out + err
 

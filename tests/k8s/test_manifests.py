@@ -8,14 +8,14 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import tomllib
 import yaml
-
 from kube_checks import K8S_VERSION, REPO, kustomize
+
 from observe.catalog import AGENT_PORT
 from observe.k8s import names
 

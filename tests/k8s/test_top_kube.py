@@ -15,11 +15,11 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-
 from fake_apiserver import RECORDED, Reply
 from kube_checks import K8S_VERSION
+
+from observe.errors import UserError
 from observe.k8s import names
-from observe.sources import SourceError
 from observe.sources.kube import KubeSource, agent_endpoints, trainer_endpoints
 from tests.tui.fleet import RecordedFleet
 
@@ -69,7 +69,7 @@ def test_an_unreachable_api_server_is_reported(kubeconfig) -> None:
 
 
 def test_a_missing_kubeconfig_is_a_source_error(tmp_path: Path) -> None:
-    with pytest.raises(SourceError, match="no kubeconfig at"):
+    with pytest.raises(UserError, match="no kubeconfig at"):
         KubeSource(kubeconfig=str(tmp_path / "none"))
 
 
@@ -78,7 +78,7 @@ def test_discovered_pods_are_pulled(api_server, kubeconfig) -> None:
     fleet = RecordedFleet()
     try:
         pods = json.loads((RECORDED / "pods-fsdp-observe-agent.json").read_text())
-        for pod, node in zip(pods["items"], ("gpu-node-1", "gpu-node-2")):
+        for pod, node in zip(pods["items"], ("gpu-node-1", "gpu-node-2"), strict=False):
             port = int(fleet.agent(node).rsplit(":", 1)[1])
             pod["status"]["podIP"] = "127.0.0.1"
             pod["spec"]["containers"][0]["ports"][0]["containerPort"] = port

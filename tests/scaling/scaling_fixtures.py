@@ -18,7 +18,7 @@ def snap(rank: int, step: int, *, world: int, ts: float, seq: int = 4096, batch:
     counts = tuple(float(step) if bound >= step_s else 0.0 for bound in BOUNDS)
     return RankSnapshot(
         rank=rank, node=node, step=step, planned_steps=100, steps_total=step, labelled_tokens=step * batch * seq,
-        samples=step * batch, last_step_timestamp=ts, step_seconds=HistogramState(tuple(zip(BOUNDS, counts)),
+        samples=step * batch, last_step_timestamp=ts, step_seconds=HistogramState(tuple(zip(BOUNDS, counts, strict=False)),
                                                                                   step * step_s, step),
         data_wait_seconds=step * wait_s, memory_peak_bytes=memory, memory_source="device peak allocated",
         info={**INFO, "world_size": str(world)},

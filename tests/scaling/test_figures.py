@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from scaling_fixtures import run, snap
 
 from observe.scaling.figures import (
-    EFFICIENCY_DEFINITION, MeasureError, ReportError, build_report, measure, scaling_efficiency,
+    EFFICIENCY_DEFINITION,
+    MeasureError,
+    ReportError,
+    build_report,
+    measure,
+    scaling_efficiency,
 )
 from observe.scaling.output import format_bytes, format_table
-from scaling_fixtures import run, snap
 
 
 def test_case_vector_tokens_per_second() -> None:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from observe import catalog as c
-from observe.scaling.queries import scaling_queries
+from observe.monitoring.queries import scaling_queries
 
 
 def selectors(expr: str) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from observe.scaling.cli import parse, world_sizes
+from observe.cli.scaling import parse, world_sizes
 from observe.scaling.local import LocalPlan
 
 
@@ -41,7 +41,8 @@ def closed_port() -> int:
     (["--prometheus", "http://127.0.0.1:9"], ("--run-id", "pass --run-id once per run")),
     (["--prometheus", "http://127.0.0.1:9", "--run-id", "a", "--run-id", "b", "--world-sizes", "1,2"],
      ("--world-sizes", "local mode only")),
-    (["--lookback", "a week"], ("--lookback", "not a duration like 30m")),
+    (["--lookback", "a week"], ("--lookback", "not a Prometheus duration like 30s, 15m")),
+    (["--lookback", "0s"], ("--lookback", "looks back no time")),
     (["--out", "/proc/no/such/dir"], ("--out", "cannot write to", "writable directory")),
     (["--frobnicate"], ("unrecognized arguments: --frobnicate", "trainer flags go after --")),
 ])

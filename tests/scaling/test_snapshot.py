@@ -9,9 +9,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from observe import catalog as c
-from observe.scaling.snapshot import HistogramState, Sample, rank_snapshots
-from trainer.metrics import TrainerMetrics
-from trainer.window import WindowStats
+from observe.promtext import Sample
+from observe.scaling.snapshot import HistogramState, rank_snapshots
+from observe.training.collector import TrainerMetrics
+from observe.training.window import WindowStats
 
 INFO = {"model": "tiny", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16", "world_size": "2",
         "device_type": "cpu", "backend": "gloo"}

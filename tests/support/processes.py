@@ -39,7 +39,7 @@ def wait_for(check: Callable[[], T], timeout: float = 15.0, what: str = "conditi
 
 
 class AgentProcess:
-    """``python -m observe.agent`` as a child process on a free port, read over real HTTP.
+    """``python -m observe.cli agent`` as a child process on a free port, read over real HTTP.
 
     Args:
         args: extra agent flags.
@@ -53,7 +53,7 @@ class AgentProcess:
         self.stderr_path = log_dir / f"agent-{os.getpid()}-{time.monotonic_ns()}.stderr"
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "observe.agent", "--port", "0", "--address", "127.0.0.1", *args],
+            [sys.executable, "-m", "observe.cli", "agent", "--port", "0", "--address", "127.0.0.1", *args],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL)
         lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True).start()

@@ -4,7 +4,7 @@
   on 127.0.0.1, one path per body, for a real Prometheus to scrape.
 - ``cuda_rank_exposition`` writes what a CUDA trainer rank exports *and a CPU rank cannot*
   (``gpu_uuid`` on every series, MFU, the caching allocator's memory) with the trainer's own
-  exporter (``trainer.metrics.TrainerMetrics``) fed CUDA-like figures, so the format is the
+  exporter (``observe.training.collector.TrainerMetrics``) fed CUDA-like figures, so the format is the
   trainer's and only the values are made up.
 """
 
@@ -33,7 +33,7 @@ class StaticServer:
         table = dict(bodies)
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's hook
+            def do_GET(self) -> None:
                 body = table.get(self.path)
                 self.send_response(200 if body is not None else 404)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -64,8 +64,8 @@ def cuda_rank_exposition(run_id: str, rank: int, node: str, gpu_uuid: str, world
     The rank has done 20 steps of one 4096-token sequence at 0.5 s each (MFU about 0.33) (Llama 2 7B shapes, FULL_SHARD,
     bf16); ``peak_flops`` is the dense BF16 peak of an H100/H200 SXM (NVIDIA datasheet).
     """
-    from trainer.metrics import DeviceMemory, TrainerMetrics
-    from trainer.window import WindowStats
+    from observe.training.collector import DeviceMemory, TrainerMetrics
+    from observe.training.window import WindowStats
 
     labels = {"run_id": run_id, "rank": str(rank), "local_rank": str(rank), "node": node, "gpu_uuid": gpu_uuid}
     info = {"model": "llama2-7b", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16",

@@ -6,9 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from trainer.checkpoint_files import (STATE_FILE, TrainerState, check_compatible, list_checkpoints, newest_complete,
-                                      prune, resolve_resume, step_dir)
-from trainer.errors import ConfigError
+from observe.errors import UserError
+from trainer.runspec.checkpoint_files import (
+    STATE_FILE,
+    TrainerState,
+    check_compatible,
+    list_checkpoints,
+    newest_complete,
+    prune,
+    resolve_resume,
+    step_dir,
+)
 
 
 def state(step: int) -> TrainerState:
@@ -59,26 +67,26 @@ def test_resume_modes_pick_the_newest(mode: str, tmp_path: Path) -> None:
 
 def test_resume_auto_starts_fresh_but_latest_insists(tmp_path: Path) -> None:
     assert resolve_resume(str(tmp_path), "auto") is None
-    with pytest.raises(ConfigError, match="--resume: no complete checkpoint in"):
+    with pytest.raises(UserError, match="--resume: no complete checkpoint in"):
         resolve_resume(str(tmp_path), "latest")
 
 
 def test_resume_path_must_be_a_complete_checkpoint(tmp_path: Path) -> None:
     assert resolve_resume(None, str(make(tmp_path, 5))) == step_dir(tmp_path, 5)
-    with pytest.raises(ConfigError, match="is not a complete checkpoint"):
+    with pytest.raises(UserError, match="is not a complete checkpoint"):
         resolve_resume(None, str(make(tmp_path, 6, complete=False)))
-    with pytest.raises(ConfigError, match="is not a checkpoint directory"):
+    with pytest.raises(UserError, match="is not a checkpoint directory"):
         resolve_resume(None, str(tmp_path / "nope"))
 
 
 def test_unknown_format_is_refused(tmp_path: Path) -> None:
     (tmp_path / STATE_FILE).write_text('{"format": 99}')
-    with pytest.raises(ConfigError, match="checkpoint format 99"):
+    with pytest.raises(UserError, match="checkpoint format 99"):
         TrainerState.read(tmp_path)
 
 
 def test_compatibility_names_the_flag_and_skips_unknowns(tmp_path: Path) -> None:
     saved = {"world_size": 2, "seq_len": 64, "batch_size": 2}
     check_compatible(tmp_path, saved, {"world_size": None, "seq_len": 64, "batch_size": 2})
-    with pytest.raises(ConfigError, match="--seq-len: checkpoint .* written with seq_len 64, this run has 128"):
+    with pytest.raises(UserError, match="--seq-len: checkpoint .* written with seq_len 64, this run has 128"):
         check_compatible(tmp_path, saved, {"seq_len": 128})

@@ -74,4 +74,5 @@ def test_a_rank_with_a_taken_port_exits_2_in_one_line(port_block, subprocess_env
 def test_unknown_command_is_a_usage_error(subprocess_env) -> None:
     proc = run_cli(["frobnicate"], subprocess_env)
     assert proc.returncode == 2
-    assert "invalid choice: 'frobnicate'" in proc.stderr
+    assert proc.stderr == ("error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, demo, "
+                           "job, scaling, top, train\n")

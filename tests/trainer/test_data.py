@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.corpus import read_documents, resolve_data_files, stdlib_sources
+from observe.errors import UserError
 from trainer.data import IGNORE_INDEX, BatchIterator, ByteTokenizer, count_labelled_tokens, make_batch, packed_blocks
-from trainer.errors import ConfigError
+from trainer.runspec.corpus import read_documents, resolve_data_files, stdlib_sources
 
 
 def test_stdlib_corpus_is_real_python_source() -> None:
@@ -83,13 +83,13 @@ def test_jsonl_documents_take_the_text_field(tmp_path: Path) -> None:
 
 
 def test_data_errors_name_the_flag(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--data: nothing matches"):
+    with pytest.raises(UserError, match="--data: nothing matches"):
         resolve_data_files([str(tmp_path / "missing*.txt")])
     (tmp_path / "empty.txt").write_text("")
-    with pytest.raises(ConfigError, match="--data: no non-empty"):
+    with pytest.raises(UserError, match="--data: no non-empty"):
         resolve_data_files([str(tmp_path / "empty.txt")])
     (tmp_path / "x.bin").write_bytes(b"\0")
-    with pytest.raises(ConfigError, match="unsupported type"):
+    with pytest.raises(UserError, match="unsupported type"):
         resolve_data_files([str(tmp_path / "x.bin")])
 
 

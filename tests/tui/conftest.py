@@ -29,12 +29,12 @@ def fleet() -> Iterator[RecordedFleet]:
     fleet.close()
 
 
-def table_text(table) -> list[str]:  # noqa: ANN001 - a VirtualTable
+def table_text(table) -> list[str]:
     """The lines a VirtualTable draws now (header first)."""
     return [table.render_line(y).text.rstrip() for y in range(table.size.height)]
 
 
-def lines_text(widget) -> list[str]:  # noqa: ANN001 - a Lines widget
+def lines_text(widget) -> list[str]:
     """The text of a Lines widget, one string per line."""
     return ["".join(text for text, _ in line) for line in widget.lines]
 
@@ -45,7 +45,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def until(pilot, check: Callable[[], object], timeout: float = 15.0, what: str = "condition"):  # noqa: ANN001, ANN201
+async def until(pilot, check: Callable[[], object], timeout: float = 15.0, what: str = "condition"):
     """Let the app run until ``check()`` is truthy; return its value, or fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not (value := check()):

@@ -4,7 +4,7 @@ Agents answer ``/snapshot`` and ``/snapshot?view=summary`` with a snapshot recor
 agent (tests/tui/recorded, ``record_fleet.py``), its times moved to the moment of the request the
 way a live agent's would be (data ``age`` seconds old; XID events keep their spacing, the newest
 ``xid_age`` seconds ago); the summary is made by the agent's own ``summary()``. Trainer ranks
-answer ``/metrics`` with the text the trainer's real exporter (``trainer.metrics``) renders.
+answer ``/metrics`` with the text the trainer's real exporter (``observe.training.collector``) renders.
 Faults: an endpoint that answers garbage (``malformed``), one that answers too late (``slow``),
 and a port nobody listens on (``unreachable``).
 """
@@ -54,7 +54,7 @@ class _Server:
                 super().setup()
                 owner.connections.add(self.connection)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 owner.requests.append(self.path)
                 if delay:
                     time.sleep(delay)
@@ -133,7 +133,7 @@ class RecordedFleet:
         """Paths requested from ``name`` so far."""
         return list(self.servers[name].requests)
 
-    def _add(self, name: str, answer, delay: float = 0.0) -> str:  # noqa: ANN001
+    def _add(self, name: str, answer, delay: float = 0.0) -> str:
         server = self.servers[name] = _Server(answer, delay)
         return server.url
 
@@ -145,8 +145,8 @@ class RecordedFleet:
 def trainer_exposition(rank: int, node: str, gpu_uuid: str | None, step_seconds: float, data_wait: float,
                        step: int = 120, world_size: int = 2, run_id: str = "llama-ft-7") -> Callable[[], bytes]:
     """A rank's ``/metrics`` as the trainer's own exporter renders it, after ``step`` steps."""
-    from trainer.metrics import TrainerMetrics
-    from trainer.window import WindowStats
+    from observe.training.collector import TrainerMetrics
+    from observe.training.window import WindowStats
 
     labels = {"run_id": run_id, "rank": str(rank), "local_rank": str(rank), "node": node}
     if gpu_uuid:

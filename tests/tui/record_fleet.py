@@ -1,7 +1,7 @@
 """Records tests/tui/recorded/*.json: real node-agent ``/snapshot`` answers under field scenarios.
 
 Run from the repository root (needs gcc): ``python -m tests.tui.record_fleet``. Each node is a real
-``python -m observe.agent`` process; its GPUs come from the fake ``libnvidia-ml.so.1`` (the test
+``python -m observe.cli agent`` process; its GPUs come from the fake ``libnvidia-ml.so.1`` (the test
 suite's stand-in for a driver, scenarios from tests/cases/nvml-scenarios.md), its XIDs from the
 field case's kernel log, and its processes from this machine plus sleepers started with the
 exposition case's hostile command lines. What is kept of the process list: the sleepers, the GPU
@@ -54,7 +54,7 @@ def record() -> None:
                 (tmp / "empty.log").touch()
                 agent = AgentProcess(args, fake.env(), tmp)
                 try:
-                    wait_for(lambda: agent.snapshot()["agent"]["collections"] >= 3, what="3 collections")
+                    wait_for(lambda agent=agent: agent.snapshot()["agent"]["collections"] >= 3, what="3 collections")
                     data = agent.snapshot()
                 finally:
                     agent.stop()

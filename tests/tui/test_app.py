@@ -192,7 +192,7 @@ async def test_help_refresh_and_quit(fleet) -> None:
         await pilot.press("r")
         await until(pilot, lambda: len(fleet.requests("gpu-node-1")) > before, what="refresh on r")
         await pilot.press("q")
-        await until(pilot, lambda: app._exit, what="quit")  # noqa: SLF001 - Textual's exit flag
+        await until(pilot, lambda: app._exit, what="quit")
 
 
 async def test_a_node_that_goes_away_keeps_its_last_data_with_its_age(fleet) -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from observe.cli import main as cli_main
+from observe.cli.top import build_parser, make_source
 from observe.sources.direct import DirectSource
-from observe.tui.cli import build_parser, main, make_source
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
     (["--kube", "--kubeconfig", "/no/such/kubeconfig"], "error: kubeconfig: no kubeconfig at /no/such/kubeconfig"),
 ])
 def test_mistakes_are_one_line_and_exit_2(argv: list[str], expected: str, capsys: pytest.CaptureFixture) -> None:
-    assert main(argv) == 2
+    assert cli_main(["top", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(expected) and err.count("\n") == 1 and "Traceback" not in err
 
@@ -33,7 +34,7 @@ def test_mistakes_are_one_line_and_exit_2(argv: list[str], expected: str, capsys
 def test_an_empty_agents_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "agents.txt"
     path.write_text("# nodes\n\n")
-    assert main(["--agents-file", str(path)]) == 2
+    assert cli_main(["top", "--agents-file", str(path)]) == 2
     assert "lists no agent URL" in capsys.readouterr().err
 
 

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from observe.cluster import ClusterSnapshot, NodeStatus, node_status
 from observe.sources.direct import LossHistory, build_runs
 from observe.sources.trainer import parse_exposition, ranks_from_samples
+from observe.sources.view import ClusterSnapshot, NodeStatus, node_status
 from observe.tui import fmt
 from observe.tui.app import make_app
 from tests.tui.conftest import GPU0, GPU1
@@ -28,7 +28,7 @@ class Offline:
 
     description = "3 agents, 2 trainer endpoints"
 
-    async def cycle(self, focus, deadline):  # noqa: ANN001, ANN201 - never called
+    async def cycle(self, focus, deadline):
         raise AssertionError("not polled")
 
     def close(self) -> None:
@@ -65,10 +65,10 @@ def pinned(monkeypatch: pytest.MonkeyPatch):
     time.tzset()
 
 
-def app_showing(focus: str | None = None):  # noqa: ANN201
+def app_showing(focus: str | None = None):
     app = make_app(Offline(), interval=2.0, poll=False)
 
-    async def show(pilot) -> None:  # noqa: ANN001
+    async def show(pilot) -> None:
         app.show_snapshot(fixed_snapshot(focus))
         await pilot.pause()
 
@@ -85,7 +85,7 @@ def test_node_screen_with_lost_and_mig_gpus(snap_compare, pinned) -> None:
 
     app = make_app(Offline(), interval=2.0, poll=False)
 
-    async def open_node(pilot) -> None:  # noqa: ANN001
+    async def open_node(pilot) -> None:
         app.show_snapshot(fixed_snapshot("gpu-node-2"))
         await app.push_screen(NodeScreen("gpu-node-2"))
         await pilot.pause()

@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from observe.cluster import NodeStatus, RankStatus, RunStatus, node_figures, node_status, worst_severity
 from observe.model import XidEvent
 from observe.sources.direct import DirectSource, Endpoint, LossHistory, decode_node
 from observe.sources.http import FetchError, HttpFetcher
 from observe.sources.trainer import parse_exposition, ranks_from_samples
+from observe.sources.view import NodeStatus, RankStatus, RunStatus, node_figures, node_status, worst_severity
 from tests.tui.conftest import GPU0, GPU1
 from tests.tui.fleet import RecordedFleet, recorded, trainer_exposition
 
@@ -68,10 +68,10 @@ def ok(body: bytes, *headers: str) -> bytes:
     return f"HTTP/1.1 200 OK\r\n{extra}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
-def fetch(replies: dict[str, bytes | float], *paths: str, timeout: float = 2.0):  # noqa: ANN201
+def fetch(replies: dict[str, bytes | float], *paths: str, timeout: float = 2.0):
     """GET ``paths`` in order from a fresh server; returns (results or FetchErrors, connections made)."""
 
-    async def run():  # noqa: ANN202
+    async def run():
         server = Server(replies)
         base = await server.start()
         fetcher = HttpFetcher(concurrency=4, timeout=timeout)
@@ -158,7 +158,7 @@ def test_a_cycle_respects_its_deadline_and_fetches_full_only_for_the_focus() -> 
         urls = [fleet.agent("gpu-node-1"), fleet.agent("gpu-node-2"), fleet.slow(delay=3.0)]
         source = DirectSource([Endpoint(u) for u in urls], [], timeout=5.0)
 
-        async def run():  # noqa: ANN202
+        async def run():
             first = await source.cycle(None, deadline=1.0)
             second = await source.cycle("gpu-node-2", deadline=1.0)
             source.close()
@@ -254,7 +254,7 @@ def test_node_status_keeps_the_snapshot_only_in_focus() -> None:
 
 
 def test_xid_event_order_across_nodes() -> None:
-    from observe.cluster import ClusterSnapshot
+    from observe.sources.view import ClusterSnapshot
 
     def node(name: str, *times: float) -> NodeStatus:
         return NodeStatus(name=name, source=name, xid_events=tuple(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from observe.cluster import node_status
 from observe.model import CpuStats
+from observe.sources.view import node_status
 from observe.tui import fmt
 from observe.tui.screens.node import MAX_CORE_METERS, host_lines, process_rows
 from observe.tui.widgets.lines import bar, spark
@@ -14,7 +14,7 @@ from tests.tui.fleet import recorded
 NOW = 1_800_000_000.0
 
 
-def text(line) -> str:  # noqa: ANN001
+def text(line) -> str:
     return "".join(t for t, _ in line)
 
 

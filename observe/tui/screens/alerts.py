@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 
-from observe.cluster import ClusterSnapshot
 from observe.model import XidEvent
+from observe.sources.view import ClusterSnapshot
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
 from observe.tui.screens.cluster import SEVERITY_STYLE

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -10,7 +9,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
-from observe.cluster import ClusterSnapshot
+from observe.sources.view import ClusterSnapshot
 from observe.tui import fmt
 from observe.tui.widgets.lines import Line, Lines
 from observe.tui.widgets.table import VirtualTable

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-
 from textual.app import ComposeResult
 
-from observe.cluster import ClusterSnapshot, NodeFigures, NodeStatus
+from observe.sources.view import ClusterSnapshot, NodeFigures, NodeStatus
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
 from observe.tui.widgets.table import Column, VirtualTable

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 
-from observe.cluster import ClusterSnapshot, NodeStatus
 from observe.model import GpuInfo, NodeSnapshot
+from observe.sources.view import ClusterSnapshot, NodeStatus
 from observe.tui import fmt
-from observe.tui.screens.cluster import STATE_STYLE
 from observe.tui.screens.base import TableScreen
+from observe.tui.screens.cluster import STATE_STYLE
 from observe.tui.widgets.lines import Line, Lines, bar, spark
 from observe.tui.widgets.table import Column, VirtualTable
 
@@ -43,7 +43,8 @@ def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
     gpus: dict[int, list[str]] = {}
     for p in snapshot.gpu_processes:
         used = p.used_memory_bytes
-        gpu_mem[p.pid] = None if used is None and gpu_mem.get(p.pid) is None else (gpu_mem.get(p.pid) or 0) + (used or 0)
+        known = gpu_mem.get(p.pid)
+        gpu_mem[p.pid] = None if used is None and known is None else (known or 0) + (used or 0)
         gpus.setdefault(p.pid, []).append(str(p.gpu))
     rows = [ProcessRow(p.pid, p.user, p.state, p.cpu_cores, p.memory_ratio, p.cpu_seconds, gpu_mem.get(p.pid),
                        ",".join(gpus.get(p.pid, [])), p.command or p.name) for p in snapshot.processes]
@@ -58,7 +59,8 @@ def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
 
 PROCESS_COLUMNS = (
     Column("pid", "PID", 7, lambda p: p.pid, right=True, style=lambda p: "accent"),
-    Column("user", "USER", 9, lambda p: p.user, text=lambda p: p.user or "?", style=lambda p: None if p.user else "dim"),
+    Column("user", "USER", 9, lambda p: p.user, text=lambda p: p.user or "?",
+           style=lambda p: None if p.user else "dim"),
     Column("cpu", "CPU%", 6, lambda p: p.cpu_ratio, right=True,
            text=lambda p: fmt.NA if p.cpu_ratio is None else f"{p.cpu_ratio * 100:.1f}",
            style=lambda p: "dim" if p.cpu_ratio is None else "warn" if p.cpu_ratio >= 0.9 else None),
@@ -106,7 +108,8 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int) ->
                                             f"{fmt.size(mem.swap_used_bytes)}/{fmt.size(mem.swap_total_bytes)}")])
     running = host.processes_by_state.get("running")
     lines.append([(" Tasks: ", "label"), (f"{host.processes:,}", "value"), (", ", "label"),
-                  (f"{host.threads:,} thr", "value"), (f"; {running if running is not None else fmt.NA} running", "label"),
+                  (f"{host.threads:,} thr", "value"),
+                  (f"; {running if running is not None else fmt.NA} running", "label"),
                   ("   Load average: ", "label"),
                   (" ".join(fmt.num(v, 2) for v in (host.load1, host.load5, host.load15)), "value"),
                   ("   Uptime: ", "label"), (fmt.duration(host.uptime_seconds), "value")])
@@ -148,19 +151,23 @@ def gpu_lines(gpu: GpuInfo, history: tuple[tuple, tuple], width: int) -> list[Li
     temp = gpu.temperature_celsius
     power = f"{fmt.num(gpu.power_watts, 0)}/{fmt.num(gpu.power_limit_watts, 0)} W"
     readings: Line = [(" TEMP ", "label"), (fmt.num(temp, 0, "°C"), "bad" if (temp or 0) >= 85 else "value"),
-                      ("  POW ", "label"), (power, "value"), ("  SM ", "label"), (fmt.hertz(gpu.sm_clock_hertz), "value"),
-                      ("  FAN ", "label"), (fmt.pct(gpu.fan_speed_ratio), "value" if gpu.fan_speed_ratio is not None else "na")]
+                      ("  POW ", "label"), (power, "value"),
+                      ("  SM ", "label"), (fmt.hertz(gpu.sm_clock_hertz), "value"),
+                      ("  FAN ", "label"),
+                      (fmt.pct(gpu.fan_speed_ratio), "value" if gpu.fan_speed_ratio is not None else "na")]
     pcie: Line = [(" PCIe ", "label"), ("RX ", "label"), (fmt.rate(gpu.pcie_rx_bytes_per_second), "value"),
                   ("  TX ", "label"), (fmt.rate(gpu.pcie_tx_bytes_per_second), "value"),
-                  ("  ECC ", "label"), (f"{fmt.num(gpu.ecc_corrected_total, 0)}/{fmt.num(gpu.ecc_uncorrected_total, 0)}",
-                                        "bad" if gpu.ecc_uncorrected_total else "value")]
+                  ("  ECC ", "label"),
+                  (f"{fmt.num(gpu.ecc_corrected_total, 0)}/{fmt.num(gpu.ecc_uncorrected_total, 0)}",
+                   "bad" if gpu.ecc_uncorrected_total else "value")]
     reasons = gpu.throttle_reasons
     throttle: Line = [(" THROTTLE ", "label"),
                       (fmt.NA if reasons is None else ", ".join(reasons) or "none",
                        "na" if reasons is None else "warn" if any(r not in ("gpu_idle",) for r in reasons) else "dim")]
     lines = [title, util_line, mem_line, readings, pcie, throttle]
     for mig in gpu.mig_instances:
-        lines.append([(f"   MIG {mig.index} ", "label"), (f"GI {mig.gpu_instance_id} CI {mig.compute_instance_id} ", "dim"),
+        lines.append([(f"   MIG {mig.index} ", "label"),
+                      (f"GI {mig.gpu_instance_id} CI {mig.compute_instance_id} ", "dim"),
                       (f"{fmt.size(mig.memory_used_bytes)}/{fmt.size(mig.memory_total_bytes)}", "value")])
     lines.append([])
     return lines
@@ -212,10 +219,12 @@ class NodeScreen(TableScreen):
             lines: list[Line] = [[(" GPUs: loading…" if status.figures is not None else " GPUs: no data yet", "dim")]]
         elif not snap.gpus:
             reason = snap.agent.sources.get("nvml")
-            lines = [[(" no GPUs", "title")], [(f" {fmt.one_line(reason)}" if reason and reason != "ok" else "", "dim")]]
+            why = f" {fmt.one_line(reason)}" if reason and reason != "ok" else ""
+            lines = [[(" no GPUs", "title")], [(why, "dim")]]
         else:
             history = self.app.poller.history
-            lines = [line for gpu in snap.gpus for line in gpu_lines(gpu, history.get(status.name, gpu.index), gpu_width)]
+            lines = [line for gpu in snap.gpus
+                     for line in gpu_lines(gpu, history.get(status.name, gpu.index), gpu_width)]
         self.query_one("#gpus", Lines).set_lines(lines)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 
-from observe.cluster import ClusterSnapshot, RankStatus, RunStatus
+from observe.sources.view import ClusterSnapshot, RankStatus, RunStatus
 from observe.tui import fmt
 from observe.tui.screens.base import TopScreen
 from observe.tui.screens.cluster import STATE_STYLE

@@ -161,7 +161,8 @@ class VirtualTable(Widget, can_focus=True):
         self.rows = list(rows)
         index = 0
         if current_key is not None:
-            index = next((i for i, r in enumerate(self.rows) if self.row_key(r) == current_key), min(self.cursor, len(self.rows) - 1))
+            index = next((i for i, r in enumerate(self.rows) if self.row_key(r) == current_key),
+                         min(self.cursor, len(self.rows) - 1))
         self.cursor = max(0, min(index, len(self.rows) - 1))
         self._scroll_to_cursor()
         self.refresh()
@@ -216,7 +217,7 @@ class VirtualTable(Widget, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
             x = 0
-            for column, width in zip(self.columns, self._widths(self.size.width)):
+            for column, width in zip(self.columns, self._widths(self.size.width), strict=False):
                 if x <= event.x < x + width + 1:
                     self.sort_by(column.key)
                     return
@@ -253,7 +254,7 @@ class VirtualTable(Widget, can_focus=True):
         selected = index == self.cursor
         cursor_style = self._style("cursor") if selected else None
         segments = []
-        for n, (column, cell_width) in enumerate(zip(self.columns, widths)):
+        for n, (column, cell_width) in enumerate(zip(self.columns, widths, strict=False)):
             try:
                 value = column.value(row)
                 text = column.text(row) if column.text else ("" if value is None else str(value))
@@ -274,7 +275,7 @@ class VirtualTable(Widget, can_focus=True):
         header = self._style("header")
         sorted_style = self._style("sorted")
         segments = []
-        for n, (column, cell_width) in enumerate(zip(self.columns, widths)):
+        for n, (column, cell_width) in enumerate(zip(self.columns, widths, strict=False)):
             title = column.title
             if column.key == self.sort_key:
                 title = f"{title}{'▼' if self.reverse else '▲'}"

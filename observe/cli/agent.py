@@ -1,0 +1,115 @@
+"""``fsdp-observe agent`` (also ``python -m observe.cli agent``): the node agent's command line.
+
+A mistake in the flags (a taken port, an unreadable ``--kernel-log``, a bad interval) is one
+line on stderr, ``error: FLAG: PROBLEM; FIX``, with exit status 2 and no traceback. SIGTERM and
+SIGINT stop the agent cleanly (exit status 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from importlib import metadata
+
+from observe.catalog import AGENT_PORT
+from observe.cli.parser import OneLineParser
+from observe.errors import UserError, bind_error
+
+MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The agent's flags."""
+    ap = OneLineParser(prog="fsdp-observe agent",
+                       description="Node agent: host, process, GPU (NVML) and XID data as /metrics and /snapshot.")
+    ap.add_argument("--address", default="0.0.0.0", help="address to serve on (default 0.0.0.0; '::' for IPv6)")
+    ap.add_argument("--port", type=int, default=AGENT_PORT,
+                    help=f"port to serve on (default {AGENT_PORT}; 0 picks a free one)")
+    ap.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                    help=f"collection period (default 1; {MIN_INTERVAL:g}..{MAX_INTERVAL:g})")
+    ap.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(),
+                    help="node name on every series (default $NODE_NAME, else the host name)")
+    ap.add_argument("--proc-root", default="/proc", metavar="DIR",
+                    help="procfs to read (default /proc; the host's when mounted elsewhere, e.g. /host/proc)")
+    ap.add_argument("--kernel-log", metavar="FILE",
+                    help="follow this file for XID errors instead of /dev/kmsg (e.g. /var/log/kern.log)")
+    ap.add_argument("--max-processes", type=int, default=100, metavar="N",
+                    help="processes kept in /snapshot, busiest first (default 100; the full count is always reported)")
+    ap.add_argument("--process-series", type=int, default=20, metavar="N",
+                    help="processes with per-process series in /metrics (default 20; GPU processes always)")
+    ap.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return ap
+
+
+def validate(ns: argparse.Namespace) -> None:
+    """Check flag values that argparse cannot.
+
+    Raises:
+        UserError: the first problem found.
+    """
+    if not 0 <= ns.port <= 65535:
+        raise UserError("--port", f"{ns.port} is not a TCP port", "pass 1..65535 (or 0 for a free one)")
+    if not MIN_INTERVAL <= ns.interval <= MAX_INTERVAL:
+        raise UserError("--interval", f"{ns.interval:g} s is out of range",
+                         f"pass {MIN_INTERVAL:g}..{MAX_INTERVAL:g} seconds, e.g. --interval 1")
+    for flag, value in (("--max-processes", ns.max_processes), ("--process-series", ns.process_series)):
+        if value < 0:
+            raise UserError(flag, f"{value} is negative", "pass 0 or more")
+    if not os.path.isdir(ns.proc_root) or not os.access(ns.proc_root, os.R_OK | os.X_OK):
+        raise UserError("--proc-root", f"{ns.proc_root} is not a readable directory",
+                         "pass the procfs mount point, e.g. /proc or /host/proc")
+    if ns.kernel_log is not None:
+        try:
+            with open(ns.kernel_log, "rb"):
+                pass
+        except OSError as exc:
+            raise UserError("--kernel-log", f"cannot read {ns.kernel_log} ({exc.strerror})",
+                             "give a readable file, or leave the flag out to read /dev/kmsg") from None
+    if not ns.node:
+        raise UserError("--node", "the node name is empty", "pass --node NAME or set NODE_NAME")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("fsdp-observe")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str]) -> int:
+    """Run the agent until SIGTERM/SIGINT; return the exit status (0 after a signal).
+
+    Raises:
+        UserError: a bad flag, an unreadable file or a taken port.
+    """
+    from observe.agent.run import Agent
+    from observe.agent.sampler import Settings
+
+    ns = build_parser().parse_args(argv)
+    validate(ns)
+    logging.basicConfig(level=ns.log_level.upper(), format="fsdp-observe agent: %(levelname)s %(message)s")
+    # A request waiting for the GIL behind the collection thread gets it within 1 ms (default 5 ms).
+    sys.setswitchinterval(0.001)
+    settings = Settings(node=ns.node, proc_root=ns.proc_root, kernel_log=ns.kernel_log,
+                        max_processes=ns.max_processes, interval_seconds=ns.interval, version=_version())
+    try:
+        agent = Agent(settings, ns.address, ns.port, ns.process_series)
+    except OSError as exc:
+        raise bind_error("--port", ns.address, ns.port, exc,
+                         "stop what holds it or pass --port with a free port") from None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.request_stop())
+    agent.start()
+    host = ns.address if ns.address not in ("0.0.0.0", "::") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    print(f"fsdp-observe agent: node {ns.node}, every {ns.interval:g} s, serving http://{host}:{agent.port}/metrics "
+          f"and /snapshot", flush=True)
+    try:
+        agent.wait()
+    finally:
+        agent.stop()
+    return 0

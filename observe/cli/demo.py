@@ -1,0 +1,133 @@
+"""``fsdp-observe demo``: a bounded two-rank CPU fine-tune on this machine, watched end to end.
+
+Starts a local node agent and ``torchrun`` with the ``tiny`` preset on the default corpus (the
+Python standard library's sources), prints the agent's and each rank's metrics URL, scrapes the
+ranks over HTTP while the run goes, and ends with a summary table that includes what the agent
+saw (CPU, memory, GPUs or "no GPUs", XID errors). On a terminal it opens ``fsdp-observe top``
+over the agent and the ranks while the run goes (quitting it stops the run); with no terminal
+attached (or ``--no-tui``) it runs headless to the end. With ``--prometheus`` (and a
+``prometheus`` binary on PATH) it also starts a local Prometheus with the generated rules
+scraping the agent and the ranks, and prints its URL. The pieces live in ``observe.demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from observe import prometheus_local
+from observe.catalog import AGENT_PORT, TRAINER_PORT_BASE
+from observe.cli.parser import OneLineParser
+from observe.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The demo's command line."""
+    ap = OneLineParser(prog="fsdp-observe demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200, help="training steps (default 200, about a minute)")
+    ap.add_argument("--nproc-per-node", type=int, default=2, help="CPU ranks (default 2)")
+    ap.add_argument("--metrics-port", type=int, default=TRAINER_PORT_BASE, help="base port of the ranks' /metrics")
+    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--agent-port", type=int, default=None,
+                    help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
+                         "0 picks a free one)")
+    ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
+    ap.add_argument("--no-tui", action="store_true",
+                    help="never open the terminal UI (it opens only when stdin and stdout are a terminal)")
+    ap.add_argument("--prometheus", action="store_true",
+                    help="also start Prometheus (binary on PATH) with the generated rules, scraping the agent and "
+                         "the ranks")
+    ap.add_argument("--prometheus-port", type=int, default=None,
+                    help=f"its port (default {prometheus_local.DEFAULT_PORT}, or a free one when that is taken)")
+    return ap
+
+
+def wants_tui(ns: argparse.Namespace) -> bool:
+    """Open the TUI: stdin and stdout are a terminal and ``--no-tui`` was not given."""
+    return not ns.no_tui and sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def main(argv: list[str]) -> int:
+    """Run the demo; return the trainer's exit status (0 when the TUI was closed early).
+
+    Raises:
+        UserError: a bad flag, a taken ``--agent-port``, no ``prometheus`` binary for ``--prometheus``.
+    """
+    from observe import demo
+    from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
+
+    ns = build_parser().parse_args(argv)
+    out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    log_json = out / f"{run_id}.jsonl"
+    trainer_args = ["--preset", "tiny", "--steps", str(ns.steps), "--log-every", str(ns.log_every),
+                    "--metrics-port", str(ns.metrics_port), "--metrics-address", "127.0.0.1",
+                    "--log-json", str(log_json), "--run-id", run_id]
+    prepare(trainer_args, ns.nproc_per_node)
+    if ns.prometheus and prometheus_local.binary() is None:
+        raise UserError("--prometheus", "no prometheus binary on PATH",
+                        "install it (apt-get install prometheus) or leave out --prometheus")
+    if ns.prometheus_port is not None and not ns.prometheus:
+        raise UserError("--prometheus-port", "only applies with --prometheus", "add --prometheus")
+
+    try:
+        agent, agent_url = demo.start_local_agent(ns.agent_port, out / "agent.log")
+    except RuntimeError as exc:
+        raise UserError("--agent-port", f"the node agent did not start: {exc}",
+                        f"read {out / 'agent.log'}, or pass another --agent-port") from None
+    urls = [f"http://127.0.0.1:{ns.metrics_port + r}/metrics" for r in range(ns.nproc_per_node)]
+    prometheus = None
+    if ns.prometheus:
+        try:
+            prometheus = demo.start_prometheus(out, ns.prometheus_port, agent_url, urls)
+        except RuntimeError as exc:
+            agent.terminate()
+            agent.wait()
+            raise UserError("--prometheus", str(exc), f"read {out / 'prometheus'}, or pass --prometheus-port") from None
+    print(f"fsdp-observe demo: run {run_id}, {ns.nproc_per_node} CPU ranks, {ns.steps} steps")
+    print(f"  node agent: {agent_url}/metrics  {agent_url}/snapshot  (log: {out / 'agent.log'})")
+    for rank, url in enumerate(urls):
+        print(f"  rank {rank} metrics: {url}")
+    if prometheus is not None:
+        print(f"  prometheus: {prometheus.url}  (alerts: {prometheus.url}/alerts; config, rules and data: "
+              f"{prometheus.folder}; stops with the demo)", flush=True)
+    scraper = demo.Scraper(urls)
+    tui = wants_tui(ns)
+    train_log = open(out / "train.log", "wb") if tui else None  # the TUI owns the terminal
+    if train_log is not None:
+        print(f"  training output: {out / 'train.log'}; opening fsdp-observe top (q quits and stops the run)")
+    proc = subprocess.Popen(torchrun_command(trainer_args, ns.nproc_per_node),
+                            env=torchrun_env(ns.nproc_per_node), start_new_session=True,
+                            stdout=train_log, stderr=subprocess.STDOUT if train_log else None)
+    scraper.start()
+    stopped = False
+    try:
+        if tui:
+            stopped = demo.watch(agent_url, urls, proc)
+        status = proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)
+        status = proc.wait()
+    finally:
+        if train_log is not None:
+            train_log.close()
+        scraper.stop()
+        snapshot = demo.agent_snapshot(agent_url)
+        agent.terminate()
+        agent.wait()
+        if prometheus is not None:
+            prometheus.stop()
+    windows, end = demo.read_log(log_json)
+    rows = demo.summary_rows(windows, end, scraper.records, status)
+    outcome = "stopped (the terminal UI was closed)" if stopped else "finished" if status == 0 else "FAILED"
+    demo.print_table(f"fsdp-observe demo: run {run_id} {outcome}",
+                     rows[:-1] + demo.agent_rows(snapshot, agent_url) + rows[-1:])
+    print(f"\nJSON log: {log_json}")
+    return 0 if stopped else status

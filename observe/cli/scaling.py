@@ -1,0 +1,259 @@
+"""``fsdp-observe scaling``: throughput, step time and memory against the number of ranks.
+
+Local mode runs the same short job at several world sizes on this machine; cluster mode
+(``--prometheus URL --run-id A --run-id B ...``) reads finished runs from Prometheus. Both
+write a table to the terminal and ``report.json`` and ``report.png`` into ``--out``.
+A user mistake is one line naming the flag and the fix, exit status 2; a run that fails is
+exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from observe.catalog import TRAINER_PORT_BASE
+from observe.cli.parser import OneLineParser
+from observe.errors import UserError
+
+if TYPE_CHECKING:
+    from observe.scaling.figures import ScalingReport
+
+LOCAL_ONLY = ("world_sizes", "strong", "steps", "batch_size", "seq_len", "preset", "threads_per_rank",
+              "metrics_port", "timeout")
+
+
+class _Parser(OneLineParser):
+    """The one-line parser, with this command's fixes for a missing value and trainer flags."""
+
+    def hint(self, message: str) -> str:
+        """A value example for a flag without one; ``--`` for what looks like a trainer flag."""
+        if message.endswith("expected one argument"):
+            flag = message.removeprefix("argument ").split(":")[0].split("/")[-1]
+            return f"give it a value, e.g. {flag}=VALUE (see --help)"
+        if message.startswith("unrecognized arguments"):
+            return super().hint(message) + "; trainer flags go after --"
+        return super().hint(message)
+
+
+def world_sizes(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` (commas or spaces) → ``(1, 2, 4)``, sorted, without repeats.
+
+    Raises:
+        argparse.ArgumentTypeError: not a list of positive integers.
+    """
+    parts = [p for p in text.replace(",", " ").split() if p]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers of ranks; "
+                                         "pass e.g. --world-sizes 1,2,4")
+    sizes = sorted({int(p) for p in parts})
+    if sizes[0] < 1:
+        raise argparse.ArgumentTypeError("0 is not a number of ranks; pass sizes of 1 or more, e.g. 1,2,4")
+    return tuple(sizes)
+
+
+def _positive_int(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number; pass {flag} 1 or more")
+        return int(text)
+    return parse
+
+
+def _count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps; pass 0 or more")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds; pass e.g. 600")
+    return value
+
+
+def _lookback(text: str) -> float:
+    from observe.promql import duration_seconds
+
+    try:
+        seconds = duration_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} looks back no time; pass e.g. 12h or 7d")
+    return seconds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``fsdp-observe scaling``."""
+    ap = _Parser(prog="fsdp-observe scaling",
+                 description="Throughput, step time and memory against the number of ranks: local runs, or "
+                             "finished runs read from Prometheus.",
+                 usage="fsdp-observe scaling [options] [-- TRAINER_FLAGS ...]",
+                 epilog="Definitions, method and JSON fields: docs/scaling.md")
+    g = ap.add_argument_group("local mode (default): run the job here at each world size")
+    g.add_argument("--world-sizes", type=world_sizes, metavar="N,N,...",
+                   help="ranks per run (default 1,2,4)")
+    g.add_argument("--strong", action="store_true",
+                   help="strong scaling: keep the global batch (--batch-size x smallest size) and split it; "
+                        "default is weak scaling: --batch-size sequences per rank at every size")
+    g.add_argument("--steps", type=_positive_int("--steps"), metavar="N", help="steps per run (default 40)")
+    g.add_argument("--batch-size", type=_positive_int("--batch-size"), metavar="N",
+                   help="sequences per rank at the smallest size (default 8)")
+    g.add_argument("--seq-len", type=_positive_int("--seq-len"), metavar="N", help="tokens per sequence (default 256)")
+    g.add_argument("--preset", metavar="NAME", help="model preset (default tiny); --model PATH etc. go after --")
+    g.add_argument("--threads-per-rank", type=_positive_int("--threads-per-rank"), metavar="N",
+                   help="OMP_NUM_THREADS of every rank at every size (default $OMP_NUM_THREADS or 1)")
+    g.add_argument("--metrics-port", type=_positive_int("--metrics-port"), metavar="PORT",
+                   help=f"base port of the ranks' /metrics (default {TRAINER_PORT_BASE})")
+    g.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="longest one run may take (default 600)")
+    g = ap.add_argument_group("cluster mode: read finished runs from Prometheus")
+    g.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://prometheus:9090")
+    g.add_argument("--run-id", action="append", default=[], metavar="ID",
+                   help="a run to include (repeat: one run per world size)")
+    g.add_argument("--lookback", type=_lookback, default=7 * 86400.0, metavar="DURATION",
+                   help="how far back to look for the runs (default 7d)")
+    g = ap.add_argument_group("both modes")
+    g.add_argument("--warmup-steps", type=_count, default=5, metavar="N",
+                   help="steps left out of the figures at the start of each run (default 5); not the "
+                        "trainer's learning-rate warm-up, which goes after -- like any trainer flag")
+    g.add_argument("--out", type=Path, default=Path("scaling-report"), metavar="DIR",
+                   help="where report.json and report.png go (default ./scaling-report/)")
+    return ap
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Parse ``argv``; return the options and the trainer flags after ``--``.
+
+    Raises:
+        UserError: the first mistake, naming the flag.
+    """
+    trainer_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, trainer_args = argv[:cut], argv[cut + 1:]
+    ns = build_parser().parse_args(argv)
+    if ns.prometheus:
+        if not ns.prometheus.startswith(("http://", "https://")):
+            raise UserError("--prometheus", f"{ns.prometheus!r} is not an http(s) URL", "pass e.g. http://localhost:9090")
+        if not ns.run_id:
+            raise UserError("--run-id", "cluster mode needs the runs to compare", "pass --run-id once per run")
+        given = [name for name in LOCAL_ONLY if getattr(ns, name) not in (None, False)]
+        if given or trainer_args:
+            flag = "--" + given[0].replace("_", "-") if given else "--"
+            raise UserError(flag, "applies to local mode only", "with --prometheus name finished runs with --run-id")
+        if len(set(ns.run_id)) < 2:
+            raise UserError("--run-id", "a scaling report compares two or more runs", "pass --run-id for each")
+    elif ns.run_id:
+        raise UserError("--run-id", "reads runs from Prometheus", "pass --prometheus URL as well")
+    elif ns.world_sizes is not None and len(ns.world_sizes) < 2:
+        raise UserError("--world-sizes", "a scaling report compares two or more sizes", "pass e.g. --world-sizes 1,2")
+    return ns, trainer_args
+
+
+def _prepare_out(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError("--out", f"cannot write to {str(out)!r} ({exc.strerror})",
+                        "pass a writable directory") from None
+
+
+def _local(ns: argparse.Namespace, trainer_args: list[str]) -> ScalingReport:
+    from observe.scaling.figures import build_report
+    from observe.scaling.local import LocalPlan, check, run_all
+
+    threads = ns.threads_per_rank or int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+    plan = LocalPlan(
+        world_sizes=ns.world_sizes or (1, 2, 4), strong=ns.strong, steps=ns.steps or 40,
+        warmup_steps=ns.warmup_steps, batch_size=ns.batch_size or 8, seq_len=ns.seq_len or 256,
+        preset=ns.preset or "tiny", metrics_port=ns.metrics_port or TRAINER_PORT_BASE,
+        threads_per_rank=threads, timeout_seconds=ns.timeout or 600.0, trainer_args=tuple(trainer_args),
+    )
+    check(plan)
+    notes = []
+    cores = os.cpu_count() or 1
+    if max(plan.world_sizes) * threads > cores:
+        notes.append(f"{max(plan.world_sizes)} ranks x {threads} thread(s) exceed this machine's {cores} CPU "
+                     f"cores: past {max(1, cores // threads)} ranks, ranks share cores and the efficiency "
+                     "measures that oversubscription")
+    print(f"fsdp-observe scaling: {'strong' if plan.strong else 'weak'} scaling at "
+          f"{', '.join(map(str, plan.world_sizes))} ranks, {threads} thread(s) per rank", flush=True)
+    sizes = run_all(plan, ns.out, say=lambda line: print(line, flush=True))
+    return build_report("local", sizes, plan.warmup_steps, notes)
+
+
+def _cluster(ns: argparse.Namespace) -> ScalingReport:
+    from observe.promapi import PrometheusAPI, PrometheusError
+    from observe.scaling.cluster import RunNotFound, read_run
+    from observe.scaling.figures import MeasureError, build_report
+
+    api = PrometheusAPI(ns.prometheus)
+    now = time.time()
+    sizes = []
+    try:
+        for run_id in dict.fromkeys(ns.run_id):
+            try:
+                sizes.append(read_run(api, run_id, ns.warmup_steps, ns.lookback, now))
+            except RunNotFound:
+                raise UserError("--run-id", f"no trainer series with run_id {run_id!r} in {ns.prometheus} over the "
+                                "last --lookback", "check the id (the run_id label) or widen --lookback") from None
+            except MeasureError as exc:
+                raise UserError("--run-id", f"{run_id}: {exc}", "check that the run reached past --warmup-steps "
+                                "and every rank was scraped") from None
+    except PrometheusError as exc:
+        raise UserError("--prometheus", str(exc), "check the URL and that Prometheus is up") from None
+    finally:
+        api.close()
+    return build_report("cluster", sizes, ns.warmup_steps)
+
+
+def main(argv: list[str]) -> int:
+    """Run ``fsdp-observe scaling``; 0 with a report, 1 when a run fails, 130 on Ctrl-C.
+
+    Raises:
+        UserError: a bad flag, runs that cannot be measured or compared, an unreachable Prometheus.
+    """
+    from observe.scaling.figures import MeasureError, ReportError
+    from observe.scaling.local import RunFailed
+
+    ns, trainer_args = parse(argv)
+    _prepare_out(ns.out)
+    try:
+        report = _cluster(ns) if ns.prometheus else _local(ns, trainer_args)
+    except MeasureError as exc:
+        raise UserError("--world-sizes", str(exc), f"read the runs' logs under {ns.out}/runs/") from None
+    except ReportError as exc:
+        raise UserError("--run-id" if ns.prometheus else "--", str(exc),
+                        "compare runs of one model, strategy and settings") from None
+    except RunFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fsdp-observe scaling: interrupted", file=sys.stderr)
+        return 130
+    return _write(report, ns.out)
+
+
+def _write(report: ScalingReport, out: Path) -> int:
+    from observe.scaling.output import format_table, headline, write_json
+    from observe.scaling.plot import render
+
+    write_json(report, out / "report.json")
+    render(report, out / "report.png")
+    print(f"\nScaling report: {headline(report)}\n")
+    print(format_table(report))
+    print(f"\nwrote {out / 'report.json'} and {out / 'report.png'}")
+    return 0

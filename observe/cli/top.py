@@ -1,0 +1,125 @@
+"""``fsdp-observe top``: the terminal UI over agents and trainers, Kubernetes, or Prometheus.
+
+Exactly one kind of source: ``--agent``/``--agents-file``/``--trainer`` (pulled directly), or
+``--kube`` (agent and trainer pods found through the Kubernetes API, then pulled directly), or
+``--prometheus URL``. A mistake is one line naming the flag and the fix, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from observe.catalog import AGENT_PORT
+from observe.cli.parser import OneLineParser
+from observe.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``fsdp-observe top``."""
+    ap = OneLineParser(prog="fsdp-observe top", description=__doc__.splitlines()[0])
+    direct = ap.add_argument_group("direct (local runs, small clusters)")
+    direct.add_argument("--agent", action="extend", nargs="+", default=[], metavar="URL",
+                        help=f"a node agent's base URL (host:port or http://host:{AGENT_PORT}); repeatable")
+    direct.add_argument("--agents-file", metavar="FILE",
+                        help="a file with one agent URL per line ('#' starts a comment)")
+    direct.add_argument("--trainer", action="extend", nargs="+", default=[], metavar="URL",
+                        help="a trainer rank's /metrics URL (host:port works); repeatable")
+    kube = ap.add_argument_group("Kubernetes discovery")
+    kube.add_argument("--kube", action="store_true",
+                      help="find the agent DaemonSet's pods and the trainer pods through the Kubernetes API")
+    kube.add_argument("--namespace", "-n", metavar="NS",
+                      help="namespace of the training job's pods (default: the kubeconfig context's)")
+    kube.add_argument("--agent-namespace", metavar="NS", help="namespace of the agent DaemonSet (default fsdp-observe)")
+    kube.add_argument("--selector", "-l", metavar="SELECTOR",
+                      help="label selector of the trainer pods (default: the trainer labels fsdp-observe job sets)")
+    kube.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use (default $KUBECONFIG or ~/.kube/config)")
+    kube.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    prom = ap.add_argument_group("Prometheus (large clusters)")
+    prom.add_argument("--prometheus", metavar="URL", help="read everything from this Prometheus server's HTTP API")
+    tune = ap.add_argument_group("refresh")
+    tune.add_argument("--interval", type=float, metavar="SECONDS",
+                      help="seconds between refreshes (default: 1 s up to 64 nodes, 2 s up to 1,024, then more)")
+    tune.add_argument("--timeout", type=float, default=1.5, metavar="SECONDS", help="per-request timeout (default 1.5)")
+    tune.add_argument("--concurrency", type=int, default=64, metavar="N",
+                      help="requests in flight at most (default 64)")
+    return ap
+
+
+def read_agents_file(path: str) -> list[str]:
+    """Agent URLs from ``path``: one per line, blank lines and ``#`` comments skipped.
+
+    Raises:
+        UserError: the file cannot be read or lists no URL.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise UserError("--agents-file", f"cannot read {path} ({reason})", "give a readable text file") from None
+    urls = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    urls = [u for u in urls if u]
+    if not urls:
+        raise UserError("--agents-file", f"{path} lists no agent URL", "write one URL (host:port) per line")
+    return urls
+
+
+def _check_positive(value: float | None, flag: str, low: float, high: float) -> None:
+    if value is not None and not low <= value <= high:
+        raise UserError(flag, f"{value:g} is out of range", f"give a value from {low:g} to {high:g}")
+
+
+def make_source(ns: argparse.Namespace):  # noqa: ANN201 - one of the observe.sources classes
+    """The source the flags describe.
+
+    Raises:
+        UserError: no source, several kinds at once, or a bad value.
+    """
+    _check_positive(ns.interval, "--interval", 0.2, 3600)
+    _check_positive(ns.timeout, "--timeout", 0.05, 600)
+    _check_positive(ns.concurrency, "--concurrency", 1, 10000)
+    agents = list(ns.agent) + (read_agents_file(ns.agents_file) if ns.agents_file else [])
+    direct = bool(agents or ns.trainer)
+    kinds = [name for name, used in (("--agent/--agents-file/--trainer", direct), ("--kube", ns.kube),
+                                     ("--prometheus", ns.prometheus)) if used]
+    if not kinds:
+        raise UserError("source", "none given", "pass --agent URL, --agents-file FILE, --trainer URL, --kube or "
+                                                  "--prometheus URL (see fsdp-observe top --help)")
+    if len(kinds) > 1:
+        raise UserError(kinds[1].split("/")[0], f"cannot be combined with {kinds[0]}", "choose one kind of source")
+    kube_only = [f for f, v in (("--namespace", ns.namespace), ("--agent-namespace", ns.agent_namespace),
+                                ("--selector", ns.selector), ("--kubeconfig", ns.kubeconfig),
+                                ("--context", ns.context)) if v]
+    if kube_only and not ns.kube:
+        raise UserError(kube_only[0], "only applies with --kube", "add --kube, or leave it out")
+    if ns.prometheus:
+        from observe.sources.prometheus import PrometheusSource
+
+        return PrometheusSource(ns.prometheus, timeout=max(ns.timeout, 5.0))
+    if ns.kube:
+        from observe.sources.kube import KubeSource
+
+        return KubeSource(namespace=ns.namespace, agent_namespace=ns.agent_namespace, selector=ns.selector,
+                          kubeconfig=ns.kubeconfig, context=ns.context, concurrency=ns.concurrency,
+                          timeout=ns.timeout)
+    from observe.sources.direct import DirectSource, Endpoint, check_url
+
+    for flag, urls in (("--agent", agents), ("--trainer", ns.trainer)):
+        for url in urls:
+            check_url(url, flag)
+    return DirectSource([Endpoint(u) for u in agents], [Endpoint(u) for u in ns.trainer],
+                        concurrency=ns.concurrency, timeout=ns.timeout)
+
+
+def main(argv: list[str]) -> int:
+    """Run the TUI until ``q``; return 0.
+
+    Raises:
+        UserError: a bad flag, or no usable source.
+    """
+    ns = build_parser().parse_args(argv)
+    source = make_source(ns)
+    from observe.tui.app import make_app
+
+    make_app(source, interval=ns.interval).run()
+    return 0

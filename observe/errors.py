@@ -1,0 +1,63 @@
+"""The one user-error type of fsdp-observe: a field, what is wrong with it, and the fix.
+
+Every package (the trainer, the agent, the TUI, the Kubernetes and monitoring code) raises
+``UserError`` for a mistake the user can fix: a flag, a settings key, a file, a taken port. One
+place, the ``fsdp-observe`` dispatcher (``observe.cli``), turns it into one line on stderr,
+``error: FIELD: PROBLEM; FIX``, and exit status 2, with no traceback. Programming errors stay
+ordinary exceptions and are never reported as user mistakes.
+
+Standard library only: a leaf module every package may import.
+"""
+
+from __future__ import annotations
+
+#: The exit status of a user mistake (as argparse uses for a usage error).
+USER_ERROR_EXIT_STATUS = 2
+
+
+class UserError(Exception):
+    """A setting, flag, file or endpoint the user gave that cannot work.
+
+    Printed as ``FIELD: PROBLEM; FIX``.
+
+    Args:
+        field: the flag or setting at fault, as the user spells it (``--seq-len``,
+            ``MODEL``, ``--settings``), or the command for argparse's own mistakes.
+        problem: what is wrong with the value given.
+        fix: what to do instead (a command, a flag, a value).
+
+    Attributes:
+        exit_status: the process exit status for this mistake (2).
+    """
+
+    exit_status = USER_ERROR_EXIT_STATUS
+
+    def __init__(self, field: str, problem: str, fix: str) -> None:
+        self.field, self.problem, self.fix = field, problem, fix
+        super().__init__(f"{field}: {problem}; {fix}")
+
+
+class PortInUseError(UserError):
+    """A port the user asked for (or the default) is held by another process.
+
+    A subclass so callers that can choose another port (the demo) catch the kind, never the text.
+
+    Args:
+        field: the flag that sets the port (``--port``, ``--metrics-port``).
+        address: the bind address; port: the port that is taken.
+        fix: what to do instead.
+    """
+
+    def __init__(self, field: str, address: str, port: int, fix: str) -> None:
+        self.address, self.port = address, port
+        super().__init__(field, f"port {port} on {address} is already in use", fix)
+
+
+def bind_error(field: str, address: str, port: int, exc: OSError, fix: str) -> UserError:
+    """The ``UserError`` for a failed ``bind(address, port)``: ``PortInUseError`` for
+    ``EADDRINUSE``, else the OS's reason (``EADDRNOTAVAIL``, ``EACCES``, ...)."""
+    import errno
+
+    if exc.errno == errno.EADDRINUSE:
+        return PortInUseError(field, address, port, fix)
+    return UserError(field, f"cannot serve on {address}:{port} ({exc.strerror or exc})", fix)

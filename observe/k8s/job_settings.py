@@ -1,0 +1,365 @@
+"""Typed settings of a training job on Kubernetes, read from a ``.env``-style file or YAML.
+
+The ``.env`` form follows the AWS EKS FSDP walkthroughs (awsome-distributed-training
+``3.test_cases/10.FSDP``, aws-do-eks ``pytorchjob/fsdp/.env``): ``KEY=value`` lines, an optional
+``export``, ``#`` comments, shell quoting. Nothing is expanded (no ``$VAR``, no ``$(...)``) and
+nothing is read from the process environment, so what renders is exactly what the file says.
+Keys are case-insensitive (``NUM_NODES`` or ``num_nodes``); the walkthroughs' older names
+(``NUM_WORKERS``, ``GPU_PER_WORKER`` ...) are accepted as aliases.
+
+Every mistake is a ``UserError`` naming the key and the fix (printed as one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from observe.catalog import TRAINER_PORT_BASE
+from observe.errors import UserError
+from observe.k8s import names
+from trainer.runspec.config import SHARDING_STRATEGIES, build_parser
+from trainer.runspec.presets import PRESETS
+
+#: torchrun rendezvous backends a PyTorchJob can use. ``etcd`` and ``etcd-v2`` talk to the etcd
+#: v2 API (``daemonsets/etcd-deployment.yaml`` runs etcd 3.5 with ``--enable-v2``).
+RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")
+ETCD_BACKENDS = ("etcd", "etcd-v2")
+
+#: Keys that would put a Hugging Face token into the manifest. Never echoed back.
+TOKEN_KEYS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN")
+
+#: Older names used by the walkthroughs' env files → our key.
+ALIASES = {
+    "NUM_WORKERS": "NUM_NODES",
+    "GPU_PER_WORKER": "GPU_PER_NODE",
+    "NPROC_PER_WORKER": "NPROC_PER_NODE",
+    "EFA_PER_WORKER": "EFA_PER_NODE",
+    "MODEL_NAME": "MODEL",
+}
+
+#: Trainer flags a setting owns; TRAINER_ARGS may not repeat them.
+MANAGED_TRAINER_FLAGS = {
+    "--preset": "MODEL", "--model": "MODEL", "--data": "DATA", "--sharding-strategy": "SHARDING_STRATEGY",
+    "--metrics-port": "METRICS_PORT", "--run-id": "the rendered run id", "--device": "GPU_PER_NODE",
+    "--metrics": "the job (metrics are always on)",
+}
+
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: ``<job>-worker-<index>`` names pods and Services; the training operator requires a DNS-1035
+#: label (≤ 63 characters) for them.
+_WORKER_INFIX = "-worker-"
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What ``fsdp-observe job render`` needs to write one PyTorchJob.
+
+    Attributes (file key in brackets):
+        job_name [JOB_NAME]: PyTorchJob name; pods are ``<job_name>-worker-<i>``.
+        namespace [NAMESPACE]: namespace of the job.
+        image [IMAGE_URI]: the project image (``Dockerfile``), e.g. ``<registry>/fsdp-observe:0.1.0``.
+        num_nodes [NUM_NODES]: worker pods, one per node.
+        gpu_per_node [GPU_PER_NODE]: ``nvidia.com/gpu`` per pod; 0 trains on CPU (``--device cpu``).
+        nproc_per_node [NPROC_PER_NODE]: ranks per pod; default one per GPU (1 on CPU nodes).
+        efa_per_node [EFA_PER_NODE]: ``vpc.amazonaws.com/efa`` devices per pod (p4d 4, p5 32).
+        instance_type [INSTANCE_TYPE]: pins pods to ``node.kubernetes.io/instance-type``.
+        model [MODEL]: a trainer preset (``llama2-7b`` ...), a path inside the image, or a hub id.
+        data [DATA]: training files or globs inside the pod (default: the image's own text).
+        sharding_strategy [SHARDING_STRATEGY]: one of ``trainer.runspec.config.SHARDING_STRATEGIES``.
+        rdzv_backend [RDZV_BACKEND]: ``c10d`` (worker 0 hosts it), ``etcd`` or ``etcd-v2``.
+        rdzv_host, rdzv_port [RDZV_HOST, RDZV_PORT]: rendezvous endpoint; default for etcd
+            backends: the add-on's etcd Service; for c10d: the operator's (worker 0).
+        min_nodes, max_nodes [MIN_NODES, MAX_NODES]: elastic bounds; default ``num_nodes``.
+        max_restarts [MAX_RESTARTS]: worker-group restarts torchrun allows before failing.
+        hf_token_secret, hf_token_secret_key [HF_TOKEN_SECRET, HF_TOKEN_SECRET_KEY]: the Secret
+            (and its key) that holds the Hugging Face token; the value never enters the manifest.
+        shm_size [SHM_SIZE]: size limit of the memory-backed ``/dev/shm`` (e.g. ``64Gi``).
+        metrics_port [METRICS_PORT]: rank ``r`` serves ``/metrics`` on ``metrics_port + r``.
+        trainer_args [TRAINER_ARGS]: further ``python -m trainer`` flags (``--steps 5000 ...``).
+    """
+
+    job_name: str = "fsdp"
+    namespace: str = "default"
+    image: str = ""
+    num_nodes: int = 2
+    gpu_per_node: int = 8
+    nproc_per_node: int | None = None
+    efa_per_node: int = 0
+    instance_type: str | None = None
+    model: str = "llama2-7b"
+    data: tuple[str, ...] = ()
+    sharding_strategy: str = "FULL_SHARD"
+    rdzv_backend: str = "c10d"
+    rdzv_host: str | None = None
+    rdzv_port: int | None = None
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    max_restarts: int = 3
+    hf_token_secret: str | None = None
+    hf_token_secret_key: str = "token"
+    shm_size: str | None = None
+    metrics_port: int = TRAINER_PORT_BASE
+    trainer_args: tuple[str, ...] = ()
+
+    # --- derived values (valid after validate()) ------------------------------------------
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Processes torchrun starts in each pod."""
+        if self.nproc_per_node is not None:
+            return self.nproc_per_node
+        return self.gpu_per_node if self.gpu_per_node > 0 else 1
+
+    @property
+    def node_range(self) -> tuple[int, int]:
+        """``(min_nodes, max_nodes)`` with their defaults filled in."""
+        lo = self.min_nodes if self.min_nodes is not None else self.num_nodes
+        hi = self.max_nodes if self.max_nodes is not None else max(self.num_nodes, lo)
+        return lo, hi
+
+    @property
+    def rdzv_endpoint(self) -> tuple[str | None, int | None]:
+        """``(host, port)`` for elasticPolicy; ``(None, None)`` lets the operator choose (c10d)."""
+        if self.rdzv_backend in ETCD_BACKENDS:
+            return self.rdzv_host or names.ETCD_HOST, self.rdzv_port or names.ETCD_CLIENT_PORT
+        return self.rdzv_host, self.rdzv_port
+
+    def validate(self) -> JobSettings:
+        """Check every setting; return ``self`` with ``sharding_strategy`` upper-cased.
+
+        Raises:
+            UserError: naming the first key at fault (``NUM_NODES`` ...) and the fix.
+        """
+        s = replace(self, sharding_strategy=self.sharding_strategy.upper())
+        lo, hi = s.node_range
+        _check_name(s.job_name, hi)
+        if not _DNS1123_LABEL.fullmatch(s.namespace) or len(s.namespace) > 63:
+            raise UserError("NAMESPACE", f"{s.namespace!r} is not a valid namespace name",
+                              "use lower-case letters, digits and '-'")
+        if not s.image:
+            raise UserError("IMAGE_URI", "is not set", "build and push the project image (Dockerfile), then set "
+                            "IMAGE_URI=<registry>/fsdp-observe:<tag>")
+        if any(ch.isspace() for ch in s.image):
+            raise UserError("IMAGE_URI", f"{s.image!r} contains white space", "write the image reference alone")
+        if s.num_nodes < 1:
+            raise UserError("NUM_NODES", f"must be 1 or more, got {s.num_nodes}",
+                              "set NUM_NODES to the number of nodes to train on")
+        if lo < 1:
+            raise UserError("MIN_NODES", f"must be 1 or more, got {lo}", "set MIN_NODES=1 or more")
+        if not lo <= s.num_nodes <= hi:
+            raise UserError("NUM_NODES", f"{s.num_nodes} is outside MIN_NODES..MAX_NODES = {lo}..{hi}",
+                              "set MIN_NODES <= NUM_NODES <= MAX_NODES")
+        _in_range("GPU_PER_NODE", s.gpu_per_node, 0, names.MAX_RANKS_PER_NODE)
+        _in_range("NPROC_PER_NODE", s.ranks_per_node, 1, names.MAX_RANKS_PER_NODE)
+        if s.gpu_per_node > 0 and s.ranks_per_node != s.gpu_per_node:
+            raise UserError("NPROC_PER_NODE", f"{s.ranks_per_node} ranks for {s.gpu_per_node} GPUs",
+                              "run one rank per GPU: leave NPROC_PER_NODE unset")
+        _in_range("EFA_PER_NODE", s.efa_per_node, 0, 64)
+        if s.instance_type is not None and not (_LABEL_VALUE.fullmatch(s.instance_type) and len(s.instance_type) <= 63):
+            raise UserError("INSTANCE_TYPE", f"{s.instance_type!r} is not a valid label value",
+                              "write an instance type such as p5.48xlarge")
+        _check_model(s.model)
+        _one_of("SHARDING_STRATEGY", "strategy", self.sharding_strategy, s.sharding_strategy, SHARDING_STRATEGIES)
+        _one_of("RDZV_BACKEND", "backend", s.rdzv_backend, s.rdzv_backend, RDZV_BACKENDS)
+        if s.rdzv_host is not None and not _DNS1123_SUBDOMAIN.fullmatch(s.rdzv_host):
+            raise UserError("RDZV_HOST", f"{s.rdzv_host!r} is not a host name",
+                              f"write a host such as {names.ETCD_HOST}, without scheme or port")
+        if s.rdzv_port is not None:
+            _in_range("RDZV_PORT", s.rdzv_port, 1, 65535)
+        _in_range("MAX_RESTARTS", s.max_restarts, 0, 10_000)
+        if s.hf_token_secret is not None and not (_DNS1123_SUBDOMAIN.fullmatch(s.hf_token_secret)
+                                                  and len(s.hf_token_secret) <= 253):
+            raise UserError("HF_TOKEN_SECRET", f"{s.hf_token_secret!r} is not a Secret name",
+                              "use lower-case letters, digits, '-' and '.'")
+        if not _SECRET_KEY.fullmatch(s.hf_token_secret_key):
+            raise UserError("HF_TOKEN_SECRET_KEY", f"{s.hf_token_secret_key!r} is not a Secret key",
+                              "use letters, digits, '-', '_' and '.'")
+        if s.shm_size is not None and not _QUANTITY.fullmatch(s.shm_size):
+            raise UserError("SHM_SIZE", f"{s.shm_size!r} is not a Kubernetes quantity", "write e.g. SHM_SIZE=64Gi")
+        _in_range("METRICS_PORT", s.metrics_port, 1024, 65535 - s.ranks_per_node)
+        _check_trainer_args(s.trainer_args)
+        return s
+
+
+def _check_name(name: str, max_nodes: int) -> None:
+    longest = 63 - len(_WORKER_INFIX) - len(str(max(max_nodes - 1, 0)))
+    if not _DNS1035_LABEL.fullmatch(name):
+        hint = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+        hint = hint if hint[:1].isalpha() else f"fsdp-{hint}".rstrip("-")
+        raise UserError("JOB_NAME", f"{name!r} is not a name Kubernetes accepts for a PyTorchJob "
+                                      "(lower-case letters, digits and '-', starting with a letter)",
+                          f"use e.g. JOB_NAME={hint}")
+    if len(name) > longest:
+        raise UserError("JOB_NAME", f"{name!r} is {len(name)} characters; pod names "
+                                      f"'{name}{_WORKER_INFIX}N' must fit in 63", f"use {longest} characters or fewer")
+
+
+def _one_of(key: str, what: str, given: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UserError(key, f"unknown {what} {given!r}", f"choose one of {', '.join(choices)}")
+
+
+def _in_range(key: str, value: int, lo: int, hi: int) -> None:
+    if not lo <= value <= hi:
+        raise UserError(key, f"must be between {lo} and {hi}, got {value}", f"set {key} to a value in {lo}..{hi}")
+
+
+def _check_model(model: str) -> None:
+    if model in PRESETS or model.startswith("/") or re.fullmatch(r"[\w.-]+/[\w.-]+", model):
+        return
+    raise UserError("MODEL", f"{model!r} is neither a preset, an absolute path in the image, nor a hub id",
+                      f"use one of {', '.join(PRESETS)}, /path/in/image, or org/name")
+
+
+def _check_trainer_args(args: tuple[str, ...]) -> None:
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in MANAGED_TRAINER_FLAGS:
+            raise UserError("TRAINER_ARGS", f"{flag} is set by {MANAGED_TRAINER_FLAGS[flag]}",
+                              f"remove {flag} from TRAINER_ARGS")
+    parser = build_parser("python -m trainer")
+
+    def fail(message: str) -> None:
+        raise UserError("TRAINER_ARGS", message, "see python -m trainer --help")
+
+    parser.error = fail  # type: ignore[method-assign]  # one line instead of usage + exit
+    parser.parse_args(list(args))
+
+
+# --- reading files ---------------------------------------------------------------------------
+
+_FIELDS = {f.name: f for f in fields(JobSettings)}
+#: File key (upper case) → field name. IMAGE_URI is the walkthrough's name for the image.
+_KEY_TO_FIELD = {name.upper(): name for name in _FIELDS if name != "image"} | {"IMAGE_URI": "image"}
+_KEY_OF_FIELD = {field: key for key, field in _KEY_TO_FIELD.items()}
+_KEY_TO_FIELD |= {alias: _KEY_TO_FIELD[target] for alias, target in ALIASES.items()}
+
+
+def load_settings(path: str | Path, overrides: Iterable[str] = ()) -> JobSettings:
+    """Read ``path`` (``.yaml``/``.yml`` as YAML, anything else as ``.env``), apply ``KEY=VALUE``
+    ``overrides`` (from ``--set``), and validate.
+
+    Raises:
+        UserError: a missing or unreadable file, an unknown key, a value of the wrong type, or
+            any rule of ``JobSettings.validate``.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError("--config", f"cannot read {path} ({exc.strerror})",
+                          "pass a settings file (.env or .yaml), e.g. examples/llama2-7b.env") from None
+    raw = _parse_yaml(text, path) if path.suffix in (".yaml", ".yml") else _parse_env(text, path)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError("--set", f"{item!r} is not KEY=VALUE", "write e.g. --set NUM_NODES=4")
+        raw[key.strip()] = value
+    return settings_from_mapping(raw)
+
+
+def settings_from_mapping(raw: dict[str, Any]) -> JobSettings:
+    """Build and validate settings from ``{key: value}`` (strings from ``.env``, or YAML values)."""
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        upper = str(key).upper()
+        _reject_token_key(upper)
+        if upper not in _KEY_TO_FIELD:
+            close = difflib.get_close_matches(upper, list(_KEY_TO_FIELD), n=1)
+            fix = f"did you mean {close[0]}?" if close else "remove it (settings are listed in docs/kubernetes.md)"
+            raise UserError(upper, "unknown setting", fix)
+        name = _KEY_TO_FIELD[upper]
+        values[name] = _coerce(_KEY_OF_FIELD[name], _FIELDS[name].type, value)
+    return JobSettings(**values).validate()
+
+
+def _reject_token_key(key: str) -> None:
+    if key in TOKEN_KEYS:
+        raise UserError(key, "a token written into the settings would end up in the manifest",
+                          "remove it; store the token in a Secret (kubectl create secret generic hf-token "
+                          "--from-literal=token=...) and set HF_TOKEN_SECRET=hf-token")
+
+
+def _coerce(key: str, kind: str, value: Any) -> Any:
+    """Turn a file value into the field's type (``kind`` is the annotation string)."""
+    if kind == "int" or kind == "int | None":
+        if value is None or value == "":
+            if kind == "int":
+                raise UserError(key, "is empty", f"set {key} to a whole number")
+            return None
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str)
+                                                                      and re.fullmatch(r"-?[0-9]+", value.strip()))):
+            raise UserError(key, f"{value!r} is not a whole number", f"write e.g. {key}=2")
+        return int(value)
+    if kind == "tuple[str, ...]":
+        if isinstance(value, list):
+            return tuple(str(v) for v in value)
+        try:
+            return tuple(shlex.split(str(value)))
+        except ValueError as exc:
+            raise UserError(key, f"cannot split the value ({exc})", "balance the quotes") from None
+    if isinstance(value, (dict, list)):
+        raise UserError(key, "expects a single value", f"write {key} as text")
+    if value is None or value == "":
+        return None if kind == "str | None" else ""
+    return str(value)
+
+
+def _parse_env(text: str, path: Path) -> dict[str, str]:
+    """``KEY=value`` lines with optional ``export``, ``#`` comments and shell quoting."""
+    out: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        where = f"{path.name}:{lineno}"
+        if not sep or not _ENV_KEY.fullmatch(key):
+            raise UserError(where, "expected KEY=VALUE", "write one setting per line, e.g. NUM_NODES=2")
+        _reject_token_key(key.upper())  # before the value is even parsed; never echoed
+        if "$" in value or "`" in value:
+            raise UserError(key, "shell expansion ($VAR, $(...)) is not supported",
+                              "write the value out in full")
+        try:
+            words = shlex.split(value, comments=True)
+        except ValueError as exc:
+            raise UserError(where, f"{key}: {exc}", "balance the quotes") from None
+        if len(words) > 1:
+            raise UserError(key, "has several words", f'quote the value: {key}="..."')
+        if key.upper() in seen:
+            raise UserError(key, f"is set twice (lines {seen[key.upper()]} and {lineno})", "keep one")
+        seen[key.upper()] = lineno
+        out[key] = words[0] if words else ""
+    return out
+
+
+def _parse_yaml(text: str, path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path.name}:{mark.line + 1}" if mark else path.name
+        raise UserError(where, "is not valid YAML", "fix the syntax (key: value per line)") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(path.name, "must be a mapping of settings", "write key: value lines, e.g. num_nodes: 2")
+    return data

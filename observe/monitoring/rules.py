@@ -1,0 +1,227 @@
+"""Prometheus alerting and recording rules for FSDP runs and their GPUs, generated from Python.
+
+``rule_file(settings)`` returns the content of ``dashboards/fsdp-observe.rules.yaml`` (a
+Prometheus rule file: ``{"groups": [...]}``); ``render(settings)`` its text. Every alert carries
+``severity``, ``for``, a summary, a description naming the node, the GPU and the run, and a
+``runbook_url`` into ``docs/dashboards.md``. Recording rules are named ``level:metric:operations``
+(https://prometheus.io/docs/practices/rules/).
+
+XID alerts take the severity class from the catalogue (``observe.xid``): ``gpu_reset``,
+``node_reboot`` and ``nvlink_fabric`` are critical, a burst of ``application``-class XIDs on one
+GPU and an XID the catalogue does not know are warnings, ``informational`` ones do not alert.
+
+Counting XIDs from the agent's counter needs care: a series of ``fsdp_gpu_xid_errors_total`` is
+born with the first XID of its code on its GPU, already at 1, and ``increase()`` over a series'
+first sample is nothing. So an XID alert fires on ``increase(...[window]) > 0`` **or** on a series
+that is new within the window, the latter only where the agent on that node was already scraped a
+window ago (otherwise every old XID would fire again after Prometheus starts). dcgm-exporter-only
+clusters get variants on ``DCGM_EXP_XID_ERRORS_COUNT`` (a windowed gauge: ``max_over_time > 0``),
+never on the sticky ``DCGM_FI_DEV_XID_ERRORS``; they stay silent on nodes where our agent reads
+XIDs, so one XID never pages twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from observe import catalog as c
+from observe import xid, yamlio
+from observe.monitoring.settings import DCGM_XID_COUNT, Settings
+from observe.promql import duration_seconds
+
+RULES_FILE = "fsdp-observe.rules.yaml"
+
+#: Severity classes of observe.xid that page (critical) and their alert names.
+CRITICAL_XID_CLASSES: dict[str, str] = {
+    "gpu_reset": "FsdpGpuXidGpuReset", "node_reboot": "FsdpGpuXidNodeReboot",
+    "nvlink_fabric": "FsdpGpuXidNvlinkFabric",
+}
+#: What a critical class means for the GPU, for summaries.
+_CLASS_EFFECT = {"gpu_reset": "the GPU needs a reset", "node_reboot": "the node needs a reboot",
+                 "nvlink_fabric": "an NVLink or fabric error"}
+
+#: Recording rules (names follow level:metric:operations).
+STEP_MEAN = f"rank:{c.TRAIN_STEP_SECONDS.name}:mean5m"
+STEP_MEDIAN = f"namespace_run_id:{c.TRAIN_STEP_SECONDS.name}:median_mean5m"
+GLOBAL_TOKENS = f"namespace_run_id:{c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name}:max"
+RECORDED = (STEP_MEAN, STEP_MEDIAN, GLOBAL_TOKENS)
+
+_RUN = "namespace, run_id"
+#: Labels that identify one XID code on one GPU (target labels such as pod and instance excluded).
+_XID_ID = "node, gpu, gpu_uuid, pci_bus, xid"
+
+
+def codes(*classes: str) -> list[int]:
+    """XID codes of the catalogue in the given severity classes, ascending."""
+    return sorted(code for code, info in xid.CATALOGUE.items() if info.severity in classes)
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str,
+           s: Settings) -> dict[str, Any]:
+    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description, "runbook_url": s.runbook(name.lower())}}
+
+
+def _runs_on_gpu(s: Settings) -> str:
+    """Go template: the run ids whose ranks use the alert's GPU (by node and GPU UUID)."""
+    info = s.trainer(c.TRAIN_INFO.name, "node=%q", "gpu_uuid=%q")
+    return ("{{ if $labels.gpu_uuid }}{{ with printf `group by (run_id) (" + info + ")` $labels.node $labels.gpu_uuid"
+            " | query }}{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.run_id }}{{ end }}"
+            "{{ else }}none seen{{ end }}{{ else }}unknown (GPU not identified){{ end }}")
+
+
+def _nodes_of_run(s: Settings) -> str:
+    """Go template: the nodes the alert's run has ranks on."""
+    info = s.trainer(c.TRAIN_INFO.name, "run_id=%q")
+    return ("{{ with printf `group by (node) (" + info + ")` $labels.run_id | query }}"
+            "{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.node }}{{ end }}{{ else }}unknown{{ end }}")
+
+
+_RANK = ("rank {{ $labels.rank }} of run {{ $labels.run_id }} on node {{ $labels.node }}"
+         "{{ with $labels.gpu_uuid }} (GPU {{ . }}){{ end }}")
+_GPU = "GPU {{ $labels.gpu }} ({{ $labels.gpu_uuid }}) of node {{ $labels.node }}"
+#: The alert's value as a whole count (increase() extrapolates to the window's edges).
+_COUNT = '{{ printf "%.0f" $value }}'
+
+
+def _xid_counter(s: Settings, severity: str) -> str:
+    """Per GPU and code: XIDs of one class within the window, a series' first sample included.
+
+    Series are matched on the GPU's identity only, so a restarted agent pod (new ``pod`` and
+    ``instance`` target labels, the same counts replayed from the kernel log) raises nothing.
+    """
+    w = s.xid_window
+    series = s.agent(c.GPU_XID_ERRORS.name, f'severity="{severity}"')
+    seen_before = s.agent(c.AGENT_COLLECTIONS.name)
+    return (f"max by ({_XID_ID}) (\n"
+            f"  (increase({series}[{w}]) > 0)\n"
+            f"  or\n"
+            f"  (\n"
+            f"    ({series} unless on ({_XID_ID}) {series} offset {w})\n"
+            f"    and on (node) ({seen_before} offset {w})\n"
+            f"  )\n"
+            f")")
+
+
+def xid_alerts(s: Settings) -> list[dict[str, Any]]:
+    """Alerts on the agent's XID counter, one per severity class that alerts."""
+    alerts = []
+    for severity, name in CRITICAL_XID_CLASSES.items():
+        alerts.append(_alert(
+            name, f"{_xid_counter(s, severity)} > 0", s.xid_for, "critical",
+            f"XID {{{{ $labels.xid }}}} on {_GPU}: {_CLASS_EFFECT[severity]}",
+            f"The driver reported XID {{{{ $labels.xid }}}} (class {severity}) for {_GPU}, PCI "
+            f"{{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: {_runs_on_gpu(s)}. "
+            f"{xid.SEVERITY_ACTION[severity]}", s))
+    burst = s.xid_application_burst
+    alerts.append(_alert(
+        "FsdpGpuXidApplicationBurst", f"{_xid_counter(s, 'application')} >= {burst}", s.xid_for, "warning",
+        f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} within {s.xid_window}",
+        f"XID {{{{ $labels.xid }}}} (class application) came {_COUNT} times within {s.xid_window} on {_GPU}, "
+        f"PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). Runs on this GPU: {_runs_on_gpu(s)}. "
+        f"One such XID is usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
+        f"{xid.SEVERITY_ACTION['application']}", s))
+    alerts.append(_alert(
+        "FsdpGpuXidUnknown", f"{_xid_counter(s, 'unknown')} > 0", s.xid_for, "warning",
+        f"Unknown XID {{{{ $labels.xid }}}} on {_GPU}",
+        f"The driver reported XID {{{{ $labels.xid }}}}, which the catalogue (observe/xid.py) does not know, for "
+        f"{_GPU}, PCI {{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: "
+        f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}", s))
+    return alerts
+
+
+def _dcgm_xid(s: Settings, wanted: list[int], threshold: str) -> str:
+    """Per GPU and code: the most XIDs dcgm-exporter's window held within ``xid_window``."""
+    series = s.dcgm_raw(DCGM_XID_COUNT, f'xid=~"{"|".join(map(str, wanted))}"')
+    readers = s.agent(c.AGENT_UP.name, 'source=~"kernel_log|nvml"')
+    return (f"max by (node, gpu, gpu_uuid, xid) (\n"
+            f"  {s.dcgm_normalised(f'max_over_time({series}[{s.xid_window}])')}\n"
+            f") {threshold}\n"
+            f"unless on (node) (max by (node) ({readers}) == 1)")
+
+
+def dcgm_xid_alerts(s: Settings) -> list[dict[str, Any]]:
+    """Variants on dcgm-exporter's windowed XID count, for nodes where our agent reads no XIDs."""
+    critical = codes(*CRITICAL_XID_CLASSES)
+    burst = s.xid_application_burst
+    tail = ("Runs on this GPU: " + _runs_on_gpu(s) + ". Read from dcgm-exporter because no fsdp-observe agent "
+            "reads XIDs on this node.")
+    return [
+        _alert("FsdpDcgmXidCritical", _dcgm_xid(s, critical, "> 0"), s.xid_for, "critical",
+               f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
+               f"dcgm-exporter counted XID {{{{ $labels.xid }}}} for {_GPU} within the last {s.xid_window}; the "
+               f"catalogue classes it as needing a GPU reset, a node reboot or NVLink/fabric recovery (see the "
+               f"XID table of the runbook). {tail}", s),
+        _alert("FsdpDcgmXidApplicationBurst",
+               _dcgm_xid(s, codes("application"), f">= {burst}"), s.xid_for, "warning",
+               f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} (dcgm-exporter)",
+               f"dcgm-exporter counted XID {{{{ $labels.xid }}}} (class application) {_COUNT} times in its "
+               f"window for {_GPU} ({burst} or more make a burst). {xid.SEVERITY_ACTION['application']} {tail}", s),
+    ]
+
+
+def gpu_lost_alert(s: Settings) -> dict[str, Any]:
+    """A GPU NVML reports lost (fallen off the bus)."""
+    return _alert(
+        "FsdpGpuLost", f"max by (node, gpu, gpu_uuid) ({s.agent(c.GPU_LOST.name)}) == 1", s.gpu_lost_for, "critical",
+        f"{_GPU} is lost",
+        f"NVML reports {_GPU} lost: it fell off the bus and answers no query. Runs on this GPU: {_runs_on_gpu(s)}. "
+        f"{xid.REBOOT}", s)
+
+
+def training_rules(s: Settings) -> list[dict[str, Any]]:
+    """Recording rules of the training group, then its alerts (same group: one evaluation apart at most)."""
+    step_sum = s.trainer(f"{c.TRAIN_STEP_SECONDS.name}_sum")
+    step_count = s.trainer(f"{c.TRAIN_STEP_SECONDS.name}_count")
+    stall = duration_seconds(s.stall_time)
+    last_step = s.trainer(c.TRAIN_LAST_STEP_TIMESTAMP.name)
+    phase = s.trainer(c.TRAIN_PHASE.name, 'phase!="finished"')
+    return [
+        {"record": STEP_MEAN, "expr": f"rate({step_sum}[5m]) / rate({step_count}[5m])"},
+        {"record": STEP_MEDIAN, "expr": f"quantile by ({_RUN}) (0.5, {STEP_MEAN})"},
+        {"record": GLOBAL_TOKENS, "expr": f"max by ({_RUN}) ({s.trainer(c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name)})"},
+        _alert(
+            "FsdpTrainingStalled",
+            f"(time() - {last_step} > {stall:g})\n* ignoring (phase) group_left (phase)\n({phase} == 1)",
+            s.stall_for, "critical",
+            f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} made no step for {s.stall_time}",
+            f"R{_RANK[1:]} completed its last optimizer step {{{{ $value | humanizeDuration }}}} ago and "
+            f"is still {{{{ $labels.phase }}}}. A hung collective, a dead peer or a stuck data loader stops every "
+            f"rank; look for the rank whose log stops first.", s),
+        _alert(
+            "FsdpStragglerRank",
+            f"{STEP_MEAN}\n/ on ({_RUN}) group_left\n{STEP_MEDIAN}\n> {s.straggler_ratio:g}",
+            s.straggler_for, "warning",
+            "Run {{ $labels.run_id }}: rank {{ $labels.rank }} is a straggler",
+            f"R{_RANK[1:]} has taken {{{{ printf \"%.1f\" $value }}}} times the run's median step time (means over "
+            f"5m) for {s.straggler_for} (alert above {s.straggler_ratio:g}). Compare its GPU's utilisation, clocks, "
+            f"temperature and XIDs on the training-run dashboard.", s),
+        _alert(
+            "FsdpThroughputDrop",
+            f"{GLOBAL_TOKENS}\n< {s.throughput_drop_ratio:g} * quantile_over_time(0.5, "
+            f"{GLOBAL_TOKENS}[{s.throughput_baseline}] offset {s.throughput_offset})",
+            s.throughput_for, "warning",
+            f"Run {{{{ $labels.run_id }}}}: tokens/s fell below {s.throughput_drop_ratio:.0%} of its recent level",
+            f"Run {{{{ $labels.run_id }}}} (namespace {{{{ $labels.namespace }}}}, nodes {_nodes_of_run(s)}) processes "
+            f"{{{{ $value | humanize }}}} tokens/s, below {s.throughput_drop_ratio:.0%} of its median over the "
+            f"{s.throughput_baseline} before the last {s.throughput_offset}, for {s.throughput_for}. Look for a "
+            f"straggler rank, a throttled or erroring GPU, data-loader waits, or checkpoints in the window.", s),
+    ]
+
+
+def rule_file(settings: Settings | None = None) -> dict[str, Any]:
+    """The rule file as a mapping: ``{"groups": [training, gpu]}``."""
+    s = settings or Settings()
+    gpu = [*xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s)]
+    return {"groups": [{"name": "fsdp-observe.training", "rules": training_rules(s)},
+                       {"name": "fsdp-observe.gpu", "rules": gpu}]}
+
+
+def alert_names(settings: Settings | None = None) -> list[str]:
+    """Every alert name, in file order."""
+    return [r["alert"] for g in rule_file(settings)["groups"] for r in g["rules"] if "alert" in r]
+
+
+def render(settings: Settings | None = None) -> str:
+    """The YAML text of the rule file (deterministic; ``observe.monitoring.generate`` adds the header)."""
+    return yamlio.dump(rule_file(settings))

@@ -1,0 +1,350 @@
+"""What ``fsdp-observe top`` renders: a ``ClusterSnapshot`` (nodes -> GPUs, processes; runs -> ranks).
+
+Every source (agents and trainers pulled directly, pods found through Kubernetes, or Prometheus'
+HTTP API) becomes this one in-memory shape; the screens render only it. A node keeps its latest
+good ``NodeSnapshot`` (``observe.model``) together with the state of the latest pull, so a node
+that stopped answering still shows its last data, with its age and the reason. The figures the
+Cluster screen sorts on (``NodeFigures``) and the run's aggregates (step, ETA, straggler) are
+computed here, once per refresh and off the UI's event loop.
+
+Units as in ``observe.model``: seconds, bytes, watts, celsius; ``*_ratio`` in 0..1; ``None``
+means "could not be read" (shown as N/A, never 0). Standard library only.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from observe.model import NodeSnapshot, XidEvent
+from observe.xid import SEVERITIES
+
+#: The state of a node's (or a rank's) latest pull:
+#: ``ok`` fresh data; ``stale`` it answered, but with a snapshot older than ``STALE_AFTER_SECONDS``
+#: (its collector is stuck); ``slow`` no answer within the per-request timeout or the cycle's
+#: deadline; ``unreachable`` connection refused, reset or name not found; ``malformed`` an answer
+#: that is not a snapshot (HTTP error status, bad JSON, another schema version); ``waiting`` not
+#: pulled yet.
+State = Literal["ok", "stale", "slow", "unreachable", "malformed", "waiting"]
+STATES: tuple[str, ...] = ("ok", "stale", "slow", "unreachable", "malformed", "waiting")
+#: A snapshot older than this many seconds when it arrives is ``stale`` (the agent's healthz rule
+#: is 3 intervals + 5 s; with the default 1 s interval that is 8 s; 15 s leaves room for clocks).
+STALE_AFTER_SECONDS = 15.0
+#: A slowest rank is called a straggler when its step takes this much longer than the median
+#: rank's (below it, the difference is timing noise).
+STRAGGLER_RATIO = 0.05
+#: Window of the Cluster screen's XID column.
+XID_WINDOW_SECONDS = 3600.0
+#: Severity classes from worst to mildest (``observe.xid.SEVERITIES`` minus ``unknown``, which is
+#: ranked with ``gpu_reset``: an unknown code deserves a look).
+SEVERITY_RANK: dict[str, int] = {"node_reboot": 0, "gpu_reset": 1, "unknown": 1, "nvlink_fabric": 2,
+                                 "application": 3, "informational": 4}
+assert set(SEVERITY_RANK) == set(SEVERITIES)
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    """One row of the Cluster screen, computed from a snapshot.
+
+    Attributes:
+        cpu_ratio: all CPUs busy, 0..1. memory_ratio: used / total physical memory.
+        gpus: GPUs the agent reports (lost ones included). gpus_lost: of those, lost.
+        mig: some GPU runs in MIG mode (its utilisation is N/A).
+        gpu_util_mean, gpu_util_max: over GPUs whose utilisation could be read, 0..1.
+        gpu_memory_ratio: used / total device memory over GPUs that report both.
+        hottest_celsius, hottest_gpu: the highest GPU temperature and that GPU's index.
+        power_watts: board power summed over GPUs that report it.
+        xids_recent: XID events of the last ``XID_WINDOW_SECONDS``; xid_severity: the worst of
+            their severity classes (``None`` when there were none).
+        gpu_indexes, gpu_util_ratios, gpu_memory_ratios: per GPU, in NVML order, for history
+            sparklines (``None`` where unreadable).
+        gpu_uuids: GPU UUID -> NVML index (ties a trainer rank's ``gpu_uuid`` to a GPU).
+    """
+
+    cpu_ratio: float | None = None
+    memory_ratio: float | None = None
+    gpus: int = 0
+    gpus_lost: int = 0
+    mig: bool = False
+    gpu_util_mean: float | None = None
+    gpu_util_max: float | None = None
+    gpu_memory_ratio: float | None = None
+    hottest_celsius: float | None = None
+    hottest_gpu: int | None = None
+    power_watts: float | None = None
+    xids_recent: int = 0
+    xid_severity: str | None = None
+    gpu_indexes: tuple[int, ...] = ()
+    gpu_util_ratios: tuple[float | None, ...] = ()
+    gpu_memory_ratios: tuple[float | None, ...] = ()
+    gpu_uuids: dict[str, int] = field(default_factory=dict)
+
+
+def ratio(part: float | None, whole: float | None) -> float | None:
+    """``part / whole``, or ``None`` when either is unknown or ``whole`` is not positive."""
+    if part is None or not whole or whole <= 0:
+        return None
+    return part / whole
+
+
+def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
+    """The Cluster screen's figures of one node at Unix time ``now`` (for the XID window)."""
+    gpus = snapshot.gpus
+    readable = [g for g in gpus if not g.lost]
+    utils = [g.utilization_ratio for g in readable if g.utilization_ratio is not None]
+    mem = [(g.memory_used_bytes, g.memory_total_bytes) for g in readable
+           if g.memory_used_bytes is not None and g.memory_total_bytes]
+    temps = [(g.temperature_celsius, g.index) for g in readable if g.temperature_celsius is not None]
+    power = [g.power_watts for g in readable if g.power_watts is not None]
+    hottest = max(temps) if temps else (None, None)
+    recent = [x for x in snapshot.xid_events if now - x.time_unix <= XID_WINDOW_SECONDS]
+    memory = snapshot.host.memory
+    return NodeFigures(
+        cpu_ratio=snapshot.host.cpu.busy_ratio, memory_ratio=ratio(memory.used_bytes, memory.total_bytes),
+        gpus=len(gpus), gpus_lost=len(gpus) - len(readable), mig=any(g.mig_enabled for g in readable),
+        gpu_util_mean=sum(utils) / len(utils) if utils else None, gpu_util_max=max(utils) if utils else None,
+        gpu_memory_ratio=ratio(sum(u for u, _ in mem), sum(t for _, t in mem)) if mem else None,
+        hottest_celsius=hottest[0], hottest_gpu=hottest[1], power_watts=sum(power) if power else None,
+        xids_recent=len(recent), xid_severity=worst_severity(x.severity for x in recent),
+        gpu_indexes=tuple(g.index for g in gpus), gpu_util_ratios=tuple(g.utilization_ratio for g in gpus),
+        gpu_memory_ratios=tuple(ratio(g.memory_used_bytes, g.memory_total_bytes) for g in gpus),
+        gpu_uuids={g.uuid: g.index for g in gpus if g.uuid},
+    )
+
+
+def worst_severity(severities: Iterable[str]) -> str | None:
+    """The worst of some severity classes (``SEVERITY_RANK``), or ``None`` for none."""
+    return min(severities, key=lambda s: SEVERITY_RANK.get(s, 1), default=None)
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One node: what is kept of its latest good snapshot, and how the latest pull went.
+
+    Only the node in focus (the one the Node screen shows) keeps its whole ``NodeSnapshot``; the
+    others keep their figures, XID events and notices. A thousand whole snapshots are some fifty
+    thousand objects that Python's garbage collector would walk, holding the GIL, every time its
+    oldest generation runs (100+ ms on a 2-core machine: a visible freeze); figures are two
+    objects per node.
+
+    Attributes:
+        name: the node name (the agent's ``node``; the source address until it first answers).
+        source: where it is pulled from (a URL, or ``prometheus``).
+        state: the latest pull's outcome (``STATES``).
+        error: why the latest pull failed, one line (``None`` when it did not).
+        time_unix: when the latest good snapshot was taken (``None`` before the first one); kept
+            with the figures below when a later pull fails.
+        figures: ``node_figures`` of that snapshot.
+        xid_events: its XID events, oldest first. notices: the agent's notices.
+        snapshot: the whole snapshot, for the node in focus only (``None`` otherwise).
+        checked_unix: when the latest pull ended.
+    """
+
+    name: str
+    source: str
+    state: str = "waiting"
+    error: str | None = None
+    time_unix: float | None = None
+    figures: NodeFigures | None = None
+    xid_events: tuple[XidEvent, ...] = ()
+    notices: tuple[str, ...] = ()
+    snapshot: NodeSnapshot | None = None
+    checked_unix: float | None = None
+
+    def age(self, now: float) -> float | None:
+        """Seconds since the shown data was taken, or ``None`` without any."""
+        return None if self.time_unix is None else max(0.0, now - self.time_unix)
+
+
+def node_status(name: str, source: str, snapshot: NodeSnapshot, now: float, keep: bool) -> NodeStatus:
+    """The status of a node whose agent answered ``snapshot`` at ``now``: ``ok``, or ``stale`` when the
+    snapshot is older than ``STALE_AFTER_SECONDS``; the whole snapshot is kept only when ``keep``."""
+    age = now - snapshot.time_unix
+    stale = age > STALE_AFTER_SECONDS
+    return NodeStatus(name=snapshot.node or name, source=source, state="stale" if stale else "ok",
+                      error=f"the agent's snapshot is {age:.0f} s old (collector stuck?)" if stale else None,
+                      time_unix=snapshot.time_unix, figures=node_figures(snapshot, now),
+                      xid_events=snapshot.xid_events, notices=snapshot.agent.notices,
+                      snapshot=snapshot if keep else None, checked_unix=now)
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    """One trainer rank, from its ``fsdp_train_*`` series (``observe.catalog``).
+
+    Attributes:
+        rank, local_rank, node, gpu_uuid, run_id: the series' labels (``gpu_uuid`` on CUDA only).
+        source: where it is read from. state, error: as ``NodeStatus``.
+        step: last completed step. planned_steps: the run's target.
+        loss: token-weighted mean loss of the last log window (all ranks agree).
+        tokens_per_second: this rank's labelled tokens/s; global_tokens_per_second: rank 0's sum.
+        mfu_ratio: absent on CPU and unknown GPUs.
+        window_step_seconds: mean step time of the last window. data_wait_ratio: share of it
+            waiting for data. last_step_unix: when the last step ended.
+        world_size, model, device_type: from ``fsdp_train_info``.
+        updated_unix: when this was read.
+    """
+
+    rank: int
+    run_id: str
+    node: str = ""
+    local_rank: int | None = None
+    gpu_uuid: str | None = None
+    source: str = ""
+    state: str = "ok"
+    error: str | None = None
+    step: float | None = None
+    planned_steps: float | None = None
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    global_tokens_per_second: float | None = None
+    mfu_ratio: float | None = None
+    window_step_seconds: float | None = None
+    data_wait_ratio: float | None = None
+    last_step_unix: float | None = None
+    world_size: int | None = None
+    model: str | None = None
+    device_type: str | None = None
+    updated_unix: float | None = None
+
+    @property
+    def data_wait_seconds(self) -> float | None:
+        """Mean seconds per step spent waiting for data over the last window."""
+        if self.window_step_seconds is None or self.data_wait_ratio is None:
+            return None
+        return self.window_step_seconds * self.data_wait_ratio
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The slowest rank of a run.
+
+    Attributes:
+        rank: its status (node and GPU included).
+        slower_ratio: how much longer its step takes than the median rank's, e.g. 0.12 = 12 %.
+    """
+
+    rank: RankStatus
+    slower_ratio: float
+
+    @property
+    def significant(self) -> bool:
+        """At least ``STRAGGLER_RATIO`` slower than the median: a straggler, not noise."""
+        return self.slower_ratio >= STRAGGLER_RATIO
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """One training run and its ranks.
+
+    Attributes:
+        run_id: the ``run_id`` label. ranks: sorted by rank.
+        loss_history: ``(step, loss)`` points, oldest first (as many as the source kept).
+    """
+
+    run_id: str
+    ranks: tuple[RankStatus, ...] = ()
+    loss_history: tuple[tuple[float, float], ...] = ()
+
+    def _first(self, attr: str) -> float | None:
+        return next((v for r in self.ranks if (v := getattr(r, attr)) is not None), None)
+
+    @property
+    def step(self) -> float | None:
+        """The lowest step any answering rank reports (the run is as far as its slowest rank)."""
+        steps = [r.step for r in self.ranks if r.step is not None]
+        return min(steps) if steps else None
+
+    @property
+    def planned_steps(self) -> float | None:
+        """The configured number of steps."""
+        return self._first("planned_steps")
+
+    @property
+    def loss(self) -> float | None:
+        """Loss of the last log window."""
+        return self._first("loss")
+
+    @property
+    def world_size(self) -> int | None:
+        """Ranks in the run (from ``fsdp_train_info``), else the ranks seen."""
+        return self._first("world_size") or (len(self.ranks) or None)
+
+    @property
+    def global_tokens_per_second(self) -> float | None:
+        """Rank 0's global tokens/s, else the sum of every rank's own."""
+        value = self._first("global_tokens_per_second")
+        if value is not None:
+            return value
+        own = [r.tokens_per_second for r in self.ranks if r.tokens_per_second is not None]
+        return sum(own) if own else None
+
+    @property
+    def mfu_ratio(self) -> float | None:
+        """Mean MFU over the ranks that report it (absent on CPU)."""
+        values = [r.mfu_ratio for r in self.ranks if r.mfu_ratio is not None]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def step_seconds(self) -> float | None:
+        """The slowest rank's mean step time over the last window (the run moves at its pace)."""
+        values = [r.window_step_seconds for r in self.ranks if r.window_step_seconds is not None]
+        return max(values) if values else None
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds to ``planned_steps`` at ``step_seconds`` per step."""
+        step, planned, seconds = self.step, self.planned_steps, self.step_seconds
+        if step is None or planned is None or seconds is None:
+            return None
+        return max(0.0, planned - step) * seconds
+
+    @property
+    def straggler(self) -> Straggler | None:
+        """The rank with the longest step time and how much longer than the median (2+ ranks)."""
+        timed = [r for r in self.ranks if r.window_step_seconds is not None]
+        if len(timed) < 2:
+            return None
+        slowest = max(timed, key=lambda r: (r.window_step_seconds, r.data_wait_seconds or 0.0))
+        median = statistics.median(r.window_step_seconds for r in timed)
+        return Straggler(slowest, (slowest.window_step_seconds - median) / median if median > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything one refresh produced.
+
+    Attributes:
+        time_unix: when the refresh ended.
+        source: what was read, for the title bar (``3 agents, 2 trainers``, ``prometheus URL``).
+        nodes: every node known, in discovery order. runs: training runs seen.
+        focus: the node whose full snapshot (with processes) was fetched this refresh.
+        cycle_seconds: wall time of the refresh. errors: problems of the source itself
+            (Kubernetes discovery or Prometheus unreachable), one line each.
+    """
+
+    time_unix: float
+    source: str = ""
+    nodes: tuple[NodeStatus, ...] = ()
+    runs: tuple[RunStatus, ...] = ()
+    focus: str | None = None
+    cycle_seconds: float | None = None
+    errors: tuple[str, ...] = ()
+
+    def node(self, name: str) -> NodeStatus | None:
+        """The node called ``name``, or ``None``."""
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def xid_events(self) -> list[XidEvent]:
+        """XID events of every node, newest first."""
+        events = [x for n in self.nodes for x in n.xid_events]
+        return sorted(events, key=lambda x: x.time_unix, reverse=True)
+
+    def gpu_index(self, node: str, uuid: str | None) -> int | None:
+        """The NVML index of the GPU with ``uuid`` on ``node`` (``None`` when unknown)."""
+        status = self.node(node)
+        if uuid is None or status is None or status.figures is None:
+            return None
+        return status.figures.gpu_uuids.get(uuid)

@@ -1,0 +1,209 @@
+"""Checkpoint directories on disk: names, completeness, the trainer state file, resume checks.
+
+Torch-free, so ``fsdp-observe train`` can check ``--resume`` before any rank starts.
+
+Layout of ``--checkpoint-dir DIR``::
+
+    DIR/step-00000040/         one checkpoint per saved step
+        __0_0.distcp ...       torch.distributed.checkpoint shards (model, optimizer, RNG)
+        .metadata              DCP's index, written by rank 0 after every rank's shards
+        trainer.json           step, data position, scheduler, run clock; written last
+
+A checkpoint is *complete* when ``trainer.json`` exists: rank 0 writes it (to a temporary
+name, then ``os.replace``) only after ``torch.distributed.checkpoint.save`` has returned, which
+happens after every rank's shards and the metadata are on disk. A save cut short by a crash
+or SIGKILL leaves a directory without it, which resume ignores and the next save removes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from observe.errors import UserError
+
+STATE_FILE = "trainer.json"
+FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+#: Settings that fix which tokens every rank sees at every step. A resume is exact only when
+#: they are unchanged, so a checkpoint written under other values is refused, naming the flag.
+LAYOUT_FLAGS: dict[str, str] = {
+    "world_size": "--nproc-per-node",
+    "seq_len": "--seq-len",
+    "batch_size": "--batch-size",
+    "grad_accum_steps": "--grad-accum-steps",
+    "seed": "--seed",
+    "model": "--model/--preset",
+    "tokenizer": "--tokenizer",
+    "data": "--data",
+    "val_fraction": "--val-fraction",
+}
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    """``root/step-NNNNNNNN`` (eight digits, so names sort by step)."""
+    return Path(root) / f"step-{step:08d}"
+
+
+def is_complete(path: Path) -> bool:
+    """Whether the checkpoint directory ``path`` holds its ``trainer.json`` (written last)."""
+    return (path / STATE_FILE).is_file()
+
+
+def list_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
+    """All ``step-*`` directories under ``root`` as ``(step, path)``, oldest first (complete or not)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return sorted(found)
+
+
+def newest_complete(root: str | Path) -> Path | None:
+    """The complete checkpoint with the highest step under ``root``, or ``None``."""
+    for _, path in reversed(list_checkpoints(root)):
+        if is_complete(path):
+            return path
+    return None
+
+
+@dataclass
+class TrainerState:
+    """What ``trainer.json`` holds besides the DCP shards.
+
+    Attributes:
+        step: optimizer steps completed when the checkpoint was taken.
+        batches_consumed: micro-batches each rank has drawn from its data iterator.
+        scheduler: ``LambdaLR.state_dict()`` (plain numbers).
+        layout: the values of ``LAYOUT_FLAGS`` the run used (see ``layout_fingerprint``).
+        run_id: the run's ``run_id`` label.
+        run_started: Unix time at which the run's first attempt started (goodput's wall clock).
+        productive_seconds: step time of the steps up to ``step`` (goodput's numerator); steps
+            done after this checkpoint by an attempt that then failed are not in it.
+        reason: why it was saved: ``periodic``, ``final`` or ``sigterm``.
+        saved_at: Unix time of the save.
+        save_seconds: how long the DCP save took.
+        format: version of this file's layout.
+    """
+
+    step: int
+    batches_consumed: int
+    scheduler: dict
+    layout: dict
+    run_id: str
+    run_started: float
+    productive_seconds: float
+    reason: str
+    saved_at: float
+    save_seconds: float = 0.0
+    format: int = FORMAT_VERSION
+
+    def write(self, path: Path) -> None:
+        """Write ``path/trainer.json`` atomically (temporary file, then ``os.replace``)."""
+        tmp = path / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path / STATE_FILE)
+
+    @classmethod
+    def read(cls, path: Path) -> TrainerState:
+        """Read ``path/trainer.json``.
+
+        Raises:
+            UserError: the file is missing, unreadable or of an unknown format (``--resume``).
+        """
+        try:
+            data = json.loads((path / STATE_FILE).read_text())
+        except FileNotFoundError:
+            raise UserError("--resume", f"{str(path)!r} is not a complete checkpoint (no {STATE_FILE})",
+                              "pass a step-NNNNNNNN directory whose save finished, or --resume auto") from None
+        except (OSError, ValueError) as exc:
+            raise UserError("--resume", f"cannot read {path / STATE_FILE}: {exc}",
+                              "pass another checkpoint or --resume never") from None
+        if data.get("format") != FORMAT_VERSION:
+            raise UserError("--resume", f"{path} has checkpoint format {data.get('format')!r}, this "
+                              f"trainer reads {FORMAT_VERSION}", "resume with the trainer that wrote it")
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def data_digest(files: list[Path]) -> str:
+    """A short digest of the corpus: sorted paths and sizes (contents are not read)."""
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(f"{path}\0{path.stat().st_size}\n".encode())
+    return f"{len(files)} files, sha256 {h.hexdigest()[:16]}"
+
+
+def layout_fingerprint(values: dict) -> dict:
+    """Keep only the ``LAYOUT_FLAGS`` keys of ``values`` (their order fixed)."""
+    return {key: values.get(key) for key in LAYOUT_FLAGS}
+
+
+def check_compatible(path: Path, saved: dict, current: dict) -> None:
+    """Refuse a resume whose data layout differs from the checkpoint's.
+
+    Args:
+        path: the checkpoint (for the message).
+        saved: its ``TrainerState.layout``.
+        current: this run's ``layout_fingerprint``; a ``None`` value is not checked (unknown
+            here, e.g. the world size before torchrun starts on several nodes).
+
+    Raises:
+        UserError: naming the first flag that differs, the saved and the current value.
+    """
+    for key, flag in LAYOUT_FLAGS.items():
+        have = current.get(key)
+        if have is None:
+            continue
+        if saved.get(key) != have:
+            raise UserError(flag, f"checkpoint {path.name} was written with {key} {saved.get(key)!r}, this run "
+                              f"has {have!r}, so it cannot continue exactly",
+                              "use the checkpoint's value, or --resume never to start over")
+
+
+def resolve_resume(checkpoint_dir: str | None, resume: str) -> Path | None:
+    """The checkpoint to resume from, per ``--resume``.
+
+    Args:
+        checkpoint_dir: ``--checkpoint-dir`` (may be ``None``).
+        resume: ``auto`` (newest complete checkpoint if any), ``latest`` (newest, required),
+            ``never``, or the path of one checkpoint directory.
+
+    Raises:
+        UserError: ``latest`` with no complete checkpoint, or a path that is not one.
+    """
+    if resume == "never":
+        return None
+    if resume in ("auto", "latest"):
+        newest = newest_complete(checkpoint_dir) if checkpoint_dir else None
+        if newest is None and resume == "latest":
+            where = repr(checkpoint_dir) if checkpoint_dir else "(no --checkpoint-dir given)"
+            raise UserError("--resume", f"no complete checkpoint in {where}",
+                              "pass --checkpoint-dir holding step-* checkpoints, or --resume auto")
+        return newest
+    path = Path(resume)
+    if not path.is_dir():
+        raise UserError("--resume", f"{resume!r} is not a checkpoint directory",
+                          "pass a step-NNNNNNNN directory, or auto, latest or never")
+    if not is_complete(path):
+        raise UserError("--resume", f"{resume!r} is not a complete checkpoint (no {STATE_FILE})",
+                          "pass a checkpoint whose save finished, or --resume auto")
+    return path
+
+
+def prune(root: str | Path, keep: int, newest_step: int) -> list[Path]:
+    """Delete all but the ``keep`` newest complete checkpoints, and incomplete ones older than
+    ``newest_step`` (left by interrupted saves). Returns the paths removed. Rank 0 only."""
+    entries = list_checkpoints(root)
+    complete = [p for _, p in entries if is_complete(p)]
+    doomed = complete[:-keep] if keep > 0 else []
+    doomed += [p for step, p in entries if step < newest_step and not is_complete(p)]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
