@@ -9,15 +9,25 @@ Prometheus rule file: ``{"groups": [...]}``); ``render(settings)`` its text. Eve
 XID alerts take the severity class from the catalogue (``observe.xid``): ``gpu_reset``,
 ``node_reboot`` and ``nvlink_fabric`` are critical, a burst of ``application``-class XIDs on one
 GPU and an XID the catalogue does not know are warnings, ``informational`` ones do not alert.
+Every XID alert carries ``severity``, ``xid_class`` (the catalogue's class), ``node``, ``gpu``,
+``gpu_uuid``, ``pci_bus`` and ``xid``, for Alertmanager routing.
 
 Counting XIDs from the agent's counter needs care: a series of ``fsdp_gpu_xid_errors_total`` is
 born with the first XID of its code on its GPU, already at 1, and ``increase()`` over a series'
 first sample is nothing. So an XID alert fires on ``increase(...[window]) > 0`` **or** on a series
 that is new within the window, the latter only where the agent on that node was already scraped a
-window ago (otherwise every old XID would fire again after Prometheus starts). dcgm-exporter-only
-clusters get variants on ``DCGM_EXP_XID_ERRORS_COUNT`` (a windowed gauge: ``max_over_time > 0``),
-never on the sticky ``DCGM_FI_DEV_XID_ERRORS``; they stay silent on nodes where our agent reads
-XIDs, so one XID never pages twice.
+window ago (otherwise every old XID would fire again after Prometheus starts).
+
+Nodes without our agent get a dcgm-exporter variant. By default it reads
+``DCGM_FI_DEV_XID_ERRORS``, which every stock exporter exports: the **last** XID code of a GPU,
+as a series whose ``err_code`` label is that code. A change of the code is a new series, so the
+alert fires on a series (a GPU and code) that is new within the window on a GPU the exporter
+already reported a window ago: a change fires once, for one window; a steady value never fires,
+nor does an old value after Prometheus or the exporter restarts. A repeat of the same code is
+invisible in that field. With ``dcgm_xid_count`` the variant counts ``DCGM_EXP_XID_ERRORS_COUNT``
+(a windowed gauge, off by default in the exporter: ``max_over_time > 0``) instead, which also sees
+repeats and so adds a burst alert. Both stay silent on nodes where our agent reads XIDs, so one
+XID never pages twice.
 """
 
 from __future__ import annotations
@@ -26,7 +36,8 @@ from typing import Any
 
 from observe import catalog as c
 from observe import xid, yamlio
-from observe.monitoring.settings import DCGM_XID_COUNT, Settings
+from observe.monitoring.fields import DCGM_XID_COUNT, DCGM_XID_ERRORS
+from observe.monitoring.settings import Settings
 from observe.promql import duration_seconds
 
 RULES_FILE = "fsdp-observe.rules.yaml"
@@ -57,9 +68,17 @@ def codes(*classes: str) -> list[int]:
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str,
-           s: Settings) -> dict[str, Any]:
-    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity},
+           s: Settings, xid_class: str | None = None) -> dict[str, Any]:
+    labels = {"severity": severity, **({"xid_class": xid_class} if xid_class else {})}
+    return {"alert": name, "expr": expr, "for": for_, "labels": labels,
             "annotations": {"summary": summary, "description": description, "runbook_url": s.runbook(name.lower())}}
+
+
+def _with_class(expr: str, classes: tuple[str, ...]) -> str:
+    """``expr`` (series with an ``xid`` label) with ``xid_class`` set from the catalogue."""
+    for severity in classes:
+        expr = f'label_replace({expr}, "xid_class", "{severity}", "xid", "{"|".join(map(str, codes(severity)))}")'
+    return expr
 
 
 def _runs_on_gpu(s: Settings) -> str:
@@ -112,7 +131,7 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
             f"XID {{{{ $labels.xid }}}} on {_GPU}: {_CLASS_EFFECT[severity]}",
             f"The driver reported XID {{{{ $labels.xid }}}} (class {severity}) for {_GPU}, PCI "
             f"{{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: {_runs_on_gpu(s)}. "
-            f"{xid.SEVERITY_ACTION[severity]}", s))
+            f"{xid.SEVERITY_ACTION[severity]}", s, xid_class=severity))
     burst = s.xid_application_burst
     alerts.append(_alert(
         "FsdpGpuXidApplicationBurst", f"{_xid_counter(s, 'application')} >= {burst}", s.xid_for, "warning",
@@ -120,43 +139,71 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
         f"XID {{{{ $labels.xid }}}} (class application) came {_COUNT} times within {s.xid_window} on {_GPU}, "
         f"PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). Runs on this GPU: {_runs_on_gpu(s)}. "
         f"One such XID is usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
-        f"{xid.SEVERITY_ACTION['application']}", s))
+        f"{xid.SEVERITY_ACTION['application']}", s, xid_class="application"))
     alerts.append(_alert(
         "FsdpGpuXidUnknown", f"{_xid_counter(s, 'unknown')} > 0", s.xid_for, "warning",
         f"Unknown XID {{{{ $labels.xid }}}} on {_GPU}",
         f"The driver reported XID {{{{ $labels.xid }}}}, which the catalogue (observe/xid.py) does not know, for "
         f"{_GPU}, PCI {{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: "
-        f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}", s))
+        f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}", s, xid_class="unknown"))
     return alerts
 
 
-def _dcgm_xid(s: Settings, wanted: list[int], threshold: str) -> str:
+def _agent_reads_xids(s: Settings) -> str:
+    """Nodes whose fsdp-observe agent reads the kernel log or NVML events (its XID alerts cover them)."""
+    readers = s.agent(c.AGENT_UP.name, 'source=~"kernel_log|nvml"')
+    return f"unless on (node) (max by (node) ({readers}) == 1)"
+
+
+def _dcgm_last_xid_changed(s: Settings, wanted: list[int]) -> str:
+    """Per GPU and code: a last-XID value (``DCGM_FI_DEV_XID_ERRORS``) that is new within the window.
+
+    The field's series carry the code as ``err_code``, so a change is a new series: one that was
+    not there a window ago, on a GPU the exporter reported a window ago.
+    """
+    w = s.xid_window
+    series = s.dcgm_raw(DCGM_XID_ERRORS, f'err_code=~"{"|".join(map(str, wanted))}"')
+
+    def coded(expr: str) -> str:
+        return f'label_replace({s.dcgm_normalised(expr, pci_bus=True)}, "xid", "$1", "err_code", "(.+)")'
+
+    seen = f"max by (node, gpu_uuid) ({s.dcgm_normalised(f'{s.dcgm_raw(DCGM_XID_ERRORS)} offset {w}')})"
+    changed = (f"max by ({_XID_ID}) (\n"
+               f"  ({coded(series)}\n   unless on (node, gpu_uuid, xid)\n   {coded(f'{series} offset {w}')})\n"
+               f"  and on (node, gpu_uuid) {seen}\n)")
+    return f"{_with_class(changed, tuple(CRITICAL_XID_CLASSES))}\n{_agent_reads_xids(s)}"
+
+
+def _dcgm_xid_counted(s: Settings, wanted: list[int], threshold: str, classes: tuple[str, ...]) -> str:
     """Per GPU and code: the most XIDs dcgm-exporter's window held within ``xid_window``."""
     series = s.dcgm_raw(DCGM_XID_COUNT, f'xid=~"{"|".join(map(str, wanted))}"')
-    readers = s.agent(c.AGENT_UP.name, 'source=~"kernel_log|nvml"')
-    return (f"max by (node, gpu, gpu_uuid, xid) (\n"
-            f"  {s.dcgm_normalised(f'max_over_time({series}[{s.xid_window}])')}\n"
-            f") {threshold}\n"
-            f"unless on (node) (max by (node) ({readers}) == 1)")
+    counted = (f"max by ({_XID_ID}) (\n"
+               f"  {s.dcgm_normalised(f'max_over_time({series}[{s.xid_window}])', pci_bus=True)}\n)")
+    return f"{_with_class(counted, classes)} {threshold}\n{_agent_reads_xids(s)}"
 
 
 def dcgm_xid_alerts(s: Settings) -> list[dict[str, Any]]:
-    """Variants on dcgm-exporter's windowed XID count, for nodes where our agent reads no XIDs."""
+    """dcgm-exporter variants of the XID alerts, for nodes where our agent reads no XIDs."""
     critical = codes(*CRITICAL_XID_CLASSES)
-    burst = s.xid_application_burst
     tail = ("Runs on this GPU: " + _runs_on_gpu(s) + ". Read from dcgm-exporter because no fsdp-observe agent "
             "reads XIDs on this node.")
+    what = (f"XID {{{{ $labels.xid }}}} (class {{{{ $labels.xid_class }}}}) for {_GPU}, PCI {{{{ $labels.pci_bus }}}}; "
+            f"the class means a GPU reset, a node reboot or NVLink/fabric recovery (see the XID table of the runbook).")
+    if not s.dcgm_xid_count:
+        return [_alert("FsdpDcgmXidCritical", _dcgm_last_xid_changed(s, critical), s.xid_for, "critical",
+                       f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
+                       f"dcgm-exporter's last XID ({DCGM_XID_ERRORS}) changed to {what} {tail}", s)]
+    burst = s.xid_application_burst
     return [
-        _alert("FsdpDcgmXidCritical", _dcgm_xid(s, critical, "> 0"), s.xid_for, "critical",
-               f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
-               f"dcgm-exporter counted XID {{{{ $labels.xid }}}} for {_GPU} within the last {s.xid_window}; the "
-               f"catalogue classes it as needing a GPU reset, a node reboot or NVLink/fabric recovery (see the "
-               f"XID table of the runbook). {tail}", s),
+        _alert("FsdpDcgmXidCritical", _dcgm_xid_counted(s, critical, "> 0", tuple(CRITICAL_XID_CLASSES)),
+               s.xid_for, "critical", f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
+               f"dcgm-exporter counted {what} within the last {s.xid_window}. {tail}", s),
         _alert("FsdpDcgmXidApplicationBurst",
-               _dcgm_xid(s, codes("application"), f">= {burst}"), s.xid_for, "warning",
+               _dcgm_xid_counted(s, codes("application"), f">= {burst}", ("application",)), s.xid_for, "warning",
                f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} (dcgm-exporter)",
                f"dcgm-exporter counted XID {{{{ $labels.xid }}}} (class application) {_COUNT} times in its "
-               f"window for {_GPU} ({burst} or more make a burst). {xid.SEVERITY_ACTION['application']} {tail}", s),
+               f"window for {_GPU}, PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). "
+               f"{xid.SEVERITY_ACTION['application']} {tail}", s, xid_class="application"),
     ]
 
 
