@@ -241,8 +241,9 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
             s.straggler_for, "warning",
             "Run {{ $labels.run_id }}: rank {{ $labels.rank }} is a straggler",
             f"R{_RANK[1:]} has taken {{{{ printf \"%.1f\" $value }}}} times the run's median step time (means over "
-            f"5m) for {s.straggler_for} (alert above {s.straggler_ratio:g}). Compare its GPU's utilisation, clocks, "
-            f"temperature and XIDs on the training-run dashboard.", s),
+            f"5m) for {s.straggler_for} (alert above {s.straggler_ratio:g}). Compare its data-wait share in "
+            f"\"FSDP training run › Worst {s.top_n} ranks\" and its GPU in \"FSDP training run › SM clock of the "
+            f"run's GPUs\" and \"FSDP training run › XIDs on the run's GPUs\".", s),
         _alert(
             "FsdpThroughputDrop",
             f"{GLOBAL_TOKENS}\n< {s.throughput_drop_ratio:g} * quantile_over_time(0.5, "

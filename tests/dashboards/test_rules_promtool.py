@@ -216,8 +216,9 @@ CASES += [
      [({**_parse(rank_labels(2, "c")), "severity": "warning"},
        {"summary": "Run llama-ft: rank 2 is a straggler",
         "description": "Rank 2 of run llama-ft on node gpu-node-1 (GPU GPU-0000000c) has taken 2.0 times the run's "
-                       "median step time (means over 5m) for 10m (alert above 1.5). Compare its GPU's utilisation, "
-                       "clocks, temperature and XIDs on the training-run dashboard.",
+                       "median step time (means over 5m) for 10m (alert above 1.5). Compare its data-wait share in "
+                       "\"FSDP training run › Worst 10 ranks\" and its GPU in \"FSDP training run › SM clock of the "
+                       "run's GPUs\" and \"FSDP training run › XIDs on the run's GPUs\".",
         "runbook_url": f"{BOOK}#fsdpstragglerrank"})]),
     # 1000 tokens/s for half an hour, then 500 from 31m: below 70 % of the median of the hour
     # before the last 10 minutes.

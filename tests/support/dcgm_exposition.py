@@ -159,13 +159,14 @@ TRAINING_UUIDS = ("GPU-7d1e3c2a-55b0-4f7e-9c1d-2a3b4c5d6e01", "GPU-7d1e3c2a-55b0
 
 def training_gpus() -> list[Gpu]:
     """Two H200s of a node running ranks 0 and 1 of run llama2-7b-ft (namespace training); GPU 1
-    runs hot (83 °C), remapped rows, last XID 31 (twice in the exporter's window)."""
+    runs hot (83 °C), has remapped rows and ran out of spare ones, and its last XID is 31 (twice in
+    the exporter's window)."""
     return [
         Gpu(0, TRAINING_UUIDS[0], "00000000:18:00.0", pod=("pytorch", "training", "llama2-7b-ft-worker-0")),
         Gpu(1, TRAINING_UUIDS[1], "00000000:2A:00.0", pod=("pytorch", "training", "llama2-7b-ft-worker-1"),
             readings={"DCGM_FI_DEV_GPU_TEMP": 83, "DCGM_FI_DEV_SM_CLOCK": 1755, "DCGM_FI_DEV_POWER_USAGE": 388.07,
                       "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.913, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1,
-                      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 3},
+                      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 3, "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1},
             last_xid=31, xid_counts={31: 2}),
     ]
 
