@@ -8,6 +8,7 @@ For ``benchmarks/dashboard_queries.py``. A cluster of ``nodes`` nodes, each with
   (``job="nvidia-dcgm-exporter"``, the exporter pod's ``namespace``/``pod``/``instance``);
 - the fsdp-observe agent: host series (``cores`` per-core CPU series), per-GPU series, one GPU
   process per GPU, XID-free;
+- node-exporter: per-core CPU time by mode, network and disk counters, ``node_uname_info``;
 - ``ranks`` trainer ranks of one run (``run_id="llama3-70b-ft"``) with every trainer family,
   histograms included (``observe.catalog``).
 
@@ -245,10 +246,43 @@ def trainer(cluster: Cluster, out: TextIO, p: Profiles) -> int:
     return written
 
 
+#: node-exporter's CPU modes kept in the simulation (a real one has eight; these carry the load).
+CPU_MODES = ("idle", "user", "system", "iowait")
+
+
+def node_exporter(cluster: Cluster, out: TextIO, p: Profiles) -> int:
+    """node-exporter's families the dashboards read, scraped as kube-prometheus-stack does
+    (``instance`` relabelled to the node name); returns the samples written."""
+    written = 0
+
+    def base(n: int) -> str:
+        return (f'instance="{cluster.node(n)}",job="node-exporter",namespace="monitoring",'
+                f'pod="kube-prometheus-stack-prometheus-node-exporter-{n:05x}",service="node-exporter"')
+
+    for n in range(cluster.nodes):
+        written += _series(out, "node_uname_info", f'{base(n)},nodename="{cluster.node(n)}",release="6.8.0"',
+                           p.gauge(1, 0, True))
+    for n in range(cluster.nodes):
+        for cpu in range(cluster.cores):
+            for mode, share in zip(CPU_MODES, (0.6, 0.3, 0.08, 0.02), strict=True):
+                written += _series(out, "node_cpu_seconds_total", f'{base(n)},cpu="{cpu}",mode="{mode}"',
+                                   p.counter(share))
+    for name, rate in (("node_network_receive_bytes_total", 2.5e9), ("node_network_transmit_bytes_total", 2.4e9)):
+        for n in range(cluster.nodes):
+            for device, scale in (("eth0", 1.0), ("lo", 0.01), ("cali1a2b3c", 0.1)):
+                written += _series(out, name, f'{base(n)},device="{device}"', p.counter(rate * scale))
+    for name, rate in (("node_disk_read_bytes_total", 4e8), ("node_disk_written_bytes_total", 2e8),
+                       ("node_disk_io_time_seconds_total", 0.3)):
+        for n in range(cluster.nodes):
+            for device in ("nvme0n1", "nvme1n1", "nvme0n1p1"):
+                written += _series(out, name, f'{base(n)},device="{device}"', p.counter(rate))
+    return written
+
+
 def write_span(cluster: Cluster, out: TextIO, start: float, end: float) -> int:
     """Every series of the cluster from ``start`` to ``end`` as one OpenMetrics document."""
     p = Profiles(cluster.timestamps(start, end))
-    written = dcgm(cluster, out, p) + agent(cluster, out, p) + trainer(cluster, out, p)
+    written = dcgm(cluster, out, p) + agent(cluster, out, p) + node_exporter(cluster, out, p) + trainer(cluster, out, p)
     out.write("# EOF\n")
     return written
 
@@ -259,7 +293,13 @@ def series_per_node(cluster: Cluster) -> int:
     agent_series = 13 + cluster.cores + 3 + 3 + 1 + cluster.gpus * (7 + 4 + 2 + 2 + 1 + 2)
     buckets = len(c.STEP_SECONDS_BUCKETS) + 1
     rank = 15 + 1 + 2 * len(c.TRAIN_PHASES) + 3 + 2 * (buckets + 2)
-    return cluster.gpus * fields + agent_series + cluster.ranks * rank
+    node_exporter_series = 1 + cluster.cores * len(CPU_MODES) + 2 * 3 + 3 * 3
+    return cluster.gpus * fields + agent_series + node_exporter_series + cluster.ranks * rank
 
 
-__all__ = ["COUNTERS", "Cluster", "series_per_node", "write_span"]
+def series_total(cluster: Cluster) -> int:
+    """How many series the whole cluster has (the run's global tokens/s is one series)."""
+    return cluster.nodes * series_per_node(cluster) + 1
+
+
+__all__ = ["COUNTERS", "Cluster", "series_per_node", "series_total", "write_span"]

@@ -14,6 +14,7 @@ import grafanalib.core as g
 
 from observe import catalog as c
 from observe.monitoring import fields as f
+from observe.monitoring import rules
 from observe.monitoring.grafana import (
     layout,
     merged_table,
@@ -59,13 +60,21 @@ def gpu_health(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
         """``fn(<DCGM selector>[window])``, normalised: range functions need the plain selector."""
         return s.dcgm_normalised(f"{fn}({s.dcgm_raw(name, *d)}[{window}])")
 
-    def worst(expr: str, bottom: bool = False) -> str:
-        return stable_top(k, expr, GPU_ID, bottom=bottom)
+    raw_id = f"{s.dcgm_hostname_label}, gpu, {s.dcgm_uuid_label}, {f.DCGM_MIG_INSTANCE}"
+
+    def worst(name: str, scale: str = "", bottom: bool = False, reducer: str = "avg") -> str:
+        """The ``top_n`` worst GPUs of one DCGM field: chosen and drawn on the exporter's own
+        labels, renamed (``label_replace``) only for those ``top_n`` series."""
+        picked = stable_top(k, s.dcgm_raw(name, *d), raw_id, bottom=bottom, reducer=reducer)
+        return s.dcgm_normalised(f"({picked}){scale}")
+
+    def raw(name: str, *extra: str) -> str:
+        return s.dcgm_raw(name, *d, *extra)
 
     def agent(metric: c.Metric, *extra: str) -> str:
         return s.agent(metric.name, *a, *extra)
 
-    temp = field(f.DCGM_GPU_TEMP)
+    temp = raw(f.DCGM_GPU_TEMP)  # counted: no renaming needed
     mib = f"* {f.MIB}"
     xid_count = (f"max by (node, gpu, gpu_uuid, pci_bus, xid, severity) "
                  f"(last_over_time({agent(c.GPU_XID_ERRORS)}[$__range]))")
@@ -97,64 +106,67 @@ def gpu_health(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
             stat(f"GPUs at or above {s.gpu_temperature_warning_celsius:g} °C", [target(count_or_zero(
                 f"{temp} >= {s.gpu_temperature_warning_celsius:g}", temp))], "none",
                 "GPUs at or above the warning temperature now.", thresholds=threshold_steps((1, "orange"))),
+            stat("GPUs with under 10 % memory free", [target(count_or_zero(
+                f"{raw(f.DCGM_FB_FREE)} / ({raw(f.DCGM_FB_USED)} + {raw(f.DCGM_FB_FREE)}) < 0.1",
+                raw(f.DCGM_FB_FREE)))],
+                "none", f"GPUs whose framebuffer is over 90 % used now ({f.DCGM_FB_FREE} over {f.DCGM_FB_USED} + "
+                        f"{f.DCGM_FB_FREE}): close to an out-of-memory error.",
+                thresholds=threshold_steps((1, "orange"))),
             stat("GPUs whose row remapping failed", [target(count_or_zero(
                 f"{field(f.DCGM_ROW_REMAP_FAILURE)} == 1", field(f.DCGM_ROW_REMAP_FAILURE)))], "none",
                 f"{f.DCGM_ROW_REMAP_FAILURE} = 1: the GPU ran out of spare rows; it needs replacing.",
                 thresholds=threshold_steps((1, "red"))),
         ], [
             timeseries("Graphics engine active across GPUs", [target(e, lg, chr(65 + i)) for i, (e, lg) in
-                                                              enumerate(spread(field(f.DCGM_GR_ENGINE_ACTIVE)))],
+                                                              enumerate(spread(raw(f.DCGM_GR_ENGINE_ACTIVE)))],
                        "percentunit", f"Minimum, median and maximum of {f.DCGM_GR_ENGINE_ACTIVE} over the selected "
                                       "GPUs: a low minimum while the median is high is one idle GPU holding a job "
                                       "back.", min_=0, max_=1),
             timeseries("Temperature across GPUs", [target(e, lg, chr(65 + i)) for i, (e, lg) in
-                                                   enumerate(spread(temp))], "celsius",
+                                                   enumerate(spread(raw(f.DCGM_GPU_TEMP)))], "celsius",
                        f"Minimum, median and maximum of {f.DCGM_GPU_TEMP} over the selected GPUs.",
                        thresholds=temperature_thresholds(s), soft_max=temperature_soft_max(s)),
         ]]),
         (f"Utilisation (dcgm-exporter; the {k} least busy GPUs)", [[
-            timeseries("Graphics engine active (MIG-safe)", [target(worst(field(f.DCGM_GR_ENGINE_ACTIVE), True),
+            timeseries("Graphics engine active (MIG-safe)", [target(worst(f.DCGM_GR_ENGINE_ACTIVE, bottom=True),
                                                                     legend)], "percentunit",
                        f"{f.DCGM_GR_ENGINE_ACTIVE}: share of time the graphics engine was busy. Reported for MIG "
                        "instances too, unlike GPU utilisation.", min_=0, max_=1),
-            timeseries("Tensor-core activity", [target(worst(field(f.DCGM_TENSOR_ACTIVE), True), legend)],
+            timeseries("Tensor-core activity", [target(worst(f.DCGM_TENSOR_ACTIVE, bottom=True), legend)],
                        "percentunit", f"{f.DCGM_TENSOR_ACTIVE}: share of cycles the tensor (HMMA) pipe was active; "
                                       "a bf16 fine-tune that keeps it low is waiting on something else.",
                        min_=0, max_=1),
-            timeseries("DRAM activity", [target(worst(field(f.DCGM_DRAM_ACTIVE), True), legend)], "percentunit",
+            timeseries("DRAM activity", [target(worst(f.DCGM_DRAM_ACTIVE, bottom=True), legend)], "percentunit",
                        f"{f.DCGM_DRAM_ACTIVE}: share of cycles device memory was sending or receiving data.",
                        min_=0, max_=1),
         ], [
-            timeseries("GPU utilisation (not under MIG)", [target(worst(field(f.DCGM_GPU_UTIL), True), legend)],
+            timeseries("GPU utilisation (not under MIG)", [target(worst(f.DCGM_GPU_UTIL, bottom=True), legend)],
                        "percent", f"{f.DCGM_GPU_UTIL}: share of time a kernel ran. dcgm-exporter does not report "
                                   "it for MIG instances: use Graphics engine active there.", min_=0, max_=100),
-            timeseries("Memory copy utilisation", [target(worst(field(f.DCGM_MEM_COPY_UTIL)), legend)], "percent",
+            timeseries("Memory copy utilisation", [target(worst(f.DCGM_MEM_COPY_UTIL), legend)], "percent",
                        f"{f.DCGM_MEM_COPY_UTIL}: share of time device memory was read or written (not under MIG).",
                        min_=0, max_=100),
         ]]),
         (f"Memory, clocks, heat and power (the {k} worst GPUs)", [[
-            timeseries("Framebuffer memory used", [target(worst(f"{field(f.DCGM_FB_USED)} {mib}"), legend)],
+            timeseries("Framebuffer memory used", [target(worst(f.DCGM_FB_USED, f" {mib}"), legend)],
                        "bytes", f"{f.DCGM_FB_USED} (MiB, shown in bytes): device memory in use, the fullest GPUs."),
-            timeseries("Framebuffer memory in use", [target(worst(
-                f"{field(f.DCGM_FB_USED)}\n/\n({field(f.DCGM_FB_USED)} + {field(f.DCGM_FB_FREE)})"), legend)],
-                "percentunit", f"{f.DCGM_FB_USED} / ({f.DCGM_FB_USED} + {f.DCGM_FB_FREE}): how close each GPU is to "
-                               "running out of memory.", min_=0, max_=1),
-            timeseries("SM clock", [target(worst(f"{field(f.DCGM_SM_CLOCK)} * 1e6", True), legend)], "hertz",
+            timeseries("SM clock", [target(worst(f.DCGM_SM_CLOCK, " * 1e6", bottom=True), legend)], "hertz",
                        f"{f.DCGM_SM_CLOCK} (MHz, shown in Hz), the lowest clocks: a clock well under the GPU's boost "
                        "clock while it is busy means throttling (see Clock throttle reasons)."),
-            timeseries("GPU temperature", [target(worst(temp), legend)], "celsius", f"{f.DCGM_GPU_TEMP}, the hottest.",
+            timeseries("GPU temperature", [target(worst(f.DCGM_GPU_TEMP), legend)], "celsius",
+                       f"{f.DCGM_GPU_TEMP}, the hottest.",
                        thresholds=temperature_thresholds(s), soft_max=temperature_soft_max(s)),
-            timeseries("Power draw", [target(worst(field(f.DCGM_POWER_USAGE)), legend)], "watt",
+            timeseries("Power draw", [target(worst(f.DCGM_POWER_USAGE), legend)], "watt",
                        f"{f.DCGM_POWER_USAGE}, the highest."),
         ]]),
         (f"NVLink and PCIe (the {k} busiest GPUs)", [[
-            timeseries("NVLink throughput", [target(worst(f"{field(f.DCGM_NVLINK_BANDWIDTH)} * "
-                                                          f"{f.NVLINK_UNIT_TO_BYTES}"), legend)], "Bps",
+            timeseries("NVLink throughput", [target(worst(f.DCGM_NVLINK_BANDWIDTH, f" * {f.NVLINK_UNIT_TO_BYTES}"),
+                                                    legend)], "Bps",
                        f"{f.DCGM_NVLINK_BANDWIDTH}: NVLink traffic over all links, sent and received. Typed counter "
                        "by the exporter but a rate already (KiB/s / 1000), so charted as is."),
-            timeseries("PCIe transmit", [target(worst(field(f.DCGM_PCIE_TX)), legend)], "Bps",
+            timeseries("PCIe transmit", [target(worst(f.DCGM_PCIE_TX), legend)], "Bps",
                        f"{f.DCGM_PCIE_TX}: bytes per second sent over PCIe, headers included."),
-            timeseries("PCIe receive", [target(worst(field(f.DCGM_PCIE_RX)), legend)], "Bps",
+            timeseries("PCIe receive", [target(worst(f.DCGM_PCIE_RX), legend)], "Bps",
                        f"{f.DCGM_PCIE_RX}: bytes per second received over PCIe, headers included."),
         ]]),
         ("ECC, row remapping and PCIe replays", [[
@@ -172,15 +184,13 @@ def gpu_health(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                f"failed remapping, PCIe replays ({f.DCGM_PCIE_REPLAY}) or uncorrected ECC errors "
                f"({c.GPU_ECC_ERRORS.name}). An empty table: no GPU has any (check GPUs reporting above).",
                 ("node", "gpu", "gpu_uuid"), s.datasource_type),
-            timeseries("ECC errors (agent)", [target(worst(
-                f"sum by (node, gpu, gpu_uuid, type) (increase({agent(c.GPU_ECC_ERRORS)}[$__rate_interval]))"),
-                "{{node}} GPU {{gpu}} {{type}}")], "none",
-                f"{c.GPU_ECC_ERRORS.name}: ECC errors per interval, corrected and uncorrected (NVML volatile "
-                "counters).", min_=0),
-            timeseries("PCIe replays", [target(worst(
-                f"sum by ({GPU_ID}) ({over('increase', f.DCGM_PCIE_REPLAY, '$__rate_interval')})"), legend)], "none",
-                f"{f.DCGM_PCIE_REPLAY}: PCIe retries per interval; a GPU that keeps replaying has a bad link or "
-                "riser.", min_=0),
+            timeseries("ECC errors (agent)", [target(stable_top(
+                k, agent(c.GPU_ECC_ERRORS), "node, gpu, type", reducer="increase"), "{{node}} GPU {{gpu}} {{type}}")],
+                "none", f"{c.GPU_ECC_ERRORS.name}: ECC errors since the driver loaded, corrected and uncorrected (NVML "
+                        f"volatile counters), of the {k} GPUs that added the most in the range.", min_=0),
+            timeseries("PCIe replays", [target(worst(f.DCGM_PCIE_REPLAY, reducer="increase"), legend)], "none",
+                       f"{f.DCGM_PCIE_REPLAY}: PCIe retries since boot, of the {k} GPUs that added the most in the "
+                       "range; a GPU that keeps replaying has a bad link or riser.", min_=0),
         ]]),
         ("XIDs", [[
             table("Last XID per GPU (dcgm-exporter, sticky)", [target(last_xid, instant=True, table=True,
@@ -209,9 +219,10 @@ def gpu_health(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 f"(max by (node, gpu) (max_over_time({lost}[$__range] @ end())) == 1)", "{{node}} GPU {{gpu}}")],
                 "GPUs NVML reported lost at some time in the range, and when. Empty: none was.",
                 states={0: ("ok", "green"), 1: ("lost", "red")}, plugin=s.datasource_type),
-            timeseries("GPUs held down, by throttle reason", [target(
-                f"count by (reason) ({throttle} == 1)", "{{reason}}")], "none",
-                "How many of the selected GPUs each NVML clock event reason holds down now.", min_=0),
+            timeseries("GPUs held down, by throttle reason (all nodes)", [target(
+                s.agent(rules.THROTTLED), "{{reason}}")], "none",
+                f"How many GPUs of the cluster each NVML clock event reason holds down ({rules.THROTTLED}, "
+                "recorded: a count over every GPU's reasons at every step would be slow at 8,192 GPUs).", min_=0),
             state_timeline("Clock throttle reasons", [target(stable_top(
                 k, throttle, "node, gpu, reason", reducer="sum"), "{{node}} GPU {{gpu}}: {{reason}}")],
                 f"The {k} (GPU, reason) pairs that held clocks down longest in the range, and when.",

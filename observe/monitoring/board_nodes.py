@@ -12,6 +12,7 @@ import grafanalib.core as g
 
 from observe import catalog as c
 from observe.monitoring import fields as f
+from observe.monitoring import rules
 from observe.monitoring.board_gpu import temperature_soft_max, temperature_thresholds
 from observe.monitoring.grafana import (
     RowsHeatmap,
@@ -36,63 +37,54 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
     def a(metric: c.Metric, *extra: str) -> str:
         return s.agent(metric.name, n, *extra)
 
-    def ne(fn: str, name: str, *matchers: str) -> str:
-        """``fn(<node-exporter selector>[$__rate_interval])`` with ``node`` copied from its node label."""
-        selector = s.node_exporter_raw(name, s.node_exporter_node("$node"), *matchers)
-        expr = f"{fn}({selector}[$__rate_interval])"
-        if s.node_exporter_node_label != "node":
-            expr = f'label_replace({expr}, "node", "$1", "{s.node_exporter_node_label}", "(.+)")'
-        return expr
+    def recorded(rule: str) -> str:
+        """A per-node series recorded from node-exporter (``observe.monitoring.rules.node_rules``)."""
+        return f'{rule}{{{n}}}'
 
     def busiest(expr: str, by: str = "node", bottom: bool = False) -> str:
         return stable_top(k, expr, by, bottom=bottom)
 
-    nic = f'device!~"{f.VIRTUAL_NETWORK_DEVICES}"'
-    disk = f'device!~"{f.VIRTUAL_DISK_DEVICES}"'
     cpu_rate = f"rate({a(c.NODE_PROCESS_CPU_SECONDS)}[5m])"
     top_processes = f"topk({k}, {cpu_rate})"
     gpu = "{{node}} GPU {{gpu}}"
     sources = a(c.AGENT_UP)
     sections = [
         (f"Host (node-exporter; the {k} busiest nodes)", [[
-            timeseries("CPU busy (node-exporter)", [target(busiest(
-                f"1 - avg by (node) ({ne('rate', f.NODE_CPU_SECONDS, 'mode=' + chr(34) + 'idle' + chr(34))})"),
-                "{{node}}")], "percentunit", f"1 - the idle share of {f.NODE_CPU_SECONDS} over all cores.",
-                min_=0, max_=1),
-            timeseries("Network receive", [target(busiest(
-                f"sum by (node) ({ne('rate', f.NODE_NETWORK_RECEIVE, nic)})"), "{{node}}")], "Bps",
-                f"{f.NODE_NETWORK_RECEIVE} over the physical interfaces (loopback, CNI and bridge devices left out): "
-                "data loading, checkpoint reads and, without RDMA, the collectives."),
-            timeseries("Network transmit", [target(busiest(
-                f"sum by (node) ({ne('rate', f.NODE_NETWORK_TRANSMIT, nic)})"), "{{node}}")], "Bps",
-                f"{f.NODE_NETWORK_TRANSMIT} over the physical interfaces."),
+            timeseries("CPU busy (node-exporter)", [target(busiest(recorded(rules.NODE_CPU_BUSY)), "{{node}}")],
+                       "percentunit", f"1 - the idle share of {f.NODE_CPU_SECONDS} over all cores "
+                                      f"({rules.NODE_CPU_BUSY}).",
+                       min_=0, max_=1),
+            timeseries("Network receive", [target(busiest(recorded(rules.NODE_NETWORK_RECEIVE)), "{{node}}")], "Bps",
+                       f"{f.NODE_NETWORK_RECEIVE} over the physical interfaces (loopback, CNI and bridge devices left "
+                       "out): data loading, checkpoint reads and, without RDMA, the collectives."),
+            timeseries("Network transmit", [target(busiest(recorded(rules.NODE_NETWORK_TRANSMIT)), "{{node}}")],
+                       "Bps", f"{f.NODE_NETWORK_TRANSMIT} over the physical interfaces."),
         ], [
-            timeseries("Disk read", [target(busiest(f"sum by (node) ({ne('rate', f.NODE_DISK_READ, disk)})"),
-                                            "{{node}}")], "Bps",
+            timeseries("Disk read", [target(busiest(recorded(rules.NODE_DISK_READ)), "{{node}}")], "Bps",
                        f"{f.NODE_DISK_READ} over whole disks (partitions and device-mapper counted once)."),
-            timeseries("Disk write", [target(busiest(f"sum by (node) ({ne('rate', f.NODE_DISK_WRITTEN, disk)})"),
-                                             "{{node}}")], "Bps",
+            timeseries("Disk write", [target(busiest(recorded(rules.NODE_DISK_WRITTEN)), "{{node}}")], "Bps",
                        f"{f.NODE_DISK_WRITTEN}: a checkpoint save shows as a burst here."),
-            timeseries("Disk busy", [target(busiest(f"max by (node) ({ne('rate', f.NODE_DISK_IO_TIME, disk)})"),
-                                            "{{node}}")], "percentunit",
+            timeseries("Disk busy", [target(busiest(recorded(rules.NODE_DISK_BUSY)), "{{node}}")], "percentunit",
                        f"{f.NODE_DISK_IO_TIME}: share of time the busiest disk of the node had I/O in flight.",
                        min_=0, max_=1),
         ]]),
         (f"CPU (agent; the {k} busiest nodes)", [[
             timeseries("CPU busy", [target(busiest(a(c.NODE_CPU_BUSY)), "{{node}}")], "percentunit",
                        "Share of all CPU time not idle or in iowait.", min_=0, max_=1),
-            heatmap(RowsHeatmap, "CPU busy per core", [target(f"max by (cpu) ({a(c.NODE_CPU_CORE_BUSY)})", "{{cpu}}",
-                                                              plugin=s.datasource_type)], "percentunit",
-                    "Each logical CPU's busy share, one row per core in core order: the busiest of the selected nodes "
-                    "for that core (pick one node to see its cores).", plugin=s.datasource_type),
+            heatmap(RowsHeatmap, "CPU busy per core of $core_node", [target(
+                s.agent(c.NODE_CPU_CORE_BUSY.name, 'node="$core_node"'), "{{cpu}}", plugin=s.datasource_type)],
+                "percentunit", "Each logical CPU's busy share of one node (the Cores of variable), one row per core "
+                               "in core order. One node at a time: a row per core of every node would be thousands.",
+                plugin=s.datasource_type),
             timeseries("Load average", [target(busiest(a(c.NODE_LOAD1)), "{{node}} 1m"),
                                         target(busiest(a(c.NODE_LOAD5)), "{{node}} 5m", "B"),
                                         target(busiest(a(c.NODE_LOAD15)), "{{node}} 15m", "C")], "short",
                        "Run-queue length averaged over 1, 5 and 15 minutes."),
         ]]),
         (f"Memory (agent; the {k} fullest nodes)", [[
-            timeseries("Memory used", [target(busiest(f"{a(c.NODE_MEMORY_USED)} / {a(c.NODE_MEMORY_TOTAL)}"),
-                                              "{{node}}")], "percentunit",
+            timeseries("Memory used", [target(stable_top(k, f"{a(c.NODE_MEMORY_USED)} / {a(c.NODE_MEMORY_TOTAL)}",
+                                                         "node", pick_from=a(c.NODE_MEMORY_USED)), "{{node}}")],
+                       "percentunit",
                        "Used (total - free - buffers - cache, as free and htop count it) over total.", min_=0, max_=1),
             timeseries("Memory available", [target(busiest(a(c.NODE_MEMORY_AVAILABLE), bottom=True), "{{node}}")],
                        "bytes", "MemAvailable of the nodes with the least: what can still be allocated without "
@@ -123,9 +115,9 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
             timeseries("GPU temperature", [target(stable_top(k, a(c.GPU_TEMPERATURE), "node, gpu"), gpu)], "celsius",
                        "GPU core temperature, the hottest GPUs.", thresholds=temperature_thresholds(s),
                        soft_max=temperature_soft_max(s)),
-            timeseries("GPU power", [target(stable_top(k, f"{a(c.GPU_POWER)} / {a(c.GPU_POWER_LIMIT)}", "node, gpu"),
-                                            gpu)], "percentunit",
-                       "Board power over the limit the driver enforces, the GPUs closest to it.", min_=0, soft_max=1),
+            timeseries("GPU power", [target(stable_top(k, a(c.GPU_POWER), "node, gpu"), gpu)], "watt",
+                       f"Board power, the GPUs drawing most ({c.GPU_POWER_LIMIT.name} is the limit the driver "
+                       "enforces)."),
         ]]),
         ("The agent itself", [[
             stat("Agents reporting", [target(f"count({a(c.AGENT_COLLECTIONS)})")], "none",
@@ -143,6 +135,8 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
     node_sources = (f'count by (node) ({s.node_exporter(f.NODE_UNAME, s.node_exporter_node(".+"))}) '
                     f"or count by (node) ({s.agent(c.AGENT_COLLECTIONS.name)})")
     templates = [variable("node", "Node", f"query_result({node_sources})", ".+", s.datasource_type,
-                          regex='/node="([^"]+)"/')]
+                          regex='/node="([^"]+)"/'),
+                 variable("core_node", "Cores of", f"label_values({s.agent(c.NODE_CPU_CORE_BUSY.name, n)}, node)",
+                          None, s.datasource_type)]
     return ("Host data from node-exporter (CPU, network, disk) and the fsdp-observe agent (per-core CPU, memory, "
             "swap, load, processes, its NVML view of the GPUs, its own health).", templates, layout(sections))

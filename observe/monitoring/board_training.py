@@ -53,19 +53,33 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
         return [target(expr, legend, first, plugin=s.datasource_type)]
 
     rank = "{{run_id}} rank {{rank}}"
-    step = c.TRAIN_STEP_SECONDS.name
     step_mean = t(rules.STEP_MEAN)
     median = s.trainer(rules.STEP_MEDIAN, *m[:2])  # recorded per run: no node label
     ratio = f"{step_mean}\n/ on ({RUN}) group_left\n{median}"
-    data_wait = f"rate({t(c.TRAIN_DATA_WAIT_SECONDS.name + '_sum')}[5m])\n/\nrate({t(step + '_sum')}[5m])"
+    # The slowest ranks, chosen on the recorded mean, then divided by their run's median: the
+    # division runs on top_n series per step, not on 8,192.
+    slowest_ratio = f"({stable_top(k, step_mean, RANK_ID)})\n/ on ({RUN}) group_left\n{median}"
+    data_wait = t(rules.DATA_WAIT_SHARE)
     scaling = scaling_queries(matchers=",".join(filter(None, (s.trainer_selector, 'namespace=~"$namespace"'))))
-    cuda_info = t(c.TRAIN_INFO, 'gpu_uuid!=""')  # CUDA ranks carry their GPU's UUID
-    run_gpus = f"group by (node, gpu_uuid, {RUN}, rank) ({cuda_info})"
+    run_gpus = t(rules.RUN_GPUS)  # recorded: the CUDA ranks' GPUs, in DCGM's label names too
     agent_xids = s.agent(c.GPU_XID_ERRORS.name, 'node=~"$node"')
+    dcgm_id = f"{s.dcgm_hostname_label}, {s.dcgm_uuid_label}"
+    copied = ", ".join(label for label in (*RUN.split(", "), "rank", "node", "gpu_uuid")
+                       if label not in (s.dcgm_hostname_label, s.dcgm_uuid_label))
 
     def dcgm_of_run(name: str, scale: str = "") -> str:
-        return (f"{s.dcgm(name, s.dcgm_node('$node'))}{scale}\n"
-                f"* on (node, gpu_uuid) group_left ({RUN}, rank)\n{run_gpus}")
+        """A DCGM field of the runs' GPUs, joined on DCGM's own labels to the recorded run GPUs."""
+        return (f"{s.dcgm_raw(name, s.dcgm_node('$node'))}{scale}\n"
+                f"* on ({dcgm_id}) group_left ({copied})\n{run_gpus}")
+
+    def worst_of_run(name: str, scale: str = "", bottom: bool = False) -> str:
+        """The ``top_n`` worst of the runs' GPUs for one DCGM field, chosen once over the range,
+        and joined to their ranks only after the choice (a join of ``top_n`` series per step)."""
+        raw = s.dcgm_raw(name, s.dcgm_node("$node"))
+        rank_by = (f"avg_over_time({raw}[$__range] @ end())\n"
+                   f"* on ({dcgm_id}) group_left ({copied})\n({run_gpus} @ end())")
+        picked = stable_top(k, raw, dcgm_id, bottom=bottom, rank_by=rank_by)
+        return f"({picked}){scale}\n* on ({dcgm_id}) group_left ({copied})\n{run_gpus}"
 
     def slowest(expr: str, bottom: bool = False) -> str:
         return stable_top(k, expr, RANK_ID, bottom=bottom)
@@ -74,7 +88,6 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
         return f"quantile by ({RUN}) (0.5, {expr})"
 
     gpu_legend = "{{run_id}} rank {{rank}} · {{node}} GPU {{gpu}}"
-    gpu_id = "node, gpu_uuid"
     memory = [(c.TRAIN_DEVICE_MEMORY_ALLOCATED, "allocated"), (c.TRAIN_DEVICE_MEMORY_RESERVED, "reserved"),
               (c.TRAIN_DEVICE_MEMORY_PEAK, "peak allocated")]
     memory_targets = [target(f"max by ({RUN}) ({t(metric)})", f"{{{{run_id}}}} {name}, max over ranks", chr(65 + 2 * i))
@@ -83,13 +96,14 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                        for i, (metric, name) in enumerate(memory)]
     memory_targets.append(target(f"max by ({RUN}) ({t(c.TRAIN_PROCESS_RESIDENT_MEMORY_PEAK)})",
                                  "{{run_id}} host RSS peak, max over ranks", "G"))
-    phase_share = (f"sum by ({RUN}, phase) (rate({t(c.TRAIN_PHASE_SECONDS)}[$__rate_interval]))\n/ on ({RUN}) "
-                   f"group_left\nsum by ({RUN}) (rate({t(c.TRAIN_PHASE_SECONDS)}[$__rate_interval]))")
+    phases = s.trainer(rules.PHASE_SHARE, *m[:2])  # recorded per run and phase
+    phase_share = f"sum by ({RUN}, phase) ({phases})\n/ on ({RUN}) group_left\nsum by ({RUN}) ({phases})"
     worst_ratio = f"topk({k}, {ratio})"
     xid_dcgm = (f"max by ({RUN}, rank, node, gpu_uuid, err_code, err_msg) "
                 f"({dcgm_of_run(f.DCGM_XID_ERRORS)} > 0)")
     xid_agent = (f"max by ({RUN}, rank, node, gpu_uuid, xid) ({agent_xids}\n"
-                 f"* on (node, gpu_uuid) group_left ({RUN}, rank)\n{run_gpus})")
+                 f"* on (node, gpu_uuid) group_left ({RUN}, rank)\ngroup by (node, gpu_uuid, {RUN}, rank) "
+                 f"({run_gpus}))")
     sections = [
         ("Progress", [[
             timeseries("Loss", [
@@ -119,7 +133,7 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
         ]]),
         ("Step time: find the slow rank", [[
             heatmap(BucketsHeatmap, "Step-time distribution (all ranks)", [target(
-                f"sum by (le) (rate({t(step + '_bucket')}[$__rate_interval]))", "{{le}}", plugin=s.datasource_type,
+                f"sum by (le) ({s.trainer(rules.STEP_BUCKET_RATE, *m[:2])})", "{{le}}", plugin=s.datasource_type,
                 heatmap=True)], "s", "How many steps of all the run's ranks fell in each step-time bucket per "
                                      "interval (one panel per run). A second band above the main one is a slow rank "
                                      "or a slow phase.", repeat=repeat_by("run_id", 2), plugin=s.datasource_type),
@@ -129,7 +143,7 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 "are the slowest over the range (one panel per run).", repeat=repeat_by("run_id", 2),
                 plugin=s.datasource_type),
         ], [
-            timeseries("Step time vs the run's median rank", [target(stable_top(k, ratio, RANK_ID), rank)], "none",
+            timeseries("Step time vs the run's median rank", [target(slowest_ratio, rank)], "none",
                        f"Mean step time (5m) over the run's median rank, for the {k} ranks furthest above it. The "
                        f"FsdpStragglerRank alert fires above {s.straggler_ratio:g} for {s.straggler_for}.",
                        thresholds=threshold_steps((s.straggler_ratio, "orange")), soft_min=0.5,
@@ -150,9 +164,10 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                        "CUDA caching allocator (allocated, reserved, peak allocated; absent on CPU): the largest rank "
                        "and the median rank, and the largest rank process's peak resident memory (VmHWM)."),
             timeseries(f"Allocation retries: the {k} ranks retrying most", [target(stable_top(
-                k, f"increase({t(c.TRAIN_DEVICE_ALLOC_RETRIES)}[$__rate_interval])", RANK_ID, reducer="sum"), rank)],
-                "none", f"{c.TRAIN_DEVICE_ALLOC_RETRIES.name}: allocations that had to free cached blocks and retry "
-                        "(memory pressure; a rank that keeps retrying is slow and close to out-of-memory).", min_=0),
+                k, t(c.TRAIN_DEVICE_ALLOC_RETRIES), RANK_ID, reducer="increase"), rank)],
+                "none", f"{c.TRAIN_DEVICE_ALLOC_RETRIES.name}: allocations that had to free cached blocks and retry, "
+                        "since the rank started, of the ranks that added the most in the range (memory pressure; a "
+                        "rank that keeps retrying is slow and close to out-of-memory).", min_=0),
             timeseries("Gradient norm", [target(f"max by ({RUN}) ({t(c.TRAIN_GRAD_NORM)})", "{{run_id}}")], "none",
                        "Global L2 norm of the gradients before clipping, at each log step."),
             timeseries("Learning rate", [target(f"max by ({RUN}) ({t(c.TRAIN_LEARNING_RATE)})", "{{run_id}}")],
@@ -164,7 +179,7 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                        "restarting, training, validating, checkpointing, finished.", stack=True, min_=0, max_=1,
                        repeat=repeat_by("run_id", 2)),
             state_timeline("Phase of each run", [target(
-                f"count by ({RUN}, phase) ({t(c.TRAIN_PHASE)} == 1) > 0", "{{run_id}} {{phase}}")],
+                f"{s.trainer(rules.PHASE_RANKS, *m[:2])} > 0", "{{run_id}} {{phase}}")],
                 "When each run's ranks were in each phase (a row per run and phase; the value is how many ranks "
                 "were in it).", states={1: ("ranks in phase", "blue")}, plugin=s.datasource_type),
         ], [
@@ -194,19 +209,19 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                                                                     rank + " · {{node}} {{gpu_uuid}}")], "s",
                        "Mean step time of each rank over its last log window, the slowest ranks: set it beside the "
                        "GPU panels to trace a slow rank to its GPU."),
-            timeseries("Graphics engine active of the run's GPUs", [target(stable_top(
-                k, dcgm_of_run(f.DCGM_GR_ENGINE_ACTIVE), gpu_id, bottom=True), gpu_legend)], "percentunit",
+            timeseries("Graphics engine active of the run's GPUs", [target(worst_of_run(
+                f.DCGM_GR_ENGINE_ACTIVE, bottom=True), gpu_legend)], "percentunit",
                 f"{f.DCGM_GR_ENGINE_ACTIVE} of the least busy GPUs the run's ranks use (MIG-safe).", min_=0, max_=1),
-            timeseries("SM clock of the run's GPUs", [target(stable_top(
-                k, dcgm_of_run(f.DCGM_SM_CLOCK, " * 1e6"), gpu_id, bottom=True), gpu_legend)], "hertz",
+            timeseries("SM clock of the run's GPUs", [target(worst_of_run(
+                f.DCGM_SM_CLOCK, " * 1e6", bottom=True), gpu_legend)], "hertz",
                 f"{f.DCGM_SM_CLOCK} of the run's GPUs with the lowest clocks: a throttled GPU makes its rank a "
                 "straggler."),
         ], [
-            timeseries("GPU power of the run's GPUs", [target(stable_top(
-                k, dcgm_of_run(f.DCGM_POWER_USAGE), gpu_id, bottom=True), gpu_legend)], "watt",
+            timeseries("GPU power of the run's GPUs", [target(worst_of_run(
+                f.DCGM_POWER_USAGE, bottom=True), gpu_legend)], "watt",
                 f"{f.DCGM_POWER_USAGE} of the run's GPUs drawing least."),
-            timeseries("GPU temperature of the run's GPUs", [target(stable_top(
-                k, dcgm_of_run(f.DCGM_GPU_TEMP), gpu_id), gpu_legend)], "celsius",
+            timeseries("GPU temperature of the run's GPUs", [target(worst_of_run(
+                f.DCGM_GPU_TEMP), gpu_legend)], "celsius",
                 f"{f.DCGM_GPU_TEMP} of the run's hottest GPUs.", thresholds=temperature_thresholds(s),
                 soft_max=temperature_soft_max(s)),
             merged_table("XIDs on the run's GPUs", [

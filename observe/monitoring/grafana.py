@@ -196,9 +196,12 @@ def merged_table(title: str, queries: Sequence[tuple[str, str, str]], descriptio
 
 def stat(title: str, targets: list[g.Target], unit: str, description: str, *,
          thresholds: list[g.Threshold] | None = None, plugin: str = "prometheus") -> g.Stat:
-    """A single-value panel (last value of each series); missing data reads "No data"."""
+    """A single-value panel: the value now (instant queries, no sparkline: a count over 8,192 GPUs
+    at every step of the range would cost seconds for one number); missing data reads "No data"."""
+    for t in targets:
+        t.instant = True
     return g.Stat(title=title, description=description, dataSource=datasource(plugin), targets=targets, format=unit,
-                  reduceCalc="lastNotNull", graphMode="area", colorMode="value", textMode="value_and_name",
+                  reduceCalc="lastNotNull", graphMode="none", colorMode="value", textMode="value_and_name",
                   thresholds=thresholds or threshold_steps(), maxDataPoints=None)
 
 
@@ -225,12 +228,15 @@ def layout(sections: Sequence[tuple[str, Sequence[Sequence[g.Panel]]]], height: 
     return out
 
 
-def variable(name: str, label: str, query: str, all_value: str, plugin: str = "prometheus",
+def variable(name: str, label: str, query: str, all_value: str | None, plugin: str = "prometheus",
              multi: bool = True, regex: str = "") -> g.Template:
-    """A query variable with "All" (``all_value`` is the regex "All" stands for), sorted naturally."""
-    template = g.Template(name=name, label=label, query=query, dataSource=datasource(plugin), includeAll=True,
-                          allValue=all_value, multi=multi, refresh=2, sort=SORT_NATURAL, type="query", regex=regex)
-    template._current = {"selected": True, "text": ["All"], "value": ["$__all"]}  # starts on "All"
+    """A query variable, sorted naturally: with "All" (``all_value`` is the regex "All" stands
+    for), or, with ``all_value=None``, one value at a time (Grafana starts on the first)."""
+    template = g.Template(name=name, label=label, query=query, dataSource=datasource(plugin),
+                          includeAll=all_value is not None, allValue=all_value, multi=multi and all_value is not None,
+                          refresh=2, sort=SORT_NATURAL, type="query", regex=regex)
+    if all_value is not None:
+        template._current = {"selected": True, "text": ["All"], "value": ["$__all"]}  # starts on "All"
     return template
 
 

@@ -11,7 +11,8 @@ checks every file against it):
   ``timepicker.time_options`` (removed by Grafana's V41 migration); on panels ``editable`` and
   ``error``; on tables the Angular-era ``columns``, ``fontSize``, ``color`` and ``mappings``; on
   rows everything but what a row has; on targets ``query``, ``metric``, ``target`` and
-  ``intervalFactor``; on variables ``useTags`` and the interval-only ``auto*`` keys;
+  ``intervalFactor``; on variables ``useTags``, the interval-only ``auto*`` keys and an empty
+  ``current``;
 - threshold steps as ``{color, value}`` with a JSON ``null`` base (grafanalib: the string
   ``"null"`` and graph-panel keys ``index``, ``line``, ``op``, ``yaxis``);
 - no ``noValue`` (grafanalib's stat default ``"none"`` reads as "no lost GPUs" when the agent is
@@ -102,3 +103,5 @@ def _variable(variable: dict[str, Any]) -> None:
     current = variable.get("current")
     if isinstance(current, dict):
         current.pop("tags", None)
+        if not current.get("text") and not current.get("value"):
+            del variable["current"]  # nothing chosen yet: Grafana starts on the first value

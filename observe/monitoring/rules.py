@@ -36,6 +36,7 @@ from typing import Any
 
 from observe import catalog as c
 from observe import xid, yamlio
+from observe.monitoring import fields
 from observe.monitoring.fields import DCGM_XID_COUNT, DCGM_XID_ERRORS
 from observe.monitoring.settings import Settings
 from observe.promql import duration_seconds
@@ -55,7 +56,24 @@ _CLASS_EFFECT = {"gpu_reset": "the GPU needs a reset", "node_reboot": "the node 
 STEP_MEAN = f"rank:{c.TRAIN_STEP_SECONDS.name}:mean5m"
 STEP_MEDIAN = f"namespace_run_id:{c.TRAIN_STEP_SECONDS.name}:median_mean5m"
 GLOBAL_TOKENS = f"namespace_run_id:{c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name}:max"
-RECORDED = (STEP_MEAN, STEP_MEDIAN, GLOBAL_TOKENS)
+#: Recorded for the dashboards, so a panel at 8,192 ranks or GPUs reads a few series (the
+#: benchmark: benchmarks/dashboard_queries.py).
+DATA_WAIT_SHARE = f"rank:{c.TRAIN_DATA_WAIT_SECONDS.name}:share5m"
+STEP_BUCKET_RATE = f"namespace_run_id_le:{c.TRAIN_STEP_SECONDS.name}_bucket:rate2m"
+RUN_GPUS = f"node_gpu:{c.TRAIN_INFO.name}:dcgm_labels"
+PHASE_SHARE = f"namespace_run_id_phase:{c.TRAIN_PHASE_SECONDS.name}:rate2m"
+PHASE_RANKS = f"namespace_run_id_phase:{c.TRAIN_PHASE.name}:ranks"
+THROTTLED = f"reason:{c.GPU_CLOCK_THROTTLE.name}:count"
+NODE_CPU_BUSY = f"node:{fields.NODE_CPU_SECONDS}:busy_ratio_rate2m"
+NODE_NETWORK_RECEIVE = f"node:{fields.NODE_NETWORK_RECEIVE}:rate2m"
+NODE_NETWORK_TRANSMIT = f"node:{fields.NODE_NETWORK_TRANSMIT}:rate2m"
+NODE_DISK_READ = f"node:{fields.NODE_DISK_READ}:rate2m"
+NODE_DISK_WRITTEN = f"node:{fields.NODE_DISK_WRITTEN}:rate2m"
+NODE_DISK_BUSY = f"node:{fields.NODE_DISK_IO_TIME}:max_rate2m"
+RECORDED = (STEP_MEAN, STEP_MEDIAN, GLOBAL_TOKENS, DATA_WAIT_SHARE, STEP_BUCKET_RATE, RUN_GPUS, PHASE_SHARE,
+            PHASE_RANKS, THROTTLED,
+            NODE_CPU_BUSY, NODE_NETWORK_RECEIVE, NODE_NETWORK_TRANSMIT, NODE_DISK_READ, NODE_DISK_WRITTEN,
+            NODE_DISK_BUSY)
 
 _RUN = "namespace, run_id"
 #: Labels that identify one XID code on one GPU (target labels such as pod and instance excluded).
@@ -216,6 +234,46 @@ def gpu_lost_alert(s: Settings) -> dict[str, Any]:
         f"{xid.REBOOT}", s)
 
 
+def _run_gpus_in_dcgm_labels(s: Settings) -> str:
+    """The GPUs CUDA ranks use, carrying dcgm-exporter's node and UUID labels too, so panels join
+    DCGM series to runs without a ``label_replace`` on every DCGM series at every step."""
+    info = s.trainer(c.TRAIN_INFO.name, 'gpu_uuid!=""')
+    copied = info
+    for theirs, ours in ((s.dcgm_hostname_label, "node"), (s.dcgm_uuid_label, "gpu_uuid")):
+        if theirs != ours:
+            copied = f'label_replace({copied}, "{theirs}", "$1", "{ours}", "(.+)")'
+    identity = ", ".join(dict.fromkeys((_RUN, "rank", "node", "gpu_uuid", s.dcgm_hostname_label, s.dcgm_uuid_label)))
+    return f"group by ({identity}) ({copied})"
+
+
+def gpu_recording_rules(s: Settings) -> list[dict[str, Any]]:
+    """Fleet-wide counts the GPU-health dashboard reads."""
+    return [{"record": THROTTLED, "expr": f"count by (reason) ({s.agent(c.GPU_CLOCK_THROTTLE.name)} == 1)"}]
+
+
+def node_rules(s: Settings) -> list[dict[str, Any]]:
+    """node-exporter's per-core and per-device counters summed per node (the Nodes dashboard)."""
+    def per_node(fn: str, name: str, *matchers: str) -> str:
+        expr = f"{fn}({s.node_exporter_raw(name, *matchers)}[2m])"
+        if s.node_exporter_node_label != "node":
+            expr = f'label_replace({expr}, "node", "$1", "{s.node_exporter_node_label}", "(.+)")'
+        return expr
+
+    nic = f'device!~"{fields.VIRTUAL_NETWORK_DEVICES}"'
+    disk = f'device!~"{fields.VIRTUAL_DISK_DEVICES}"'
+    idle = 'mode="idle"'
+    return [
+        {"record": NODE_CPU_BUSY, "expr": f"1 - avg by (node) ({per_node('rate', fields.NODE_CPU_SECONDS, idle)})"},
+        {"record": NODE_NETWORK_RECEIVE,
+         "expr": f"sum by (node) ({per_node('rate', fields.NODE_NETWORK_RECEIVE, nic)})"},
+        {"record": NODE_NETWORK_TRANSMIT,
+         "expr": f"sum by (node) ({per_node('rate', fields.NODE_NETWORK_TRANSMIT, nic)})"},
+        {"record": NODE_DISK_READ, "expr": f"sum by (node) ({per_node('rate', fields.NODE_DISK_READ, disk)})"},
+        {"record": NODE_DISK_WRITTEN, "expr": f"sum by (node) ({per_node('rate', fields.NODE_DISK_WRITTEN, disk)})"},
+        {"record": NODE_DISK_BUSY, "expr": f"max by (node) ({per_node('rate', fields.NODE_DISK_IO_TIME, disk)})"},
+    ]
+
+
 def training_rules(s: Settings) -> list[dict[str, Any]]:
     """Recording rules of the training group, then its alerts (same group: one evaluation apart at most)."""
     step_sum = s.trainer(f"{c.TRAIN_STEP_SECONDS.name}_sum")
@@ -227,6 +285,13 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
         {"record": STEP_MEAN, "expr": f"rate({step_sum}[5m]) / rate({step_count}[5m])"},
         {"record": STEP_MEDIAN, "expr": f"quantile by ({_RUN}) (0.5, {STEP_MEAN})"},
         {"record": GLOBAL_TOKENS, "expr": f"max by ({_RUN}) ({s.trainer(c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name)})"},
+        {"record": DATA_WAIT_SHARE, "expr": f"rate({s.trainer(c.TRAIN_DATA_WAIT_SECONDS.name + '_sum')}[5m])\n/\n"
+                                            f"rate({step_sum}[5m])"},
+        {"record": STEP_BUCKET_RATE, "expr": f"sum by ({_RUN}, le) "
+                                             f"(rate({s.trainer(c.TRAIN_STEP_SECONDS.name + '_bucket')}[2m]))"},
+        {"record": RUN_GPUS, "expr": _run_gpus_in_dcgm_labels(s)},
+        {"record": PHASE_SHARE, "expr": f"sum by ({_RUN}, phase) (rate({s.trainer(c.TRAIN_PHASE_SECONDS.name)}[2m]))"},
+        {"record": PHASE_RANKS, "expr": f"count by ({_RUN}, phase) ({s.trainer(c.TRAIN_PHASE.name)} == 1)"},
         _alert(
             "FsdpTrainingStalled",
             f"(time() - {last_step} > {stall:g})\n* ignoring (phase) group_left (phase)\n({phase} == 1)",
@@ -258,11 +323,12 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
 
 
 def rule_file(settings: Settings | None = None) -> dict[str, Any]:
-    """The rule file as a mapping: ``{"groups": [training, gpu]}``."""
+    """The rule file as a mapping: ``{"groups": [training, gpu, nodes]}``."""
     s = settings or Settings()
-    gpu = [*xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s)]
+    gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s)]
     return {"groups": [{"name": "fsdp-observe.training", "rules": training_rules(s)},
-                       {"name": "fsdp-observe.gpu", "rules": gpu}]}
+                       {"name": "fsdp-observe.gpu", "rules": gpu},
+                       {"name": "fsdp-observe.nodes", "rules": node_rules(s)}]}
 
 
 def alert_names(settings: Settings | None = None) -> list[str]:

@@ -20,7 +20,7 @@ _SELECTOR = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*(\{[^{}]*\})?$")
 
 
 def stable_top(k: int, expr: str, by: str, *, bottom: bool = False, reducer: str = "avg",
-               window: str = "$__range") -> str:
+               window: str = "$__range", pick_from: str | None = None, rank_by: str | None = None) -> str:
     """``expr`` limited to the ``k`` series whose ``reducer`` over ``window`` was highest.
 
     Args:
@@ -28,21 +28,30 @@ def stable_top(k: int, expr: str, by: str, *, bottom: bool = False, reducer: str
         expr: the per-step expression the panel draws (one series per GPU, rank, ...).
         by: the labels identifying one series of ``expr``, e.g. ``"node, gpu"``.
         bottom: keep the lowest instead (``bottomk``: the least busy GPUs, the slowest tokens/s).
-        reducer: a ``<reducer>_over_time`` function: ``avg``, ``max``, ``min``, ``sum``.
+        reducer: a ``<reducer>_over_time`` function (``avg``, ``max``, ``min``, ``sum``), or
+            ``increase`` for a counter (the most added in the window).
         window: the range the choice is made over (the dashboard's ``$__range``).
+        pick_from: a plain selector to rank by instead of ``expr`` (same ``by`` labels): a
+            subquery over ``expr`` evaluates it at every step of the range for every series,
+            which at 8,192 series is seconds; a selector's range is one pass over its samples.
+        rank_by: the whole ranking expression, already ``@ end()`` (e.g. a range function of a
+            selector joined to a recorded series), for when neither fits.
 
     Returns:
         ``expr and on (by) topk(k, avg_over_time(expr[window] @ end()))``; a subquery when
-        ``expr`` is not a plain selector.
+        neither ``pick_from`` nor ``expr`` is a plain selector.
     """
-    over = f"{expr}[{window}]" if _SELECTOR.match(expr) else f"({expr})[{window}:]"
-    pick = f"{'bottomk' if bottom else 'topk'}({k}, {reducer}_over_time({over} @ end()))"
+    source = pick_from or expr
+    over = f"{source}[{window}]" if _SELECTOR.match(source) else f"({source})[{window}:]"
+    function = reducer if reducer == "increase" else f"{reducer}_over_time"
+    pick = f"{'bottomk' if bottom else 'topk'}({k}, {rank_by or f'{function}({over} @ end())'})"
     return f"({expr})\nand on ({by})\n{pick}"
 
 
 def spread(expr: str, by: str = "") -> list[tuple[str, str]]:
     """(expression, legend) of the minimum, median and maximum of ``expr`` across its series,
-    optionally per group ``by`` (e.g. ``"namespace, run_id"``)."""
+    optionally per group ``by`` (e.g. ``"namespace, run_id"``). Give a plain selector: the
+    aggregation drops the labels anyway, so no ``label_replace`` need run per series and step."""
     group = f" by ({by})" if by else ""
     prefix = "".join(f"{{{{{label.strip()}}}}} " for label in by.split(",") if label.strip())
     return [(f"min{group} ({expr})", f"{prefix}min"), (f"quantile{group} (0.5, {expr})", f"{prefix}median"),

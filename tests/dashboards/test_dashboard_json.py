@@ -118,15 +118,19 @@ def test_the_variables_each_dashboard_offers() -> None:
         return [v["name"] for v in board["templating"]["list"]]
     assert names(BOARDS["training-run.json"]) == ["datasource", "namespace", "run_id", "node"]
     assert names(BOARDS["gpu-health.json"]) == ["datasource", "node", "gpu"]
-    assert names(BOARDS["nodes.json"]) == ["datasource", "node"]
+    assert names(BOARDS["nodes.json"]) == ["datasource", "node", "core_node"]
     node, gpu = BOARDS["gpu-health.json"]["templating"]["list"][1:]
     # by node, not by exporter pod; on a field MIG instances report too (GPU_UTIL is not)
     assert node["query"] == 'label_values(DCGM_FI_DEV_GPU_TEMP{job="nvidia-dcgm-exporter"}, Hostname)'
     assert "DCGM_FI_DEV_GPU_UTIL" not in gpu["query"]
     nodes = BOARDS["nodes.json"]["templating"]["list"][1]  # node-exporter or the agent: either lists the node
     assert "node_uname_info" in nodes["query"] and "fsdp_node_agent_collections_total" in nodes["query"]
+    core = BOARDS["nodes.json"]["templating"]["list"][2]  # the per-core heatmap shows one node at a time
+    assert not core["includeAll"] and not core["multi"]
     for board in BOARDS.values():
         for v in board["templating"]["list"][1:]:
+            if v is core:
+                continue
             assert v["includeAll"] and v["current"]["value"] == ["$__all"]
             assert v["allValue"] == (".*" if v["name"] == "namespace" else ".+")
             assert v["sort"] == 7  # natural: node-2 before node-10
@@ -200,7 +204,7 @@ def test_runs_never_share_a_stack_or_a_heatmap_and_rank_rows_sort_naturally() ->
         assert panel("training-run.json", title)["repeat"] == "run_id"
     rows = panel("training-run.json", "Mean step time of the 10 slowest ranks, by rank")["targets"][0]
     assert rows["legendFormat"] == "{{rank}}"  # a number alone: Grafana's heatmap sorts such rows numerically
-    assert panel("nodes.json", "CPU busy per core")["targets"][0]["legendFormat"] == "{{cpu}}"
+    assert panel("nodes.json", "CPU busy per core of $core_node")["targets"][0]["legendFormat"] == "{{cpu}}"
 
 
 def test_no_panel_turns_missing_data_into_a_reassuring_value() -> None:

@@ -145,12 +145,18 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     static = f"127.0.0.1:{server.port}"
     (tmp / rules.RULES_FILE).write_text(rules.render(RULE_SETTINGS))
+    # A cluster generates its rules with its dialect: the recorded run GPUs carry the exporter's
+    # node and UUID labels, so the unreleased dialect's dashboards need its own recording too.
+    main_dialect = Settings(dcgm_hostname_label="hostname")
+    (run_gpus,) = [r for g in rules.rule_file(main_dialect)["groups"] for r in g["rules"]
+                   if r.get("record") == rules.RUN_GPUS]
+    (tmp / "main-dialect.rules.yaml").write_text(json.dumps({"groups": [{"name": "main-dialect", "rules": [run_gpus]}]}))
     gpu_operator = {"job": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "container": "nvidia-dcgm-exporter",
                     "service": "nvidia-dcgm-exporter", "endpoint": "gpu-metrics"}
     config = {
         "global": {"scrape_interval": f"{SCRAPE * 1000:.0f}ms", "scrape_timeout": "400ms",
                    "evaluation_interval": f"{EVALUATION * 1000:.0f}ms"},
-        "rule_files": [str(tmp / rules.RULES_FILE)],
+        "rule_files": [str(tmp / rules.RULES_FILE), str(tmp / "main-dialect.rules.yaml")],
         "scrape_configs": [
             {"job_name": "trainer", "static_configs": [
                 {"targets": [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"], "labels": {"namespace": "fsdp-e2e"}}]},
@@ -209,8 +215,9 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
 # --- the dashboards' own variables and queries ------------------------------------------------
 
 def variable_values(board: dict, span: float) -> dict[str, str]:
-    """Each variable as "All" (its allValue), and Grafana's built-in intervals for this range."""
-    values = {v["name"]: v["allValue"] for v in board["templating"]["list"] if v["type"] == "query"}
+    """Each variable as "All" (its allValue; this node for one without "All"), and Grafana's
+    built-in intervals for this range."""
+    values = {v["name"]: v.get("allValue", NODE) for v in board["templating"]["list"] if v["type"] == "query"}
     rate_interval = max(STEP + SCRAPE, 4 * SCRAPE)  # Grafana: max($__interval + scrape, 4 x scrape)
     values.update(__rate_interval=f"{rate_interval:g}s", __interval=f"{STEP:g}s", __range=f"{math.ceil(span)}s")
     return values
