@@ -131,7 +131,9 @@ def queries(range_s: float, step: float, scrape: float, one_node: str) -> list[d
                             "expr": substitute(target["expr"], values), "instant": bool(target.get("instant"))})
         for var in board["templating"]["list"]:
             if var["type"] == "query":
-                inner = re.fullmatch(r"(?:label_values|query_result)\((.+?)(?:, \w+)?\)", var["query"]).group(1)
+                found = re.fullmatch(r"(?:label_values|query_result)\((.+?)(?:, \w+)?\)", var["query"])
+                assert found, var["query"]  # the dashboards use only these two forms
+                inner = found.group(1)
                 out.append({"kind": "variable", "where": f"{board['uid']} / ${var['name']}",
                             "expr": substitute(inner, values), "instant": True})
     for group in rules.rule_file()["groups"]:

@@ -50,6 +50,29 @@ def repeat_by(variable: str, per_row: int = 4) -> g.Repeat:
     return g.Repeat(direction="h", variable=variable, maxPerRow=per_row)
 
 
+def _heatmap(panel: g.Panel, *, value_unit: str | None, scheme: str, reverse: bool, rows: str,
+             y_unit: str | None, cell_unit: str, y_histogram: bool) -> dict[str, Any]:
+    """The heatmap panel JSON both heatmap kinds share (``calculate: false``: rows from the data)."""
+    defaults: dict[str, Any] = {"custom": {"hideFrom": {"legend": False, "tooltip": False, "viz": False},
+                                           "scaleDistribution": {"type": "linear"}}}
+    if value_unit:
+        defaults["unit"] = value_unit
+    y_axis: dict[str, Any] = {"axisPlacement": "left", "reverse": False, **({"unit": y_unit} if y_unit else {})}
+    return panel.panel_json({
+        "type": "heatmap",
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "calculate": False, "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": scheme, "scale": "exponential", "exponent": 0.5, "steps": 64,
+                      "reverse": reverse, "fill": "dark-orange"},
+            "rowsFrame": {"layout": rows}, "yAxis": y_axis, "cellValues": {"unit": cell_unit},
+            "legend": {"show": True},
+            "tooltip": {"mode": "single", "yHistogram": y_histogram, "showColorScale": True},
+            "showValue": "never", "exemplars": {"color": "rgba(255,0,255,0.7)"}, "filterValues": {"le": 1e-9},
+        },
+    })
+
+
 @attr.s
 class RowsHeatmap(g.Panel):
     """A heatmap whose rows are the query's series (e.g. one row per rank), coloured by value.
@@ -63,26 +86,8 @@ class RowsHeatmap(g.Panel):
 
     def to_json_data(self) -> dict[str, Any]:
         """The panel as Grafana's dashboard JSON (grafanalib's serialisation hook)."""
-        return self.panel_json({
-            "type": "heatmap",
-            "fieldConfig": {"defaults": {"unit": self.unit, "custom": {
-                "hideFrom": {"legend": False, "tooltip": False, "viz": False},
-                "scaleDistribution": {"type": "linear"}}}, "overrides": []},
-            "options": {
-                "calculate": False,
-                "cellGap": 1,
-                "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential", "exponent": 0.5,
-                          "steps": 64, "reverse": False, "fill": "dark-orange"},
-                "rowsFrame": {"layout": "auto"},
-                "yAxis": {"axisPlacement": "left", "reverse": False},
-                "cellValues": {"unit": self.unit},
-                "legend": {"show": True},
-                "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": True},
-                "showValue": "never",
-                "exemplars": {"color": "rgba(255,0,255,0.7)"},
-                "filterValues": {"le": 1e-9},
-            },
-        })
+        return _heatmap(self, value_unit=self.unit, scheme="Oranges", reverse=False, rows="auto", y_unit=None,
+                        cell_unit=self.unit, y_histogram=False)
 
 
 @attr.s
@@ -97,26 +102,8 @@ class BucketsHeatmap(g.Panel):
 
     def to_json_data(self) -> dict[str, Any]:
         """The panel as Grafana's dashboard JSON (grafanalib's serialisation hook)."""
-        return self.panel_json({
-            "type": "heatmap",
-            "fieldConfig": {"defaults": {"custom": {
-                "hideFrom": {"legend": False, "tooltip": False, "viz": False},
-                "scaleDistribution": {"type": "linear"}}}, "overrides": []},
-            "options": {
-                "calculate": False,
-                "cellGap": 1,
-                "color": {"mode": "scheme", "scheme": "Spectral", "scale": "exponential", "exponent": 0.5,
-                          "steps": 64, "reverse": True, "fill": "dark-orange"},
-                "rowsFrame": {"layout": "ge"},
-                "yAxis": {"axisPlacement": "left", "reverse": False, "unit": self.unit},
-                "cellValues": {"unit": "short"},
-                "legend": {"show": True},
-                "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": True},
-                "showValue": "never",
-                "exemplars": {"color": "rgba(255,0,255,0.7)"},
-                "filterValues": {"le": 1e-9},
-            },
-        })
+        return _heatmap(self, value_unit=None, scheme="Spectral", reverse=True, rows="ge", y_unit=self.unit,
+                        cell_unit="short", y_histogram=True)
 
 
 def heatmap(kind: type[RowsHeatmap] | type[BucketsHeatmap], title: str, targets: list[g.Target], unit: str,
