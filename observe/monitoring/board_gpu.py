@@ -215,8 +215,7 @@ def gpu_health(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
         ], *xid_window]),
         ("Lost and throttled GPUs (agent)", [[
             state_timeline("Lost GPUs", [target(
-                f"max by (node, gpu, gpu_uuid) ({lost})\nand on (node, gpu)\n"
-                f"(max by (node, gpu) (max_over_time({lost}[$__range] @ end())) == 1)", "{{node}} GPU {{gpu}}")],
+                f"{lost}\nand on (node, gpu)\n(max_over_time({lost}[$__range] @ end()) == 1)", "{{node}} GPU {{gpu}}")],
                 "GPUs NVML reported lost at some time in the range, and when. Empty: none was.",
                 states={0: ("ok", "green"), 1: ("lost", "red")}, plugin=s.datasource_type),
             timeseries("GPUs held down, by throttle reason (all nodes)", [target(
