@@ -89,7 +89,10 @@ def gpu_health(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
     processes = (f"topk({k}, sum by (node, gpu, pid) ({agent(c.GPU_PROCESS_MEMORY)}))\n"
                  f"* on (node, pid) group_left (user, name, command)\n"
                  f"max by (node, pid, user, name, command) ({s.agent(c.NODE_PROCESS_INFO.name, a[0])})")
-    sm_of_processes = f"{agent(c.GPU_PROCESS_SM_UTILIZATION)}\nand on (node, gpu, pid)\n({processes})"
+    # The latest sample within 2 minutes: NVML reports a process's SM share only in the collections
+    # that read a fresh utilisation sample.
+    sm_of_processes = (f"last_over_time({agent(c.GPU_PROCESS_SM_UTILIZATION)}[2m])\nand on (node, gpu, pid)\n"
+                       f"({processes})")
     xid_window = ([[timeseries("XIDs in dcgm-exporter's window", [target(
         f"{field(f.DCGM_XID_COUNT)} > 0", legend + " XID {{xid}}")], "none",
         f"{f.DCGM_XID_COUNT}: XID records per GPU and code in the exporter's sliding window (a gauge; the "
