@@ -9,15 +9,25 @@ Prometheus rule file: ``{"groups": [...]}``); ``render(settings)`` its text. Eve
 XID alerts take the severity class from the catalogue (``observe.xid``): ``gpu_reset``,
 ``node_reboot`` and ``nvlink_fabric`` are critical, a burst of ``application``-class XIDs on one
 GPU and an XID the catalogue does not know are warnings, ``informational`` ones do not alert.
+Every XID alert carries ``severity``, ``xid_class`` (the catalogue's class), ``node``, ``gpu``,
+``gpu_uuid``, ``pci_bus`` and ``xid``, for Alertmanager routing.
 
 Counting XIDs from the agent's counter needs care: a series of ``fsdp_gpu_xid_errors_total`` is
 born with the first XID of its code on its GPU, already at 1, and ``increase()`` over a series'
 first sample is nothing. So an XID alert fires on ``increase(...[window]) > 0`` **or** on a series
 that is new within the window, the latter only where the agent on that node was already scraped a
-window ago (otherwise every old XID would fire again after Prometheus starts). dcgm-exporter-only
-clusters get variants on ``DCGM_EXP_XID_ERRORS_COUNT`` (a windowed gauge: ``max_over_time > 0``),
-never on the sticky ``DCGM_FI_DEV_XID_ERRORS``; they stay silent on nodes where our agent reads
-XIDs, so one XID never pages twice.
+window ago (otherwise every old XID would fire again after Prometheus starts).
+
+Nodes without our agent get a dcgm-exporter variant. By default it reads
+``DCGM_FI_DEV_XID_ERRORS``, which every stock exporter exports: the **last** XID code of a GPU,
+as a series whose ``err_code`` label is that code. A change of the code is a new series, so the
+alert fires on a series (a GPU and code) that is new within the window on a GPU the exporter
+already reported a window ago: a change fires once, for one window; a steady value never fires,
+nor does an old value after Prometheus or the exporter restarts. A repeat of the same code is
+invisible in that field. With ``dcgm_xid_count`` the variant counts ``DCGM_EXP_XID_ERRORS_COUNT``
+(a windowed gauge, off by default in the exporter: ``max_over_time > 0``) instead, which also sees
+repeats and so adds a burst alert. Both stay silent on nodes where our agent reads XIDs, so one
+XID never pages twice.
 """
 
 from __future__ import annotations
@@ -26,7 +36,9 @@ from typing import Any
 
 from observe import catalog as c
 from observe import xid, yamlio
-from observe.monitoring.settings import DCGM_XID_COUNT, Settings
+from observe.monitoring import fields
+from observe.monitoring.fields import DCGM_XID_COUNT, DCGM_XID_ERRORS
+from observe.monitoring.settings import Settings
 from observe.promql import duration_seconds
 
 RULES_FILE = "fsdp-observe.rules.yaml"
@@ -44,7 +56,24 @@ _CLASS_EFFECT = {"gpu_reset": "the GPU needs a reset", "node_reboot": "the node 
 STEP_MEAN = f"rank:{c.TRAIN_STEP_SECONDS.name}:mean5m"
 STEP_MEDIAN = f"namespace_run_id:{c.TRAIN_STEP_SECONDS.name}:median_mean5m"
 GLOBAL_TOKENS = f"namespace_run_id:{c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name}:max"
-RECORDED = (STEP_MEAN, STEP_MEDIAN, GLOBAL_TOKENS)
+#: Recorded for the dashboards, so a panel at 8,192 ranks or GPUs reads a few series (the
+#: benchmark: benchmarks/dashboard_queries.py).
+DATA_WAIT_SHARE = f"rank:{c.TRAIN_DATA_WAIT_SECONDS.name}:share5m"
+STEP_BUCKET_RATE = f"namespace_run_id_le:{c.TRAIN_STEP_SECONDS.name}_bucket:rate2m"
+RUN_GPUS = f"node_gpu:{c.TRAIN_INFO.name}:dcgm_labels"
+PHASE_SHARE = f"namespace_run_id_phase:{c.TRAIN_PHASE_SECONDS.name}:rate2m"
+PHASE_RANKS = f"namespace_run_id_phase:{c.TRAIN_PHASE.name}:ranks"
+THROTTLED = f"reason:{c.GPU_CLOCK_THROTTLE.name}:count"
+NODE_CPU_BUSY = f"node:{fields.NODE_CPU_SECONDS}:busy_ratio_rate2m"
+NODE_NETWORK_RECEIVE = f"node:{fields.NODE_NETWORK_RECEIVE}:rate2m"
+NODE_NETWORK_TRANSMIT = f"node:{fields.NODE_NETWORK_TRANSMIT}:rate2m"
+NODE_DISK_READ = f"node:{fields.NODE_DISK_READ}:rate2m"
+NODE_DISK_WRITTEN = f"node:{fields.NODE_DISK_WRITTEN}:rate2m"
+NODE_DISK_BUSY = f"node:{fields.NODE_DISK_IO_TIME}:max_rate2m"
+RECORDED = (STEP_MEAN, STEP_MEDIAN, GLOBAL_TOKENS, DATA_WAIT_SHARE, STEP_BUCKET_RATE, RUN_GPUS, PHASE_SHARE,
+            PHASE_RANKS, THROTTLED,
+            NODE_CPU_BUSY, NODE_NETWORK_RECEIVE, NODE_NETWORK_TRANSMIT, NODE_DISK_READ, NODE_DISK_WRITTEN,
+            NODE_DISK_BUSY)
 
 _RUN = "namespace, run_id"
 #: Labels that identify one XID code on one GPU (target labels such as pod and instance excluded).
@@ -57,9 +86,17 @@ def codes(*classes: str) -> list[int]:
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str,
-           s: Settings) -> dict[str, Any]:
-    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity},
+           s: Settings, xid_class: str | None = None) -> dict[str, Any]:
+    labels = {"severity": severity, **({"xid_class": xid_class} if xid_class else {})}
+    return {"alert": name, "expr": expr, "for": for_, "labels": labels,
             "annotations": {"summary": summary, "description": description, "runbook_url": s.runbook(name.lower())}}
+
+
+def _with_class(expr: str, classes: tuple[str, ...]) -> str:
+    """``expr`` (series with an ``xid`` label) with ``xid_class`` set from the catalogue."""
+    for severity in classes:
+        expr = f'label_replace({expr}, "xid_class", "{severity}", "xid", "{"|".join(map(str, codes(severity)))}")'
+    return expr
 
 
 def _runs_on_gpu(s: Settings) -> str:
@@ -112,7 +149,7 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
             f"XID {{{{ $labels.xid }}}} on {_GPU}: {_CLASS_EFFECT[severity]}",
             f"The driver reported XID {{{{ $labels.xid }}}} (class {severity}) for {_GPU}, PCI "
             f"{{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: {_runs_on_gpu(s)}. "
-            f"{xid.SEVERITY_ACTION[severity]}", s))
+            f"{xid.SEVERITY_ACTION[severity]}", s, xid_class=severity))
     burst = s.xid_application_burst
     alerts.append(_alert(
         "FsdpGpuXidApplicationBurst", f"{_xid_counter(s, 'application')} >= {burst}", s.xid_for, "warning",
@@ -120,43 +157,71 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
         f"XID {{{{ $labels.xid }}}} (class application) came {_COUNT} times within {s.xid_window} on {_GPU}, "
         f"PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). Runs on this GPU: {_runs_on_gpu(s)}. "
         f"One such XID is usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
-        f"{xid.SEVERITY_ACTION['application']}", s))
+        f"{xid.SEVERITY_ACTION['application']}", s, xid_class="application"))
     alerts.append(_alert(
         "FsdpGpuXidUnknown", f"{_xid_counter(s, 'unknown')} > 0", s.xid_for, "warning",
         f"Unknown XID {{{{ $labels.xid }}}} on {_GPU}",
         f"The driver reported XID {{{{ $labels.xid }}}}, which the catalogue (observe/xid.py) does not know, for "
         f"{_GPU}, PCI {{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: "
-        f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}", s))
+        f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}", s, xid_class="unknown"))
     return alerts
 
 
-def _dcgm_xid(s: Settings, wanted: list[int], threshold: str) -> str:
+def _agent_reads_xids(s: Settings) -> str:
+    """Nodes whose fsdp-observe agent reads the kernel log or NVML events (its XID alerts cover them)."""
+    readers = s.agent(c.AGENT_UP.name, 'source=~"kernel_log|nvml"')
+    return f"unless on (node) (max by (node) ({readers}) == 1)"
+
+
+def _dcgm_last_xid_changed(s: Settings, wanted: list[int]) -> str:
+    """Per GPU and code: a last-XID value (``DCGM_FI_DEV_XID_ERRORS``) that is new within the window.
+
+    The field's series carry the code as ``err_code``, so a change is a new series: one that was
+    not there a window ago, on a GPU the exporter reported a window ago.
+    """
+    w = s.xid_window
+    series = s.dcgm_raw(DCGM_XID_ERRORS, f'err_code=~"{"|".join(map(str, wanted))}"')
+
+    def coded(expr: str) -> str:
+        return f'label_replace({s.dcgm_normalised(expr, pci_bus=True)}, "xid", "$1", "err_code", "(.+)")'
+
+    seen = f"max by (node, gpu_uuid) ({s.dcgm_normalised(f'{s.dcgm_raw(DCGM_XID_ERRORS)} offset {w}')})"
+    changed = (f"max by ({_XID_ID}) (\n"
+               f"  ({coded(series)}\n   unless on (node, gpu_uuid, xid)\n   {coded(f'{series} offset {w}')})\n"
+               f"  and on (node, gpu_uuid) {seen}\n)")
+    return f"{_with_class(changed, tuple(CRITICAL_XID_CLASSES))}\n{_agent_reads_xids(s)}"
+
+
+def _dcgm_xid_counted(s: Settings, wanted: list[int], threshold: str, classes: tuple[str, ...]) -> str:
     """Per GPU and code: the most XIDs dcgm-exporter's window held within ``xid_window``."""
     series = s.dcgm_raw(DCGM_XID_COUNT, f'xid=~"{"|".join(map(str, wanted))}"')
-    readers = s.agent(c.AGENT_UP.name, 'source=~"kernel_log|nvml"')
-    return (f"max by (node, gpu, gpu_uuid, xid) (\n"
-            f"  {s.dcgm_normalised(f'max_over_time({series}[{s.xid_window}])')}\n"
-            f") {threshold}\n"
-            f"unless on (node) (max by (node) ({readers}) == 1)")
+    counted = (f"max by ({_XID_ID}) (\n"
+               f"  {s.dcgm_normalised(f'max_over_time({series}[{s.xid_window}])', pci_bus=True)}\n)")
+    return f"{_with_class(counted, classes)} {threshold}\n{_agent_reads_xids(s)}"
 
 
 def dcgm_xid_alerts(s: Settings) -> list[dict[str, Any]]:
-    """Variants on dcgm-exporter's windowed XID count, for nodes where our agent reads no XIDs."""
+    """dcgm-exporter variants of the XID alerts, for nodes where our agent reads no XIDs."""
     critical = codes(*CRITICAL_XID_CLASSES)
-    burst = s.xid_application_burst
     tail = ("Runs on this GPU: " + _runs_on_gpu(s) + ". Read from dcgm-exporter because no fsdp-observe agent "
             "reads XIDs on this node.")
+    what = (f"XID {{{{ $labels.xid }}}} (class {{{{ $labels.xid_class }}}}) for {_GPU}, PCI {{{{ $labels.pci_bus }}}}; "
+            f"the class means a GPU reset, a node reboot or NVLink/fabric recovery (see the XID table of the runbook).")
+    if not s.dcgm_xid_count:
+        return [_alert("FsdpDcgmXidCritical", _dcgm_last_xid_changed(s, critical), s.xid_for, "critical",
+                       f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
+                       f"dcgm-exporter's last XID ({DCGM_XID_ERRORS}) changed to {what} {tail}", s)]
+    burst = s.xid_application_burst
     return [
-        _alert("FsdpDcgmXidCritical", _dcgm_xid(s, critical, "> 0"), s.xid_for, "critical",
-               f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
-               f"dcgm-exporter counted XID {{{{ $labels.xid }}}} for {_GPU} within the last {s.xid_window}; the "
-               f"catalogue classes it as needing a GPU reset, a node reboot or NVLink/fabric recovery (see the "
-               f"XID table of the runbook). {tail}", s),
+        _alert("FsdpDcgmXidCritical", _dcgm_xid_counted(s, critical, "> 0", tuple(CRITICAL_XID_CLASSES)),
+               s.xid_for, "critical", f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
+               f"dcgm-exporter counted {what} within the last {s.xid_window}. {tail}", s),
         _alert("FsdpDcgmXidApplicationBurst",
-               _dcgm_xid(s, codes("application"), f">= {burst}"), s.xid_for, "warning",
+               _dcgm_xid_counted(s, codes("application"), f">= {burst}", ("application",)), s.xid_for, "warning",
                f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} (dcgm-exporter)",
                f"dcgm-exporter counted XID {{{{ $labels.xid }}}} (class application) {_COUNT} times in its "
-               f"window for {_GPU} ({burst} or more make a burst). {xid.SEVERITY_ACTION['application']} {tail}", s),
+               f"window for {_GPU}, PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). "
+               f"{xid.SEVERITY_ACTION['application']} {tail}", s, xid_class="application"),
     ]
 
 
@@ -167,6 +232,46 @@ def gpu_lost_alert(s: Settings) -> dict[str, Any]:
         f"{_GPU} is lost",
         f"NVML reports {_GPU} lost: it fell off the bus and answers no query. Runs on this GPU: {_runs_on_gpu(s)}. "
         f"{xid.REBOOT}", s)
+
+
+def _run_gpus_in_dcgm_labels(s: Settings) -> str:
+    """The GPUs CUDA ranks use, carrying dcgm-exporter's node and UUID labels too, so panels join
+    DCGM series to runs without a ``label_replace`` on every DCGM series at every step."""
+    info = s.trainer(c.TRAIN_INFO.name, 'gpu_uuid!=""')
+    copied = info
+    for theirs, ours in ((s.dcgm_hostname_label, "node"), (s.dcgm_uuid_label, "gpu_uuid")):
+        if theirs != ours:
+            copied = f'label_replace({copied}, "{theirs}", "$1", "{ours}", "(.+)")'
+    identity = ", ".join(dict.fromkeys((_RUN, "rank", "node", "gpu_uuid", s.dcgm_hostname_label, s.dcgm_uuid_label)))
+    return f"group by ({identity}) ({copied})"
+
+
+def gpu_recording_rules(s: Settings) -> list[dict[str, Any]]:
+    """Fleet-wide counts the GPU-health dashboard reads."""
+    return [{"record": THROTTLED, "expr": f"count by (reason) ({s.agent(c.GPU_CLOCK_THROTTLE.name)} == 1)"}]
+
+
+def node_rules(s: Settings) -> list[dict[str, Any]]:
+    """node-exporter's per-core and per-device counters summed per node (the Nodes dashboard)."""
+    def per_node(fn: str, name: str, *matchers: str) -> str:
+        expr = f"{fn}({s.node_exporter_raw(name, *matchers)}[2m])"
+        if s.node_exporter_node_label != "node":
+            expr = f'label_replace({expr}, "node", "$1", "{s.node_exporter_node_label}", "(.+)")'
+        return expr
+
+    nic = f'device!~"{fields.VIRTUAL_NETWORK_DEVICES}"'
+    disk = f'device!~"{fields.VIRTUAL_DISK_DEVICES}"'
+    idle = 'mode="idle"'
+    return [
+        {"record": NODE_CPU_BUSY, "expr": f"1 - avg by (node) ({per_node('rate', fields.NODE_CPU_SECONDS, idle)})"},
+        {"record": NODE_NETWORK_RECEIVE,
+         "expr": f"sum by (node) ({per_node('rate', fields.NODE_NETWORK_RECEIVE, nic)})"},
+        {"record": NODE_NETWORK_TRANSMIT,
+         "expr": f"sum by (node) ({per_node('rate', fields.NODE_NETWORK_TRANSMIT, nic)})"},
+        {"record": NODE_DISK_READ, "expr": f"sum by (node) ({per_node('rate', fields.NODE_DISK_READ, disk)})"},
+        {"record": NODE_DISK_WRITTEN, "expr": f"sum by (node) ({per_node('rate', fields.NODE_DISK_WRITTEN, disk)})"},
+        {"record": NODE_DISK_BUSY, "expr": f"max by (node) ({per_node('rate', fields.NODE_DISK_IO_TIME, disk)})"},
+    ]
 
 
 def training_rules(s: Settings) -> list[dict[str, Any]]:
@@ -180,6 +285,13 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
         {"record": STEP_MEAN, "expr": f"rate({step_sum}[5m]) / rate({step_count}[5m])"},
         {"record": STEP_MEDIAN, "expr": f"quantile by ({_RUN}) (0.5, {STEP_MEAN})"},
         {"record": GLOBAL_TOKENS, "expr": f"max by ({_RUN}) ({s.trainer(c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name)})"},
+        {"record": DATA_WAIT_SHARE, "expr": f"rate({s.trainer(c.TRAIN_DATA_WAIT_SECONDS.name + '_sum')}[5m])\n/\n"
+                                            f"rate({step_sum}[5m])"},
+        {"record": STEP_BUCKET_RATE, "expr": f"sum by ({_RUN}, le) "
+                                             f"(rate({s.trainer(c.TRAIN_STEP_SECONDS.name + '_bucket')}[2m]))"},
+        {"record": RUN_GPUS, "expr": _run_gpus_in_dcgm_labels(s)},
+        {"record": PHASE_SHARE, "expr": f"sum by ({_RUN}, phase) (rate({s.trainer(c.TRAIN_PHASE_SECONDS.name)}[2m]))"},
+        {"record": PHASE_RANKS, "expr": f"count by ({_RUN}, phase) ({s.trainer(c.TRAIN_PHASE.name)} == 1)"},
         _alert(
             "FsdpTrainingStalled",
             f"(time() - {last_step} > {stall:g})\n* ignoring (phase) group_left (phase)\n({phase} == 1)",
@@ -194,8 +306,9 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
             s.straggler_for, "warning",
             "Run {{ $labels.run_id }}: rank {{ $labels.rank }} is a straggler",
             f"R{_RANK[1:]} has taken {{{{ printf \"%.1f\" $value }}}} times the run's median step time (means over "
-            f"5m) for {s.straggler_for} (alert above {s.straggler_ratio:g}). Compare its GPU's utilisation, clocks, "
-            f"temperature and XIDs on the training-run dashboard.", s),
+            f"5m) for {s.straggler_for} (alert above {s.straggler_ratio:g}). Compare its data-wait share in "
+            f"\"FSDP training run › Worst {s.top_n} ranks\" and its GPU in \"FSDP training run › SM clock of the "
+            f"run's GPUs\" and \"FSDP training run › XIDs on the run's GPUs\".", s),
         _alert(
             "FsdpThroughputDrop",
             f"{GLOBAL_TOKENS}\n< {s.throughput_drop_ratio:g} * quantile_over_time(0.5, "
@@ -210,11 +323,12 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
 
 
 def rule_file(settings: Settings | None = None) -> dict[str, Any]:
-    """The rule file as a mapping: ``{"groups": [training, gpu]}``."""
+    """The rule file as a mapping: ``{"groups": [training, gpu, nodes]}``."""
     s = settings or Settings()
-    gpu = [*xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s)]
+    gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s)]
     return {"groups": [{"name": "fsdp-observe.training", "rules": training_rules(s)},
-                       {"name": "fsdp-observe.gpu", "rules": gpu}]}
+                       {"name": "fsdp-observe.gpu", "rules": gpu},
+                       {"name": "fsdp-observe.nodes", "rules": node_rules(s)}]}
 
 
 def alert_names(settings: Settings | None = None) -> list[str]:

@@ -4,14 +4,15 @@ What differs between clusters lives in ``Settings`` (as a monitoring mixin's ``_
 datasource variable's plugin type, extra selectors per source, the label names of the
 dcgm-exporter release in use, thresholds and windows of the alerts, and the runbook base URL.
 ``observe.monitoring.dashboards`` and ``observe.monitoring.rules`` take every choice from it, and every metric name from
-``observe.catalog`` (ours) or ``DCGM`` below (NVIDIA's).
+``observe.catalog`` (ours) or ``observe.monitoring.fields`` (dcgm-exporter's and node-exporter's).
 
-dcgm-exporter spells its identity labels differently by release (``/work/shared/cases/dcgm``,
-``tests/cases/dcgm``): ``UUID``/``uuid``/``gpu_uuid`` for the GPU UUID, ``Hostname``/``hostname``
-for the node, ``modelName``/``model_name`` for the model. ``Settings.dcgm`` turns a DCGM series
-into one carrying our names (``node``, ``gpu_uuid``) with ``label_replace``, so joins with the
-trainer's and the agent's series (which carry ``node`` and ``gpu_uuid``, DESIGN.md) read the same
-whatever the dialect.
+dcgm-exporter's identity labels (``tests/cases/dcgm``; ``internal/pkg/rendermetrics`` of the
+exporter): every tagged release up to 4.5.3-4.8.2 writes ``gpu``, ``UUID`` (``uuid`` with
+``--use-old-namespace``), ``pci_bus_id``, ``device``, ``modelName`` and ``Hostname`` on GPU fields
+(``GPU_I_PROFILE``/``GPU_I_ID`` under MIG); the exporter's main branch after that tag writes
+``hostname``. ``Settings.dcgm`` turns a DCGM series into one carrying our names (``node``,
+``gpu_uuid``, ``pci_bus``) with ``label_replace``, so joins with the trainer's and the agent's
+series (which carry ``node`` and ``gpu_uuid``, DESIGN.md) read the same whatever the dialect.
 
 Standard library only; nothing here talks to a server.
 """
@@ -25,18 +26,6 @@ from typing import Any
 from observe.errors import UserError
 from observe.promql import duration_seconds, is_label_name
 
-#: NVIDIA dcgm-exporter's field names (not ours; named once here). The first six are the fields
-#: the original EKS GPU-monitoring walkthrough charts.
-DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
-DCGM_MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"  # percent
-DCGM_XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"  # the last XID code seen (sticky gauge; err_code, err_msg)
-DCGM_SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # MHz
-DCGM_GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"  # degrees C
-DCGM_POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"  # W
-#: XID records per GPU and code (label ``xid``) in the exporter's sliding window: a gauge.
-DCGM_XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
-DCGM: tuple[str, ...] = (DCGM_GPU_UTIL, DCGM_MEM_COPY_UTIL, DCGM_XID_ERRORS, DCGM_SM_CLOCK, DCGM_GPU_TEMP,
-                         DCGM_POWER_USAGE, DCGM_XID_COUNT)
 
 @dataclass(frozen=True)
 class Settings:
@@ -47,11 +36,22 @@ class Settings:
             query points at that variable, never at a fixed datasource UID).
         trainer_selector, agent_selector, dcgm_selector: extra label matchers (no braces) for
             the trainer's, the agent's and dcgm-exporter's series, e.g. ``'cluster="eu-1"'``.
-        dcgm_uuid_label: the GPU-UUID label of the dcgm-exporter in use (``UUID``, ``uuid`` or
-            ``gpu_uuid``).
-        dcgm_hostname_label: its node label (``Hostname`` up to 3.x, ``hostname`` in newer
-            releases).
-        dcgm_model_label: its GPU model label (``modelName`` or ``model_name``).
+            The default ``job="nvidia-dcgm-exporter"`` is what the GPU Operator's ServiceMonitor
+            gives (``jobLabel: app`` on a Service labelled ``app: nvidia-dcgm-exporter``).
+        dcgm_uuid_label: the GPU-UUID label of the dcgm-exporter in use (``UUID``; ``uuid`` with
+            ``--use-old-namespace``).
+        dcgm_hostname_label: its node label (``Hostname`` in every tagged release up to
+            4.5.3-4.8.2; ``hostname`` on the exporter's main branch after it).
+        dcgm_model_label: its GPU model label on GPU fields (``modelName``).
+        dcgm_xid_count: the exporter exports ``DCGM_EXP_XID_ERRORS_COUNT`` (off by default in
+            dcgm-exporter; docs/dashboards.md says how to switch it on). Then the DCGM XID alerts
+            count XIDs in its window (and alert on bursts); otherwise they alert on a change of
+            the last-XID field ``DCGM_FI_DEV_XID_ERRORS``, which every stock install exports.
+        node_exporter_selector: label matchers for node-exporter's series.
+        node_exporter_node_label: node-exporter's label holding the Kubernetes node name
+            (kube-prometheus-stack relabels ``instance`` to it).
+        top_n: how many GPUs, ranks or processes a "worst N" panel or table shows (panels stay
+            readable at 8,192 ranks: never one line per rank).
         runbook_base_url: the page the alerts' ``runbook_url`` points into (``#anchor`` appended).
         xid_window: look-back of the XID alerts (a Prometheus duration).
         xid_for: ``for`` of the XID alerts.
@@ -78,10 +78,14 @@ class Settings:
     datasource_type: str = "prometheus"
     trainer_selector: str = ""
     agent_selector: str = ""
-    dcgm_selector: str = ""
+    dcgm_selector: str = 'job="nvidia-dcgm-exporter"'
     dcgm_uuid_label: str = "UUID"
     dcgm_hostname_label: str = "Hostname"
     dcgm_model_label: str = "modelName"
+    dcgm_xid_count: bool = False
+    node_exporter_selector: str = 'job="node-exporter"'
+    node_exporter_node_label: str = "instance"
+    top_n: int = 10
     runbook_base_url: str = "https://github.com/fsdp-observe/fsdp-observe/blob/main/docs/dashboards.md"
     xid_window: str = "10m"
     xid_for: str = "1m"
@@ -106,8 +110,9 @@ class Settings:
         """
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = {"int": int, "float": (int, float), "str": str}[str(f.type)]
-            if isinstance(value, bool) or not isinstance(value, expected):
+            kinds: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str, "bool": bool}
+            expected = kinds[str(f.type)]
+            if isinstance(value, bool) != (f.type == "bool") or not isinstance(value, expected):
                 raise UserError(f.name, f"expected {str(f.type)}, got {value!r}", f"give a {str(f.type)} value")
         for name in ("xid_window", "xid_for", "gpu_lost_for", "stall_time", "stall_for", "straggler_for",
                      "throughput_baseline", "throughput_offset", "throughput_for"):
@@ -115,13 +120,16 @@ class Settings:
                 duration_seconds(getattr(self, name))
             except ValueError as exc:
                 raise UserError(name, str(exc), "give a duration such as 90s, 15m or 1h30m") from None
-        for name in ("dcgm_uuid_label", "dcgm_hostname_label", "dcgm_model_label"):
+        for name in ("dcgm_uuid_label", "dcgm_hostname_label", "dcgm_model_label", "node_exporter_node_label"):
             if not is_label_name(getattr(self, name)):
                 raise UserError(name, f"{getattr(self, name)!r} is not a Prometheus label name",
                                 "give the label as dcgm-exporter prints it, e.g. UUID or Hostname")
-        for name in ("trainer_selector", "agent_selector", "dcgm_selector"):
+        for name in ("trainer_selector", "agent_selector", "dcgm_selector", "node_exporter_selector"):
             if any(ch in getattr(self, name) for ch in "{}"):
                 raise UserError(name, "label matchers are given without braces", 'write e.g. cluster="eu-1"')
+        if not 1 <= self.top_n <= 50:
+            raise UserError("top_n", f"{self.top_n} is outside 1..50",
+                            "give 1 to 50 (a panel with more lines than that is unreadable)")
         if self.xid_application_burst < 1:
             raise UserError("xid_application_burst", f"{self.xid_application_burst} is below 1", "give 1 or more")
         if self.straggler_ratio <= 1:
@@ -176,12 +184,35 @@ class Settings:
         """A matcher on DCGM's node label, in this dialect: ``Hostname=~"<pattern>"``."""
         return f'{self.dcgm_hostname_label}=~"{pattern}"'
 
-    def dcgm_normalised(self, expr: str) -> str:
-        """``expr`` (DCGM series) with ``node`` and ``gpu_uuid`` labels copied from the dialect's."""
+    def dcgm_normalised(self, expr: str, pci_bus: bool = False) -> str:
+        """``expr`` (DCGM series) with ``node`` and ``gpu_uuid`` labels copied from the dialect's.
+
+        With ``pci_bus``, also ``pci_bus`` in the agent's form (``0000:18:00`` from DCGM's
+        ``00000000:18:00.0``; the hex digits keep the exporter's case).
+        """
         for ours, theirs in (("node", self.dcgm_hostname_label), ("gpu_uuid", self.dcgm_uuid_label)):
             if ours != theirs:
                 expr = f'label_replace({expr}, "{ours}", "$1", "{theirs}", "(.+)")'
+        if pci_bus:
+            expr = (f'label_replace({expr}, "pci_bus", "$1:$2", "pci_bus_id", '
+                    f'"0000([0-9A-Fa-f]{{4}}):([0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}})[.][0-9A-Fa-f]")')
         return expr
+
+    def node_exporter_raw(self, name: str, *matchers: str) -> str:
+        """``name{...}`` with the node-exporter selector and ``matchers`` (in its label names)."""
+        return self._select(name, self.node_exporter_selector, *matchers)
+
+    def node_exporter(self, name: str, *matchers: str) -> str:
+        """``name{...}`` with the node-exporter selector and ``matchers``, its node label copied to
+        ``node`` (kube-prometheus-stack relabels ``instance`` to the node name)."""
+        expr = self.node_exporter_raw(name, *matchers)
+        if self.node_exporter_node_label != "node":
+            expr = f'label_replace({expr}, "node", "$1", "{self.node_exporter_node_label}", "(.+)")'
+        return expr
+
+    def node_exporter_node(self, pattern: str) -> str:
+        """A matcher on node-exporter's node label: ``instance=~"<pattern>"``."""
+        return f'{self.node_exporter_node_label}=~"{pattern}"'
 
     def dcgm(self, name: str, *matchers: str) -> str:
         """``dcgm_normalised`` of ``dcgm_raw(name, *matchers)``."""

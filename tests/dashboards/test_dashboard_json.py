@@ -15,12 +15,13 @@ import re
 import pytest
 
 from observe import catalog, xid
-from observe.monitoring import rules
-from observe.monitoring.dashboards import UIDS, XID_ACTION, XID_MEANING, dashboards
-from observe.monitoring.settings import DCGM, Settings
+from observe.monitoring import fields, rules
+from observe.monitoring.dashboards import UIDS, dashboards
+from observe.monitoring.settings import Settings
+from observe.monitoring.xid_table import XID_ACTION, XID_MEANING
 
 BOARDS = dashboards()
-PANEL_TYPES = {"row", "timeseries", "heatmap", "table", "stat"}
+PANEL_TYPES = {"row", "timeseries", "heatmap", "table", "stat", "state-timeline"}
 BUILTINS = {"__rate_interval", "__range", "__interval"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 WALKTHROUGH = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_SM_CLOCK",
@@ -36,7 +37,7 @@ def exprs(board: dict) -> list[str]:
 
 
 def known_names() -> set[str]:
-    names = set(DCGM) | set(rules.RECORDED)
+    names = set(fields.DCGM) | set(fields.NODE_EXPORTER) | set(rules.RECORDED)
     for m in (*catalog.TRAINER_METRICS, *catalog.AGENT_METRICS):
         names.add(m.name)
         if m.kind == "histogram":
@@ -45,7 +46,8 @@ def known_names() -> set[str]:
 
 
 def metric_names(expr: str) -> set[str]:
-    return set(re.findall(r"\b(fsdp_[a-z0-9_]+|DCGM_[A-Z0-9_]+|[a-z_]+:[a-z0-9_]+:[a-z0-9_]+)\b", expr))
+    return set(re.findall(r"\b(fsdp_[a-z0-9_]+|DCGM_[A-Z0-9_]+|node_(?:cpu|network|disk|uname|memory|load)[a-z0-9_]*|[a-z_]+:[a-z0-9_]+:[a-z0-9_]+)\b",
+                          expr))
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
@@ -61,8 +63,8 @@ def test_panels_are_current_types_on_the_datasource_variable_with_units(name: st
         assert panel["targets"] and all(t["datasource"] == DATASOURCE for t in panel["targets"])
         refs = [t["refId"] for t in panel["targets"]]
         assert len(refs) == len(set(refs)), panel["title"]
-        unit = panel["fieldConfig"]["defaults"].get("unit")
-        assert unit, f"{panel['title']}: no unit"
+        unit = panel["fieldConfig"]["defaults"].get("unit") or panel.get("options", {}).get("yAxis", {}).get("unit")
+        assert unit or panel["type"] == "state-timeline", f"{panel['title']}: no unit"
         if panel["type"] == "table":  # a value column with a unit, or only label columns
             values = [o for o in panel["fieldConfig"]["overrides"] if o["matcher"]["options"].startswith("Value")]
             for o in values:
@@ -116,24 +118,48 @@ def test_the_variables_each_dashboard_offers() -> None:
         return [v["name"] for v in board["templating"]["list"]]
     assert names(BOARDS["training-run.json"]) == ["datasource", "namespace", "run_id", "node"]
     assert names(BOARDS["gpu-health.json"]) == ["datasource", "node", "gpu"]
-    assert names(BOARDS["nodes.json"]) == ["datasource", "node"]
-    node = BOARDS["gpu-health.json"]["templating"]["list"][1]
-    assert node["query"] == "label_values(DCGM_FI_DEV_GPU_UTIL, Hostname)"  # by node, not by exporter pod
+    assert names(BOARDS["nodes.json"]) == ["datasource", "node", "core_node"]
+    node, gpu = BOARDS["gpu-health.json"]["templating"]["list"][1:]
+    # by node, not by exporter pod; on a field MIG instances report too (GPU_UTIL is not)
+    assert node["query"] == 'label_values(DCGM_FI_DEV_GPU_TEMP{job="nvidia-dcgm-exporter"}, Hostname)'
+    assert "DCGM_FI_DEV_GPU_UTIL" not in gpu["query"]
+    nodes = BOARDS["nodes.json"]["templating"]["list"][1]  # node-exporter or the agent: either lists the node
+    assert "node_uname_info" in nodes["query"] and "fsdp_node_agent_collections_total" in nodes["query"]
+    core = BOARDS["nodes.json"]["templating"]["list"][2]  # the per-core heatmap shows one node at a time
+    assert not core["includeAll"] and not core["multi"]
     for board in BOARDS.values():
         for v in board["templating"]["list"][1:]:
+            if v is core:
+                continue
             assert v["includeAll"] and v["current"]["value"] == ["$__all"]
             assert v["allValue"] == (".*" if v["name"] == "namespace" else ".+")
+            assert v["sort"] == 7  # natural: node-2 before node-10
 
 
-def test_the_gpu_health_dashboard_charts_the_walkthrough_fields_and_the_xid_table() -> None:
+def panel(board: str, title: str) -> dict:
+    (found,) = [p for p in panels(BOARDS[board]) if p["title"] == title]
+    return found
+
+
+def test_the_gpu_health_dashboard_charts_what_stock_dcgm_exporters_export() -> None:
     board = BOARDS["gpu-health.json"]
     text = "\n".join(exprs(board))
-    for name in WALKTHROUGH:
-        assert name in text, name
-    units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in panels(board)}
-    assert units["GPU utilisation"] == units["Memory copy utilisation"] == "percent"
+    stock = [f for f in fields.DCGM if f != fields.DCGM_XID_COUNT]
+    assert [name for name in stock if name not in text] == []
+    assert fields.DCGM_XID_COUNT not in text  # off by default in dcgm-exporter: only with dcgm_xid_count
+    assert fields.DCGM_XID_COUNT in "\n".join(exprs(dashboards(Settings(dcgm_xid_count=True))["gpu-health.json"]))
+    units = {p["title"]: p["fieldConfig"]["defaults"].get("unit") for p in panels(board)}
+    assert units["Graphics engine active (MIG-safe)"] == units["Tensor-core activity"] == "percentunit"
     assert (units["SM clock"], units["GPU temperature"], units["Power draw"]) == ("hertz", "celsius", "watt")
-    (table,) = [p for p in panels(board) if p["title"] == "XID errors by GPU and code"]
+    assert units["NVLink throughput"] == units["PCIe transmit"] == "Bps"
+    nvlink = panel("gpu-health.json", "NVLink throughput")["targets"][0]["expr"]
+    assert "rate(" not in nvlink and "* 1024000" in nvlink  # a rate already (KiB/s / 1000), typed counter
+    for title in ("Lost GPUs", "Clock throttle reasons"):
+        assert panel("gpu-health.json", title)["type"] == "state-timeline"
+    processes = panel("gpu-health.json", "GPU processes (the 10 largest)")
+    assert {"fsdp_gpu_process_memory_bytes", "fsdp_gpu_process_sm_utilization_ratio", "fsdp_node_process_info"} <= \
+        set().union(*(metric_names(t["expr"]) for t in processes["targets"]))
+    (table,) = [p for p in panels(board) if p["title"] == "XID errors by GPU and code (agent)"]
     mappings = {o["matcher"]["options"]: o["properties"][0]["value"] for o in table["fieldConfig"]["overrides"]
                 if o["properties"][0]["id"] == "mappings"}
     for column, attribute in ((XID_MEANING, "name"), (XID_ACTION, "action")):
@@ -142,18 +168,81 @@ def test_the_gpu_health_dashboard_charts_the_walkthrough_fields_and_the_xid_tabl
             code: getattr(info, attribute) for code, info in xid.CATALOGUE.items()}
         assert fallback["type"] == "regex"
         assert fallback["options"]["result"]["text"] == getattr(xid.lookup(-1), attribute)
+    last = panel("gpu-health.json", "Last XID per GPU (dcgm-exporter, sticky)")["targets"][0]["expr"]
+    assert 'err_code!="0"' in last  # GPUs that never had an XID are not listed as "No Error"
+
+
+def test_the_nodes_dashboard_is_useful_before_the_agent_is_deployed() -> None:
+    text = "\n".join(exprs(BOARDS["nodes.json"]))
+    for name in fields.NODE_EXPORTER[1:]:
+        assert name in text, name
+    busiest = panel("nodes.json", "Busiest processes (the 10 of all selected nodes)")
+    (organize,) = [t for t in busiest["transformations"] if t["id"] == "organize"]
+    assert list(organize["options"]["includeByName"]) == ["node", "pid", "user", "name", "command", "Value #A",
+                                                          "Value #B"]  # no target labels as columns
 
 
 def test_the_training_dashboard_has_every_asked_for_panel() -> None:
     titles = {p["title"] for p in panels(BOARDS["training-run.json"])}
-    assert {"Loss", "Global tokens/s", "Tokens/s per rank", "MFU per rank", "Step time p50 by rank",
-            "Step time p95 by rank", "Data-wait share per rank", "Memory per rank", "Gradient norm", "Learning rate",
-            "Restarts", "Checkpoints", "Wall time by phase", "Goodput", "Scaling efficiency", "Step time per rank",
-            "GPU utilisation", "GPU power", "GPU temperature"} <= titles
-    (scaling,) = [p for p in panels(BOARDS["training-run.json"]) if p["title"] == "Scaling efficiency"]
+    assert {"Loss", "Global tokens/s", "Tokens/s: the 10 slowest ranks and the median", "Step-time distribution (all ranks)",
+            "Mean step time of the 10 slowest ranks, by rank", "Worst 10 ranks", "Step time vs the run's median rank",
+            "Data-wait share: the 10 highest ranks", "Device memory across ranks",
+            "Allocation retries: the 10 ranks retrying most", "Gradient norm", "Learning rate", "Restarts",
+            "Checkpoints", "Wall time by phase", "Phase of each run", "Goodput", "Scaling efficiency",
+            "SM clock of the run's GPUs", "XIDs on the run's GPUs"} <= titles
+    scaling = panel("training-run.json", "Scaling efficiency")
     assert all(t["instant"] and "$__range" in t["expr"] for t in scaling["targets"])
     units = {o["matcher"]["options"]: o["properties"][0]["value"] for o in scaling["fieldConfig"]["overrides"]}
     assert units["Value #A"] == "percentunit"
+
+
+def test_runs_never_share_a_stack_or_a_heatmap_and_rank_rows_sort_naturally() -> None:
+    phase = panel("training-run.json", "Wall time by phase")
+    assert phase["repeat"] == "run_id" and phase["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    assert "by (namespace, run_id, phase)" in phase["targets"][0]["expr"]  # the same run_id in two namespaces
+    for title in ("Step-time distribution (all ranks)", "Mean step time of the 10 slowest ranks, by rank"):
+        assert panel("training-run.json", title)["repeat"] == "run_id"
+    rows = panel("training-run.json", "Mean step time of the 10 slowest ranks, by rank")["targets"][0]
+    assert rows["legendFormat"] == "{{rank}}"  # a number alone: Grafana's heatmap sorts such rows numerically
+    assert panel("nodes.json", "CPU busy per core of $core_node")["targets"][0]["legendFormat"] == "{{cpu}}"
+
+
+def test_no_panel_turns_missing_data_into_a_reassuring_value() -> None:
+    for name, board in BOARDS.items():
+        for p in panels(board):
+            assert "noValue" not in p["fieldConfig"]["defaults"], (name, p["title"])
+            for t in p["targets"]:
+                assert "vector(0)" not in t["expr"], (name, p["title"])  # a 0 without any source series
+    lost = panel("gpu-health.json", "Lost GPUs (agent)")["targets"][0]["expr"]
+    assert lost == "count(fsdp_gpu_lost{node=~\"$node\",gpu=~\"$gpu\"} == 1) or on () " \
+                   "(0 * count(fsdp_gpu_lost{node=~\"$node\",gpu=~\"$gpu\"}))"
+
+
+def test_threshold_lines_sit_inside_the_axis_at_normal_values() -> None:
+    for name, board in BOARDS.items():
+        for p in panels(board):
+            steps = p["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", [])
+            if p["type"] != "timeseries" or len(steps) < 2:
+                continue
+            custom = p["fieldConfig"]["defaults"]["custom"]
+            assert custom["thresholdsStyle"]["mode"] == "line", (name, p["title"])
+            assert custom["axisSoftMax"] > max(s["value"] for s in steps[1:]), (name, p["title"])
+
+
+def test_per_rank_and_per_gpu_panels_draw_a_bounded_set_of_series() -> None:
+    """At 8,192 ranks a panel drawing every rank freezes the browser: those panels pick the worst
+    N over the range once (``@ end()``) or aggregate."""
+    per_series = ("fsdp_train_tokens_per_second", "fsdp_train_mfu_ratio", "rank:fsdp_train_step_seconds:mean5m",
+                  "fsdp_train_window_step_seconds", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                  "fsdp_gpu_temperature_celsius")
+    for name, board in BOARDS.items():
+        for p in panels(board):
+            if p["type"] not in ("timeseries", "heatmap", "state-timeline"):
+                continue
+            for t in p["targets"]:
+                if any(m in t["expr"] for m in per_series):
+                    assert "@ end()" in t["expr"] or re.match(r"^(min|max|sum|count|avg|quantile)( by \(|\(| \()",
+                                                               t["expr"]), (name, p["title"], t["expr"])
 
 
 def test_the_dcgm_dialect_setting_reaches_every_dcgm_query() -> None:
@@ -163,6 +252,7 @@ def test_the_dcgm_dialect_setting_reaches_every_dcgm_query() -> None:
             for expr in exprs(board):
                 if "DCGM_" in expr:
                     assert f'{label}=~"$node"' in expr and f'"{other}"' not in expr and '"UUID"' not in expr, expr
+                    assert "modelName" not in expr, expr
 
 
 def test_the_rules_name_only_known_metrics_and_follow_the_recording_rule_convention() -> None:
@@ -175,6 +265,9 @@ def test_the_rules_name_only_known_metrics_and_follow_the_recording_rule_convent
                 assert level and operations and metric in known_names()
             else:
                 assert rule["labels"]["severity"] in ("critical", "warning") and rule["for"]
+                if "Xid" in rule["alert"]:  # Alertmanager routes XIDs on these
+                    assert "xid_class" in rule["labels"] or '"xid_class"' in rule["expr"], rule["alert"]
+                    assert all(label in rule["expr"] for label in ("node", "gpu", "gpu_uuid", "pci_bus", "xid"))
                 assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}
                 assert rule["annotations"]["runbook_url"].endswith("#" + rule["alert"].lower())
                 text = rule["annotations"]["description"]
@@ -188,7 +281,11 @@ def test_xid_alert_classes_come_from_the_catalogue() -> None:
     critical = set(rules.codes(*rules.CRITICAL_XID_CLASSES))
     assert {48, 79, 74, 95, 119} <= critical and not critical & {13, 31, 43, 45, 92}
     assert critical | set(rules.codes("application", "informational")) == set(xid.CATALOGUE)
-    (dcgm,) = [r for g in rules.rule_file()["groups"] for r in g["rules"] if r.get("alert") == "FsdpDcgmXidCritical"]
-    listed = set(map(int, re.search(r'xid=~"([0-9|]+)"', dcgm["expr"]).group(1).split("|")))
-    assert listed == critical
-    assert "DCGM_FI_DEV_XID_ERRORS" not in rules.render()  # never the sticky last-value gauge
+    for settings, label in ((Settings(), "err_code"), (Settings(dcgm_xid_count=True), "xid")):
+        (dcgm,) = [r for g in rules.rule_file(settings)["groups"] for r in g["rules"]
+                   if r.get("alert") == "FsdpDcgmXidCritical"]
+        listed = set(map(int, re.search(label + r'=~"([0-9|]+)"', dcgm["expr"]).group(1).split("|")))
+        assert listed == critical
+    # A stock exporter has no windowed count: by default only the last-XID field is read.
+    assert "DCGM_EXP_XID_ERRORS_COUNT" not in rules.render()
+    assert "DCGM_EXP_XID_ERRORS_COUNT" in rules.render(Settings(dcgm_xid_count=True))

@@ -81,7 +81,7 @@ OLD_48 = xid_series(GPU_A, 48, "gpu_reset")
 def xid_alert(name: str, code: int, severity: str, gpu: dict[str, str], level: str, runs: str) -> tuple[dict, dict]:
     effect = {"gpu_reset": "the GPU needs a reset", "node_reboot": "the node needs a reboot",
               "nvlink_fabric": "an NVLink or fabric error"}[severity]
-    return ({**gpu, "node": NODE, "xid": str(code), "severity": level},
+    return ({**gpu, "node": NODE, "xid": str(code), "severity": level, "xid_class": severity},
             {"summary": f"XID {code} on {gpu_text(gpu)}: {effect}",
              "description": xid_description(code, severity, gpu, runs),
              "runbook_url": f"{BOOK}#{name.lower()}"})
@@ -100,7 +100,7 @@ CASES = [
     # Three application-class XIDs within 10 minutes make a burst; two do not.
     ("FsdpGpuXidApplicationBurst", [{"series": xid_series(GPU_D, 13, "application"), "values": "1x10 2 3 4 4x60"}],
      [12, 13], 14,
-     [({**GPU_D, "node": NODE, "xid": "13", "severity": "warning"},
+     [({**GPU_D, "node": NODE, "xid": "13", "severity": "warning", "xid_class": "application"},
        {"summary": f"3 XID 13 errors on {gpu_text(GPU_D)} within 10m",
         "description": f"XID 13 (class application) came 3 times within 10m on {gpu_text(GPU_D)}, PCI "
                        f"{GPU_D['pci_bus']} (3 or more make a burst). Runs on this GPU: none seen. One such XID is "
@@ -108,7 +108,7 @@ CASES = [
                        f"{xid.SEVERITY_ACTION['application']}",
         "runbook_url": f"{BOOK}#fsdpgpuxidapplicationburst"})]),
     ("FsdpGpuXidUnknown", [{"series": xid_series(GPU_D, 99999, "unknown"), "values": "_x40 1x40"}], [40], 41,
-     [({**GPU_D, "node": NODE, "xid": "99999", "severity": "warning"},
+     [({**GPU_D, "node": NODE, "xid": "99999", "severity": "warning", "xid_class": "unknown"},
        {"summary": f"Unknown XID 99999 on {gpu_text(GPU_D)}",
         "description": f"The driver reported XID 99999, which the catalogue (observe/xid.py) does not know, for "
                        f"{gpu_text(GPU_D)}, PCI {GPU_D['pci_bus']}, within the last 10m. Runs on this GPU: none seen. "
@@ -117,9 +117,10 @@ CASES = [
 ]
 
 DCGM_ONLY = "dcgm-only-node"
-DCGM_LABELS = ('gpu="{gpu}",UUID="GPU-d{gpu}",pci_bus_id="00000000:18:00.0",device="nvidia{gpu}",'
+#: dcgm-exporter 4.5.3-4.8.2 as the GPU Operator scrapes it (job from its ServiceMonitor).
+DCGM_LABELS = ('gpu="{gpu}",UUID="GPU-d{gpu}",pci_bus_id="00000000:1{gpu}:00.0",device="nvidia{gpu}",'
                'modelName="NVIDIA H200",Hostname="{node}",DCGM_FI_DRIVER_VERSION="570.124.06",instance="10.0.7.9:9400",'
-               'job="dcgm-exporter"')
+               'job="nvidia-dcgm-exporter",namespace="gpu-operator",pod="nvidia-dcgm-exporter-4xk2q"')
 
 
 def dcgm(name: str, node: str, gpu: int, **extra: str) -> str:
@@ -127,37 +128,45 @@ def dcgm(name: str, node: str, gpu: int, **extra: str) -> str:
     return f"{name}{{{DCGM_LABELS.format(gpu=gpu, node=node)}{more}}}"
 
 
+def last_xid(node: str, gpu: int, code: int) -> str:
+    return dcgm("DCGM_FI_DEV_XID_ERRORS", node, gpu, err_code=str(code), err_msg="made up")
+
+
 def dcgm_tail() -> str:
     return ("Runs on this GPU: none seen. Read from dcgm-exporter because no fsdp-observe agent reads XIDs on this "
             "node.")
 
 
+def dcgm_gpu(gpu: int, node: str = DCGM_ONLY) -> dict[str, str]:
+    """The alert labels of a DCGM GPU: our names, and the PCI bus in the agent's form."""
+    return {"node": node, "gpu": str(gpu), "gpu_uuid": f"GPU-d{gpu}", "pci_bus": f"0000:1{gpu}:00"}
+
+
+def dcgm_what(code: int, xid_class: str, gpu: int) -> str:
+    g = dcgm_gpu(gpu)
+    return (f"XID {code} (class {xid_class}) for {gpu_text(g, DCGM_ONLY)}, PCI {g['pci_bus']}; the class means a GPU "
+            f"reset, a node reboot or NVLink/fabric recovery (see the XID table of the runbook).")
+
+
 CASES += [
-    # dcgm-exporter's windowed count, on a node without our agent; the same XID on a node whose
-    # agent reads the kernel log stays with the agent's alerts; the sticky last-XID gauge alone
-    # (still 79 at 30m) raises nothing once the window has emptied.
+    # dcgm-exporter's last-XID field on a node without our agent. GPU 0's value changes from 0
+    # to 79 at 15m (a new series, err_code="79"): it fires once, for one XID window, and is
+    # silent again when the window has passed (26m) though the value stays 79. GPU 1 holds 48
+    # from the start (a steady value: never fires, not even before an XID window of history
+    # exists). The same change on a node whose agent reads the kernel log stays with the agent's
+    # alerts.
     ("FsdpDcgmXidCritical", [
-        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0), "values": "0x60"},
-        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0, xid="79"), "values": "_x5 1x5"},
-        {"series": dcgm("DCGM_FI_DEV_XID_ERRORS", DCGM_ONLY, 0, err_code="79", err_msg="GPU has fallen off the bus"),
-         "values": "0x4 79x60"},
-        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", NODE, 1, xid="79"), "values": "_x5 1x5"}],
-     [5, 30], 6,
-     [({"node": DCGM_ONLY, "gpu": "0", "gpu_uuid": "GPU-d0", "xid": "79", "severity": "critical"},
-       {"summary": f"XID 79 on GPU 0 (GPU-d0) of node {DCGM_ONLY} (dcgm-exporter)",
-        "description": f"dcgm-exporter counted XID 79 for GPU 0 (GPU-d0) of node {DCGM_ONLY} within the last 10m; the "
-                       f"catalogue classes it as needing a GPU reset, a node reboot or NVLink/fabric recovery (see "
-                       f"the XID table of the runbook). {dcgm_tail()}",
-        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical"})]),
-    ("FsdpDcgmXidApplicationBurst", [
-        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 1, xid="31"), "values": "_x5 2 3x5"}],
-     [5, 6], 7,
-     [({"node": DCGM_ONLY, "gpu": "1", "gpu_uuid": "GPU-d1", "xid": "31", "severity": "warning"},
-       {"summary": f"3 XID 31 errors on GPU 1 (GPU-d1) of node {DCGM_ONLY} (dcgm-exporter)",
-        "description": f"dcgm-exporter counted XID 31 (class application) 3 times in its window for GPU 1 (GPU-d1) "
-                       f"of node {DCGM_ONLY} (3 or more make a burst). {xid.SEVERITY_ACTION['application']} "
+        {"series": last_xid(DCGM_ONLY, 0, 0), "values": "0x14"},
+        {"series": last_xid(DCGM_ONLY, 0, 79), "values": "_x15 79x60"},
+        {"series": last_xid(DCGM_ONLY, 1, 48), "values": "48x75"},
+        {"series": last_xid(NODE, 2, 0), "values": "0x14"},
+        {"series": last_xid(NODE, 2, 79), "values": "_x15 79x60"}],
+     [1, 15, 26, 40], 16,
+     [({**dcgm_gpu(0), "xid": "79", "xid_class": "node_reboot", "severity": "critical"},
+       {"summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
+        "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to {dcgm_what(79, 'node_reboot', 0)} "
                        f"{dcgm_tail()}",
-        "runbook_url": f"{BOOK}#fsdpdcgmxidapplicationburst"})]),
+        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical"})]),
     ("FsdpGpuLost", [
         {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x5 1x10"},
         {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x15"}],
@@ -207,8 +216,9 @@ CASES += [
      [({**_parse(rank_labels(2, "c")), "severity": "warning"},
        {"summary": "Run llama-ft: rank 2 is a straggler",
         "description": "Rank 2 of run llama-ft on node gpu-node-1 (GPU GPU-0000000c) has taken 2.0 times the run's "
-                       "median step time (means over 5m) for 10m (alert above 1.5). Compare its GPU's utilisation, "
-                       "clocks, temperature and XIDs on the training-run dashboard.",
+                       "median step time (means over 5m) for 10m (alert above 1.5). Compare its data-wait share in "
+                       "\"FSDP training run › Worst 10 ranks\" and its GPU in \"FSDP training run › SM clock of the "
+                       "run's GPUs\" and \"FSDP training run › XIDs on the run's GPUs\".",
         "runbook_url": f"{BOOK}#fsdpstragglerrank"})]),
     # 1000 tokens/s for half an hour, then 500 from 31m: below 70 % of the median of the hour
     # before the last 10 minutes.
@@ -223,10 +233,41 @@ CASES += [
 ]
 
 
-def promtool_tests() -> dict:
+#: With dcgm_xid_count (DCGM_EXP_XID_ERRORS_COUNT switched on in the exporter).
+COUNTED = Settings(dcgm_xid_count=True)
+COUNT_CASES = [
+    # The windowed count, on a node without our agent; the same XID on a node whose agent reads
+    # the kernel log stays with the agent's alerts; the sticky last-XID gauge alone (still 79 at
+    # 30m) raises nothing once the window has emptied.
+    ("FsdpDcgmXidCritical", [
+        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0, window_size_in_ms="300000"), "values": "0x60"},
+        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0, window_size_in_ms="300000", xid="79"),
+         "values": "_x5 1x5"},
+        {"series": last_xid(DCGM_ONLY, 0, 79), "values": "0x4 79x60"},
+        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", NODE, 1, window_size_in_ms="300000", xid="79"),
+         "values": "_x5 1x5"}],
+     [5, 30], 6,
+     [({**dcgm_gpu(0), "xid": "79", "xid_class": "node_reboot", "severity": "critical"},
+       {"summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
+        "description": f"dcgm-exporter counted {dcgm_what(79, 'node_reboot', 0)} within the last 10m. {dcgm_tail()}",
+        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical"})]),
+    ("FsdpDcgmXidApplicationBurst", [
+        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 1, window_size_in_ms="300000", xid="31"),
+         "values": "_x5 2 3x5"}],
+     [5, 6], 7,
+     [({**dcgm_gpu(1), "xid": "31", "xid_class": "application", "severity": "warning"},
+       {"summary": f"3 XID 31 errors on {gpu_text(dcgm_gpu(1), DCGM_ONLY)} (dcgm-exporter)",
+        "description": f"dcgm-exporter counted XID 31 (class application) 3 times in its window for "
+                       f"{gpu_text(dcgm_gpu(1), DCGM_ONLY)}, PCI 0000:11:00 (3 or more make a burst). "
+                       f"{xid.SEVERITY_ACTION['application']} {dcgm_tail()}",
+        "runbook_url": f"{BOOK}#fsdpdcgmxidapplicationburst"})]),
+]
+
+
+def promtool_tests(cases: list | None = None) -> dict:
     """A promtool test file: one test group per case, each alert silent before and firing at its time."""
     tests = []
-    for name, series, silent, firing, expected in CASES:
+    for name, series, silent, firing, expected in CASES if cases is None else cases:
         checks = [{"eval_time": f"{t}m", "alertname": name, "exp_alerts": []} for t in silent]
         checks.append({"eval_time": f"{firing}m", "alertname": name, "exp_alerts": [
             {"exp_labels": labels, "exp_annotations": annotations} for labels, annotations in expected]})
@@ -248,7 +289,8 @@ def test_the_cases_assume_the_default_settings() -> None:
 
 def test_every_alert_has_a_case_with_a_silent_check_just_before_its_for() -> None:
     assert sorted(name for name, *_ in CASES) == sorted(rules.alert_names())
-    for name, _, silent, firing, _ in CASES:
+    assert sorted(name for name, *_ in COUNT_CASES) == sorted(n for n in rules.alert_names(COUNTED) if "Dcgm" in n)
+    for name, _, silent, firing, _ in CASES + COUNT_CASES:
         assert firing - 1 in silent, f"{name}: no silent check one evaluation before it fires"
 
 
@@ -262,6 +304,37 @@ def test_promtool_check_rules_accepts_the_committed_file() -> None:
 def test_promtool_test_rules(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(rules.render())
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(promtool_tests(), sort_keys=False, width=1000))
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_test_rules_with_dcgm_xid_count(tmp_path: Path) -> None:
+    """The windowed-count variants, against the rules generated with dcgm_xid_count."""
+    (tmp_path / "rules.yaml").write_text(rules.render(COUNTED))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(promtool_tests(COUNT_CASES), sort_keys=False, width=1000))
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_steady_last_xid_never_fires_and_a_change_fires_once(tmp_path: Path) -> None:
+    """FsdpDcgmXidCritical over two hours: one change of the last XID, one alert episode."""
+    (tmp_path / "rules.yaml").write_text(rules.render())
+    series = [{"series": last_xid(DCGM_ONLY, 0, 0), "values": "0x29"},
+              {"series": last_xid(DCGM_ONLY, 0, 48), "values": "_x30 48x90"},
+              {"series": last_xid(DCGM_ONLY, 1, 79), "values": "79x120"}]
+    g = gpu_text(dcgm_gpu(0), DCGM_ONLY)
+    firing = [{"exp_labels": {**dcgm_gpu(0), "xid": "48", "xid_class": "gpu_reset", "severity": "critical"},
+               "exp_annotations": {
+                   "summary": f"XID 48 on {g} (dcgm-exporter)",
+                   "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to "
+                                  f"{dcgm_what(48, 'gpu_reset', 0)} {dcgm_tail()}",
+                   "runbook_url": f"{BOOK}#fsdpdcgmxidcritical"}}]
+    # Pending at 30m, firing from 31m until the change leaves the 10m window at 40m.
+    checks = [{"eval_time": f"{t}m", "alertname": "FsdpDcgmXidCritical", "exp_alerts": firing if 31 <= t < 40 else []}
+              for t in range(0, 120, 1)]
+    test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": [*AGENT_SERIES, *series], "alert_rule_test": checks}]}
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
     done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -50,9 +50,33 @@ def test_selectors_carry_the_cluster_matchers() -> None:
 
 
 def test_dcgm_series_get_our_node_and_gpu_uuid_labels_in_any_dialect() -> None:
+    # the released dialect and the GPU Operator's job by default
     assert Settings().dcgm("DCGM_FI_DEV_GPU_UTIL") == (
-        'label_replace(label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "Hostname", "(.+)"), '
-        '"gpu_uuid", "$1", "UUID", "(.+)")')
+        'label_replace(label_replace(DCGM_FI_DEV_GPU_UTIL{job="nvidia-dcgm-exporter"}, "node", "$1", "Hostname", '
+        '"(.+)"), "gpu_uuid", "$1", "UUID", "(.+)")')
     # an exporter that already says gpu_uuid needs only the node copied
-    assert Settings(dcgm_uuid_label="gpu_uuid", dcgm_hostname_label="hostname").dcgm("DCGM_FI_DEV_GPU_UTIL") == (
-        'label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "hostname", "(.+)")')
+    s = Settings(dcgm_uuid_label="gpu_uuid", dcgm_hostname_label="hostname", dcgm_selector="")
+    assert s.dcgm("DCGM_FI_DEV_GPU_UTIL") == 'label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "hostname", "(.+)")'
+    # the agent's PCI bus form from DCGM's 00000000:18:00.0
+    assert s.dcgm_normalised("x", pci_bus=True).endswith(
+        '"pci_bus", "$1:$2", "pci_bus_id", "0000([0-9A-Fa-f]{4}):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[.][0-9A-Fa-f]")')
+
+
+def test_node_exporter_series_get_our_node_label() -> None:
+    assert Settings().node_exporter("node_uname_info") == (
+        'label_replace(node_uname_info{job="node-exporter"}, "node", "$1", "instance", "(.+)")')
+    assert Settings(node_exporter_node_label="node").node_exporter("node_uname_info") == (
+        'node_uname_info{job="node-exporter"}')
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("dcgm_xid_count", "yes", "dcgm_xid_count: expected bool, got 'yes'"),
+    ("top_n", True, "top_n: expected int, got True"),
+    ("top_n", 200, "top_n: 200 is outside 1..50"),
+    ("node_exporter_node_label", "node name", "node_exporter_node_label: 'node name' is not a Prometheus label"),
+])
+def test_the_new_settings_name_their_field(field: str, value, message: str) -> None:
+    with pytest.raises(UserError) as err:
+        Settings.from_mapping({field: value})
+    assert str(err.value).startswith(message)
+    assert Settings.from_mapping({"dcgm_xid_count": True}).dcgm_xid_count is True

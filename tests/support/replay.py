@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,15 +27,17 @@ class StaticServer:
     """Serves fixed bodies at fixed paths on 127.0.0.1 (Prometheus text format) from a thread.
 
     Args:
-        bodies: path (``/dcgm-v3``) → body bytes.
+        bodies: path (``/dcgm``) → body bytes, or a function returning the body of each request
+            (a counter that grows between scrapes).
     """
 
-    def __init__(self, bodies: dict[str, bytes]) -> None:
+    def __init__(self, bodies: dict[str, bytes | Callable[[], bytes]]) -> None:
         table = dict(bodies)
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                body = table.get(self.path)
+                found = table.get(self.path)
+                body = found() if callable(found) else found
                 self.send_response(200 if body is not None else 404)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.send_header("Content-Length", str(len(body or b"")))

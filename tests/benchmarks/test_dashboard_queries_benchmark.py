@@ -1,0 +1,48 @@
+"""``benchmarks/dashboard_queries.py`` stays runnable: its simulated cluster converts with the real
+promtool, and a tiny run times every panel and rule against a real Prometheus."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.simulated_cluster import Cluster, series_total, write_span
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dashboard_queries.py"
+pytestmark = pytest.mark.skipif(shutil.which("promtool") is None or shutil.which("prometheus") is None,
+                                reason="apt-get install prometheus (CI installs it)")
+
+
+def test_the_simulated_cluster_is_what_the_estimate_says_and_promtool_reads_it(tmp_path: Path) -> None:
+    cluster = Cluster(nodes=2, gpus=2, ranks=2, cores=4, start=0, end=600)
+    out = io.StringIO()
+    samples = write_span(cluster, out, 0, 600)
+    text = out.getvalue()
+    (tmp_path / "in.om").write_text(text)
+    done = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "in.om"),
+                           str(tmp_path / "tsdb")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    row = done.stdout.strip().splitlines()[-1].split()  # ULID, min, max, duration, samples, chunks, series, size
+    assert int(row[4]) == samples == 40 * series_total(cluster)
+    assert int(row[6]) == series_total(cluster)
+    assert 'Hostname="gpu-node-0001"' in text and 'job="nvidia-dcgm-exporter"' in text  # the released dialect
+
+
+def test_a_tiny_run_times_every_panel_and_rule(tmp_path: Path, subprocess_env) -> None:
+    out = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--nodes", "1", "--hours", "0.25", "--cores", "4",
+                           "--repeat", "1", "--out", str(out), "--workdir", str(tmp_path / "work")],
+                          capture_output=True, text=True, env=subprocess_env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    kinds = {r["kind"] for r in report["results"]}
+    assert kinds == {"panel", "variable", "rule"}
+    assert [r["where"] for r in report["results"] if r["verdict"] == "ERROR"] == []
+    assert re.search(r"\d+ queries, \d+ miss a target", done.stdout)
