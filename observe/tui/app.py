@@ -3,8 +3,8 @@
 The app owns one ``Poller`` (the fan-in thread) and the latest ``ClusterSnapshot``. When a
 refresh lands, the screen on top redraws from it; a screen brought back later redraws from the
 latest snapshot when it resumes. Keys follow htop and nvtop: ``q`` quit, ``?`` help, ``s``/F6
-sort, ``/`` filter, Enter drill down, Esc back, ``r`` refresh now; ``1``/``2``/``3`` switch
-between the Cluster, Run and Alerts screens.
+sort, ``/`` filter, Enter drill down, Esc back, ``r`` refresh now; ``1``/``2``/``3``/``4`` switch
+between the Cluster, Run, Alerts and GPU grid screens; Ctrl-C quits as ``q`` does.
 """
 
 from __future__ import annotations
@@ -40,11 +40,13 @@ class TopApp(App):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as htop and nvtop
         Binding("question_mark", "help", "help"),
         Binding("r", "refresh_now", "refresh"),
         Binding("1", "show('cluster')", "cluster"),
         Binding("2", "show('run')", "run"),
         Binding("3", "show('alerts')", "alerts"),
+        Binding("4", "show('grid')", "grid"),
     ]
 
     def __init__(self, source: Source, interval: float | None = None, poll: bool = True) -> None:
@@ -130,8 +132,9 @@ class TopApp(App):
             self.push_screen(HelpScreen())
 
     def action_show(self, name: str) -> None:
-        """Go to the Cluster, Run or Alerts screen (keeping the Cluster screen at the bottom)."""
+        """Go to the Cluster, Run, Alerts or GPU grid screen (the Cluster screen stays at the bottom)."""
         from observe.tui.screens.alerts import AlertsScreen
+        from observe.tui.screens.grid import GridScreen
         from observe.tui.screens.run import RunScreen
 
         while len(self.screen_stack) > 2:
@@ -140,6 +143,8 @@ class TopApp(App):
             self.push_screen(RunScreen())
         elif name == "alerts":
             self.push_screen(AlertsScreen())
+        elif name == "grid":
+            self.push_screen(GridScreen())
 
 
 def make_app(source: Source, interval: float | None = None, poll: bool = True) -> TopApp:
