@@ -65,8 +65,10 @@ class NodeFigures:
         gpu_indexes, gpu_util_ratios, gpu_memory_ratios, gpu_temperatures: per GPU, in NVML
             order, for history sparklines and the GPU grid (``None`` where unreadable).
         gpu_lost: per GPU, whether it is lost. gpu_xid_severities: per GPU, the worst severity
-            class of its XID events of the last ``XID_WINDOW_SECONDS`` (``None``: none). An event
-            that names no GPU (neither index nor PCI bus) counts for every GPU of the node.
+            class of its XID events of the last ``XID_WINDOW_SECONDS`` (``None``: none), an event
+            tied to a GPU by its index or PCI bus. xid_unattributed_severity: the worst of the
+            recent events that name none of the node's GPUs (the grid colours every GPU of the
+            node with it).
         gpu_uuids: GPU UUID -> NVML index (ties a trainer rank's ``gpu_uuid`` to a GPU).
 
     A per-node health field (a Kubernetes node condition or taint for GPU health) belongs beside
@@ -97,6 +99,7 @@ class NodeFigures:
     gpu_temperatures: tuple[float | None, ...] = ()
     gpu_lost: tuple[bool, ...] = ()
     gpu_xid_severities: tuple[str | None, ...] = ()
+    xid_unattributed_severity: str | None = None
     gpu_uuids: dict[str, int] = field(default_factory=dict)
 
     def partial(self, over: int) -> bool:
@@ -124,6 +127,7 @@ def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
     hottest = max(temps) if temps else (None, None)
     recent = [x for x in snapshot.xid_events if now - x.time_unix <= XID_WINDOW_SECONDS]
     memory = snapshot.host.memory
+    per_gpu, unattributed = gpu_severities(gpus, recent)
     memory_ratios = tuple(None if g.lost else ratio(g.memory_used_bytes, g.memory_total_bytes) for g in gpus)
     return NodeFigures(
         cpu_ratio=snapshot.host.cpu.busy_ratio, memory_ratio=ratio(memory.used_bytes, memory.total_bytes),
@@ -137,29 +141,31 @@ def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
         gpu_util_ratios=tuple(None if g.lost else g.utilization_ratio for g in gpus),
         gpu_memory_ratios=memory_ratios,
         gpu_temperatures=tuple(None if g.lost else g.temperature_celsius for g in gpus),
-        gpu_lost=tuple(g.lost for g in gpus), gpu_xid_severities=gpu_severities(gpus, recent),
+        gpu_lost=tuple(g.lost for g in gpus), gpu_xid_severities=per_gpu,
+        xid_unattributed_severity=unattributed,
         gpu_uuids={g.uuid: g.index for g in gpus if g.uuid},
     )
 
 
-def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]) -> tuple[str | None, ...]:
-    """Per GPU (in ``gpus`` order), the worst severity class of ``events`` on it. An event is tied
-    to a GPU by its index, else by its PCI bus; one that names neither counts for every GPU."""
-    if not gpus:
-        return ()
+def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]
+                   ) -> tuple[tuple[str | None, ...], str | None]:
+    """``(per GPU in gpus order, unattributed)``: the worst severity class of ``events`` on each
+    GPU (an event is tied to a GPU by its index, else by its PCI bus), and the worst of the events
+    tied to none of them."""
     position = {g.index: i for i, g in enumerate(gpus)}
     by_bus = {_bus(g.pci_bus): i for i, g in enumerate(gpus) if g.pci_bus}
     worst: list[str | None] = [None] * len(gpus)
+    unattributed: list[str] = []
     for event in events:
         if event.gpu is not None and event.gpu in position:
-            targets: Iterable[int] = (position[event.gpu],)
+            i = position[event.gpu]
         elif event.pci_bus and _bus(event.pci_bus) in by_bus:
-            targets = (by_bus[_bus(event.pci_bus)],)
+            i = by_bus[_bus(event.pci_bus)]
         else:
-            targets = range(len(gpus))
-        for i in targets:
-            worst[i] = worst_severity((event.severity, worst[i])) if worst[i] else event.severity
-    return tuple(worst)
+            unattributed.append(event.severity)
+            continue
+        worst[i] = worst_severity((event.severity, worst[i])) if worst[i] else event.severity
+    return tuple(worst), worst_severity(unattributed)
 
 
 def _bus(pci_bus: str) -> str:

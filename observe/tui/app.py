@@ -21,6 +21,9 @@ from textual.message import Message
 from observe.sources.view import ClusterSnapshot
 from observe.tui.poller import Poller, Source
 
+#: The footer shows the four screen keys as one entry (``1234 screens``); help lists each.
+SCREENS = Binding.Group("screens", compact=True)
+
 
 class SnapshotReady(Message):
     """A refresh finished (the snapshot itself waits in ``TopApp.pending``: refreshes coalesce)."""
@@ -43,10 +46,10 @@ class TopApp(App):
         Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as htop and nvtop
         Binding("question_mark", "help", "help"),
         Binding("r", "refresh_now", "refresh"),
-        Binding("1", "show('cluster')", "cluster"),
-        Binding("2", "show('run')", "run"),
-        Binding("3", "show('alerts')", "alerts"),
-        Binding("4", "show('grid')", "grid"),
+        Binding("1", "show('cluster')", "cluster", group=SCREENS),
+        Binding("2", "show('run')", "run", group=SCREENS),
+        Binding("3", "show('alerts')", "alerts", group=SCREENS),
+        Binding("4", "show('grid')", "grid", group=SCREENS),
     ]
 
     def __init__(self, source: Source, interval: float | None = None, poll: bool = True) -> None:

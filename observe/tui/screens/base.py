@@ -65,7 +65,7 @@ class TopScreen(Screen):
         yield Lines(id="status", classes="status")
 
     def compose_footer(self) -> ComposeResult:
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_screen_resume(self) -> None:
         self.update_snapshot(self.app.snapshot)

@@ -16,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 
 from observe.model import GpuInfo
+from observe.sources.view import NodeFigures
 from observe.tui import fmt
 from observe.tui.widgets.lines import Line, Lines, bar, fit, spark
 from observe.tui.widgets.table import Column
@@ -117,20 +118,19 @@ def _na(row: GpuRow, text: str) -> str:
 #: The compact GPU table, most important first to keep: GPU, UTIL, MEM and NOTE never drop; the
 #: utilisation bar goes first, then FAN, SM clock and UUID, then MEM%, then TEMP and POWER.
 GPU_COLUMNS = (
-    Column("gpu", "GPU", 3, lambda r: r.gpu.index, right=True, style=lambda r: "lost" if r.gpu.lost else "accent"),
-    Column("util", "UTIL", 4, lambda r: r.gpu.utilization_ratio, text=_util, right=True,
-           style=lambda r: "lost" if r.gpu.lost else level_style(r.gpu.utilization_ratio)),
+    Column("gpu", "GPU", 4, lambda r: r.gpu.index, right=True, style=lambda r: "lost" if r.gpu.lost else "accent"),
+    Column("util", "UTIL", 5, lambda r: r.gpu.utilization_ratio, text=_util, right=True,
+           style=lambda r: "lost" if r.gpu.lost else "dim" if r.gpu.utilization_ratio is None else None),
     Column("util_bar", "", 10, lambda r: r.gpu.utilization_ratio,
-           text=lambda r: text_meter(r.gpu.utilization_ratio, 10), style=lambda r: level_style(r.gpu.utilization_ratio),
-           priority=6),
-    Column("mem", "MEM USED/TOTAL", 14, lambda r: r.gpu.memory_used_bytes, right=True, min_width=11,
+           text=lambda r: text_meter(r.gpu.utilization_ratio, 10), style=lambda r: "accent", priority=6),
+    Column("mem", "MEMORY", 11, lambda r: r.gpu.memory_used_bytes, right=True,
            text=lambda r: _na(r, f"{fmt.size(r.gpu.memory_used_bytes)}/{fmt.size(r.gpu.memory_total_bytes)}")),
     Column("mem_pct", "MEM%", 4, lambda r: r.memory_ratio, right=True, text=lambda r: _na(r, fmt.pct(r.memory_ratio)),
            style=lambda r: level_style(r.memory_ratio), priority=3),
     Column("temp", "TEMP", 5, lambda r: r.gpu.temperature_celsius, right=True,
            text=lambda r: _na(r, fmt.num(r.gpu.temperature_celsius, 0, "°C")),
            style=lambda r: "bad" if (r.gpu.temperature_celsius or 0) >= 85 else None, priority=2),
-    Column("power", "POWER/LIMIT", 11, lambda r: r.gpu.power_watts, right=True, min_width=9, priority=2,
+    Column("power", "POWER", 9, lambda r: r.gpu.power_watts, right=True, priority=2,
            text=lambda r: _na(r, f"{fmt.num(r.gpu.power_watts, 0)}/{fmt.num(r.gpu.power_limit_watts, 0)} W")),
     Column("sm", "SM CLOCK", 8, lambda r: r.gpu.sm_clock_hertz, right=True, priority=4,
            text=lambda r: _na(r, fmt.hertz(r.gpu.sm_clock_hertz))),
@@ -140,6 +140,31 @@ GPU_COLUMNS = (
            min_width=8),
     Column("note", "NOTE", 0, _note, style=_note_style, min_width=8),
 )
+
+
+def summary_line(f: NodeFigures | None, width: int) -> Line:
+    """The node's GPU figures above its GPUs: count, mean utilisation, memory, power, hottest GPU,
+    XIDs of the last hour; a figure over only some GPUs says over how many (partial)."""
+    if f is None or not f.gpus:
+        return []
+
+    def over(count: int) -> str:
+        return f" ({count} of {f.gpus} GPUs read)" if f.partial(count) else ""
+
+    def style(count: int) -> str:
+        return "warn" if f.partial(count) else "value"
+
+    lost = f", {f.gpus_lost} LOST" if f.gpus_lost else ""
+    hottest = fmt.NA if f.hottest_celsius is None else f"{f.hottest_celsius:.0f}°C g{f.hottest_gpu}"
+    pieces: list[tuple[str, str | None, int]] = [
+        (f" {f.gpus} GPUs{lost}", "lost" if f.gpus_lost else "title", 0),
+        ("  util ", "label", 0), (fmt.pct(f.gpu_util_mean) + over(f.util_gpus), style(f.util_gpus), 0),
+        ("  memory ", "label", 1), (fmt.pct(f.gpu_memory_ratio) + over(f.memory_gpus), style(f.memory_gpus), 1),
+        ("  power ", "label", 0), (fmt.num(f.power_watts, 0, " W") + over(f.power_gpus), style(f.power_gpus), 0),
+        ("  hottest ", "label", 2), (hottest + over(f.temperature_gpus), style(f.temperature_gpus), 2),
+        ("  XID/1h ", "label", 1), (f"{f.xids_recent}" + (f" worst {f.xid_severity}" if f.xid_severity else ""),
+                                    "bad" if f.xids_recent else "value", 1)]
+    return fit(pieces, width)
 
 
 def gpu_block(gpu: GpuInfo, history: tuple[tuple, tuple], width: int, uuid_text: str | None = None) -> list[Line]:

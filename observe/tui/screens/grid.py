@@ -67,6 +67,8 @@ def _per_gpu(f, mode: Mode) -> str:  # noqa: ANN001 - NodeFigures
         else:
             values.append((f.gpu_xid_severities[i] if i < len(f.gpu_xid_severities) else None) or "-")
     text = " ".join(values)
+    if mode.key == "xid" and f.xid_unattributed_severity:
+        text += f"; on no listed GPU: {f.xid_unattributed_severity}"
     if mode.key in ("util", "memory", "temperature") and f.partial(_over(f, mode)):
         text += f" {PARTIAL}"
     return text

@@ -30,6 +30,7 @@ from observe.tui.screens.gpus import (
     detail_lines,
     gpu_block,
     gpu_rows,
+    summary_line,
     uuid_tails,
 )
 from observe.tui.widgets.lines import Line, Lines, bar, fit, spark
@@ -222,6 +223,7 @@ class NodeScreen(TableScreen):
                                    search_text=lambda p: f"{p.pid} {p.user or ''} {p.command or ''}",
                                    sort_key="cpu", reverse=True, empty="processes: loading…", id="processes")
             with Vertical(id="nvtop"):
+                yield Lines(id="gpu-summary")
                 yield VirtualTable(GPU_COLUMNS, row_key=lambda r: r.gpu.index, sort_key="gpu",
                                    empty="GPUs: loading…", id="gpu-table")
                 with VerticalScroll(id="gpu-blocks"):
@@ -269,7 +271,7 @@ class NodeScreen(TableScreen):
         nvtop = self.query_one("#nvtop")
         if not wide:
             height = (self.size.height or 24) - 2
-            want = (gpus + 1) if compact else gpus * BLOCK_ROWS
+            want = (gpus + 2) if compact else gpus * BLOCK_ROWS + 1
             nvtop.styles.height = max(3, min(want + 1, height // 2))
         else:
             nvtop.styles.height = "1fr"
@@ -296,13 +298,14 @@ class NodeScreen(TableScreen):
         else:
             table.empty = "processes: loading…" if status.figures is not None else "no data from this node yet"
             table.set_rows([])
+        gpu_width = width - htop_width - 1 if wide else width
+        self.query_one("#gpu-summary", Lines).set_lines([summary_line(status.figures, gpu_width)])
         gpu_table = self.query_one("#gpu-table", VirtualTable)
         severities = status.figures.gpu_xid_severities if status.figures else ()
         gpu_table.set_rows(gpu_rows(snap.gpus, severities) if snap is not None else [])
         if snap is None:
             gpu_table.empty = " GPUs: loading…" if status.figures is not None else " GPUs: no data yet"
         if not compact and snap is not None:
-            gpu_width = width - htop_width - 1 if wide else width
             history = self.app.poller.history
             tails = uuid_tails([g.uuid for g in snap.gpus])
             lines = [line for gpu, tail in zip(snap.gpus, tails, strict=False)

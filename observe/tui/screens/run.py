@@ -82,7 +82,7 @@ def rank_rows(snapshot: ClusterSnapshot, run: RunStatus) -> list[RankRow]:
 
 def _note(row: RankRow) -> str:
     if row.straggler:
-        return f"◀ straggler +{(row.vs_median or 0) * 100:.1f}%"
+        return "◀ straggler"
     return row.rank.error or ""
 
 

@@ -26,7 +26,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from observe.sources.view import NodeFigures, NodeStatus
+from observe.sources.view import NodeFigures, NodeStatus, worst_severity
 
 #: Steps of a colour scale (component classes ``gpugrid--s0`` .. ``gpugrid--s7``).
 LEVELS = 8
@@ -72,14 +72,21 @@ def _temperatures(f: NodeFigures) -> list[str]:
     return _ratios(scaled, f.gpu_lost, "heat")
 
 
+def _xids(f: NodeFigures) -> list[str]:
+    """A GPU's own XID severity, or the node's events that name no GPU of it, whichever is worse."""
+    out = []
+    for own, gone in zip(f.gpu_xid_severities, f.gpu_lost, strict=False):
+        severity = worst_severity(s for s in (own, f.xid_unattributed_severity) if s)
+        out.append("lost" if gone else XID_CLASSES.get(severity or "", "x-none"))
+    return out
+
+
 MODES: tuple[Mode, ...] = (
     Mode("util", "GPU utilisation", "0%", "100%", lambda f: _ratios(f.gpu_util_ratios, f.gpu_lost)),
     Mode("memory", "GPU memory used", "0%", "100%", lambda f: _ratios(f.gpu_memory_ratios, f.gpu_lost)),
     Mode("temperature", "GPU temperature", f"{TEMPERATURE_RANGE[0]:.0f}°C", f"{TEMPERATURE_RANGE[1]:.0f}°C",
          _temperatures),
-    Mode("xid", "XID errors, last hour", "none", "node_reboot",
-         lambda f: ["lost" if gone else XID_CLASSES.get(s or "", "x-none")
-                    for s, gone in zip(f.gpu_xid_severities, f.gpu_lost, strict=False)]),
+    Mode("xid", "XID errors, last hour", "none", "node_reboot", lambda f: _xids(f)),
 )
 #: Every cell class the grid uses.
 CELL_CLASSES = ("na", "lost", "warn", "bad", "dim", "cursor", "x-none", "x-info", "x-app", "x-reset", "x-reboot",
