@@ -4,7 +4,9 @@ Each simulated node has 8 GPUs (H100-like readings) and 300 processes, 96 cores,
 ``GET /snapshot`` (full) and ``GET /snapshot?view=summary`` exactly as ``observe.agent`` does
 (``observe.agent.server.summary``), over HTTP/1.1 keep-alive, from bodies rendered in advance
 (as the real agent serves a cached rendering). Bodies are re-rendered every ``--refresh`` seconds
-with a new ``time_unix`` and new readings, so the client sees fresh data.
+with a new ``time_unix`` and new readings, so the client sees fresh data. So that one process can
+stand in for 4,096 agents, summaries are made from ``VARIANTS`` rendered node templates with the
+node's name, GPU UUIDs and time written in (a byte replacement, not a JSON rendering per node).
 
     python benchmarks/fleet.py --nodes 1024    # prints "ready" and the JSON list of ports when serving
 """
@@ -22,6 +24,8 @@ from observe.agent.server import summary
 from observe.model import AgentHealth, CpuStats, GpuInfo, GpuProcess, HostStats, MemoryStats, NodeSnapshot, ProcessInfo
 
 GPUS, PROCESSES, CORES = 8, 300, 96
+#: Distinct readings rendered per refresh; node ``i`` serves variant ``(i + refresh) % VARIANTS``.
+VARIANTS = 64
 
 
 def make_node(index: int, now: float, seed: int, processes: bool = True) -> NodeSnapshot:
@@ -75,8 +79,15 @@ class Fleet:
 
     def render(self) -> None:
         now, self.seed = time.time(), self.seed + 1
-        self.summaries = [summary(make_node(i, now, self.seed, processes=False)).to_json().encode()
-                          for i in range(self.nodes)]
+        variants = []
+        for v in range(VARIANTS):
+            body = summary(make_node(v, now, self.seed, processes=False)).to_json().encode()
+            variants.append((body, b"gpu-node-%04d" % v, b"GPU-%08x-" % v))
+        summaries = []
+        for i in range(self.nodes):
+            body, name, uuid = variants[(i + self.seed) % VARIANTS]
+            summaries.append(body.replace(name, b"gpu-node-%04d" % i).replace(uuid, b"GPU-%08x-" % i))
+        self.summaries = summaries
         self.full = {}
 
     def body(self, index: int, target: bytes) -> bytes:

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     prom.add_argument("--prometheus", metavar="URL", help="read everything from this Prometheus server's HTTP API")
     tune = ap.add_argument_group("refresh")
     tune.add_argument("--interval", type=float, metavar="SECONDS",
-                      help="seconds between refreshes (default: 1 s up to 64 nodes, 2 s up to 1,024, then more)")
+                      help="seconds between refreshes (default: 1 s up to 64 nodes, 2 s up to 4,096, then more)")
     tune.add_argument("--timeout", type=float, default=1.5, metavar="SECONDS", help="per-request timeout (default 1.5)")
     tune.add_argument("--concurrency", type=int, default=64, metavar="N",
                       help="requests in flight at most (default 64)")

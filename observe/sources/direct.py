@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from observe.errors import UserError
 from observe.model import NodeSnapshot
 from observe.sources.http import FetchError, HttpFetcher
+from observe.sources.summary import read_summary
 from observe.sources.trainer import parse_exposition, ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_status
 
@@ -263,9 +264,11 @@ class DirectSource:
 
 def decode_node(previous: NodeStatus, body: bytes, now: float, keep: bool) -> NodeStatus:
     """A node's status after its agent answered ``body`` at ``now`` (``observe.sources.view.node_status``);
-    ``malformed`` keeps the previous data (shown with its age). ``keep``: keep the whole snapshot."""
+    ``malformed`` keeps the previous data (shown with its age). ``keep``: keep the whole snapshot
+    (else the answer is read without building one: ``observe.sources.summary``)."""
     try:
-        return node_status(previous.name, previous.source, NodeSnapshot.from_json(body), now, keep)
+        snapshot = NodeSnapshot.from_json(body) if keep else read_summary(body)
+        return node_status(previous.name, previous.source, snapshot, now, keep)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:  # JSON, shape or schema errors
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         return replace(previous, state="malformed", error=f"not a snapshot: {reason}", checked_unix=now)

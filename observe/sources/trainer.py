@@ -70,6 +70,6 @@ def ranks_from_samples(samples: Iterable[Sample], source: str = "", now: float |
             if value == 1 and labels.get("phase"):
                 status = replace(status, phase=labels["phase"])
         elif name in GAUGES:
-            status = replace(status, **{GAUGES[name]: float(value)})
+            status = replace(status, **{GAUGES[name]: float(value)})  # type: ignore[arg-type] # float fields
         ranks[key] = status
     return [ranks[k] for k in sorted(ranks)]

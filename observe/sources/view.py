@@ -164,7 +164,8 @@ def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]
         else:
             unattributed.append(event.severity)
             continue
-        worst[i] = worst_severity((event.severity, worst[i])) if worst[i] else event.severity
+        known = worst[i]
+        worst[i] = event.severity if known is None else worst_severity((event.severity, known))
     return tuple(worst), worst_severity(unattributed)
 
 
@@ -355,7 +356,8 @@ class RunStatus:
     @property
     def world_size(self) -> int | None:
         """Ranks in the run (from ``fsdp_train_info``), else the ranks seen."""
-        return self._first("world_size") or (len(self.ranks) or None)
+        size = self._first("world_size")
+        return int(size) if size else (len(self.ranks) or None)
 
     @property
     def finished(self) -> bool:
@@ -408,12 +410,12 @@ class RunStatus:
     @property
     def straggler(self) -> Straggler | None:
         """The rank with the longest step time and how much longer than the median (2+ ranks)."""
-        timed = [r for r in self.ranks if r.window_step_seconds is not None]
+        timed = [(r.window_step_seconds, r) for r in self.ranks if r.window_step_seconds is not None]
         if len(timed) < 2:
             return None
-        slowest = max(timed, key=lambda r: (r.window_step_seconds, r.data_wait_seconds or 0.0))
-        median = statistics.median(r.window_step_seconds for r in timed)
-        return Straggler(slowest, (slowest.window_step_seconds - median) / median if median > 0 else 0.0)
+        seconds, slowest = max(timed, key=lambda t: (t[0], t[1].data_wait_seconds or 0.0))
+        median = statistics.median(s for s, _ in timed)
+        return Straggler(slowest, (seconds - median) / median if median > 0 else 0.0)
 
 
 @dataclass(frozen=True)

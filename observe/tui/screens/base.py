@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -48,15 +50,24 @@ def error_lines(errors: tuple[str, ...], width: int) -> list[Line]:
     shown = errors[:STATUS_ERRORS]
     cut = len(errors) > len(shown) or any(len(e) + 3 > width for e in shown)
     hint = f"  (e: all {fmt.plural(len(errors), 'message')})" if cut else ""
-    lines = []
+    lines: list[Line] = []
     for n, error in enumerate(shown):
         tail = hint if n == len(shown) - 1 else ""
         lines.append([(f" ! {fmt.shorten(error, max(8, width - 3 - len(tail)))}", "bad"), (tail, "dim")])
     return lines
 
 
+if TYPE_CHECKING:
+    from observe.tui.app import TopApp
+
+
 class TopScreen(Screen):
     """A screen redrawn from each ``ClusterSnapshot`` (``update_snapshot``)."""
+
+    @property
+    def top(self) -> TopApp:
+        """The app, as the ``TopApp`` it is (its snapshot, poller and focus)."""
+        return cast("TopApp", self.app)
 
     TITLE = ""
     BINDINGS = [Binding("escape", "back", "back"), Binding("e", "messages", "messages", show=False)]
@@ -68,18 +79,18 @@ class TopScreen(Screen):
         yield Footer(compact=True)
 
     def on_screen_resume(self) -> None:
-        self.update_snapshot(self.app.snapshot)
+        self.update_snapshot(self.top.snapshot)
 
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         """Redraw from ``snapshot`` (the status bar here; screens add their content)."""
         width = self.size.width or 80
-        lines = [status_line(snapshot, self.TITLE, self.app.poller.interval, width)]
+        lines = [status_line(snapshot, self.TITLE, self.top.poller.interval, width)]
         lines += error_lines(snapshot.errors, width)
         self.query_one("#status", Lines).set_lines(lines)
 
     def on_resize(self) -> None:
         try:
-            self.update_snapshot(self.app.snapshot)
+            self.update_snapshot(self.top.snapshot)
         except NoMatches:  # still composing: on_mount draws it
             pass
 
@@ -91,7 +102,7 @@ class TopScreen(Screen):
         """Every message of the source (the status bar shows the first few, cut to its width)."""
         from observe.tui.screens.help import MessagesScreen
 
-        self.app.push_screen(MessagesScreen(self.app.snapshot.errors))
+        self.app.push_screen(MessagesScreen(self.top.snapshot.errors))
 
 
 class TableScreen(TopScreen):
@@ -113,7 +124,7 @@ class TableScreen(TopScreen):
 
     def on_mount(self) -> None:
         self.table.focus()
-        self.update_snapshot(self.app.snapshot)
+        self.update_snapshot(self.top.snapshot)
 
     def action_sort_menu(self) -> None:
         table = self.table

@@ -106,7 +106,7 @@ COLUMNS = (
            style=lambda n: _partial_style(n, _f(n).power_gpus), priority=4),
     Column("xid", "XID/1h", 7, lambda n: _f(n).xids_recent, right=True,
            text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
-           style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity) if _f(n).xids_recent else "dim"),
+           style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim"),
     Column("note", "NOTE", 0, _note, style=lambda n: "bad" if n.error else "dim", min_width=14),
 )
 

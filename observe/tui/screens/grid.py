@@ -102,12 +102,12 @@ class GridScreen(TopScreen):
 
     def on_mount(self) -> None:
         self.grid.focus()
-        self.update_snapshot(self.app.snapshot)
+        self.update_snapshot(self.top.snapshot)
 
     def action_next_mode(self) -> None:
         self.mode_index = (self.mode_index + 1) % len(MODES)
         self.grid.set_mode(MODES[self.mode_index])
-        self.update_snapshot(self.app.snapshot)
+        self.update_snapshot(self.top.snapshot)
 
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         super().update_snapshot(snapshot)

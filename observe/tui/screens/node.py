@@ -241,14 +241,14 @@ class NodeScreen(TableScreen):
         return self.query_one("#processes", VirtualTable)
 
     def on_mount(self) -> None:  # TableScreen.on_mount runs next (Textual calls both)
-        self.app.set_focus_node(self.node)
+        self.top.set_focus_node(self.node)
 
     def on_unmount(self) -> None:
-        self.app.set_focus_node(None)
+        self.top.set_focus_node(None)
 
     def action_toggle_gpu_view(self) -> None:
         self.compact = not self._is_compact(self._gpu_count)
-        self.update_snapshot(self.app.snapshot)
+        self.update_snapshot(self.top.snapshot)
 
     def _side_by_side(self) -> bool:
         return (self.size.width or 80) >= SIDE_BY_SIDE_WIDTH
@@ -306,7 +306,7 @@ class NodeScreen(TableScreen):
         if snap is None:
             gpu_table.empty = " GPUs: loading…" if status.figures is not None else " GPUs: no data yet"
         if not compact and snap is not None:
-            history = self.app.poller.history
+            history = self.top.poller.history
             tails = uuid_tails([g.uuid for g in snap.gpus])
             lines = [line for gpu, tail in zip(snap.gpus, tails, strict=False)
                      for line in gpu_block(gpu, history.get(status.name, gpu.index), gpu_width, tail)]
@@ -316,6 +316,6 @@ class NodeScreen(TableScreen):
         event.stop()
         row = event.row
         if isinstance(row, GpuRow):  # a GPU in full: the whole UUID, PCI bus, driver, history
-            history = self.app.poller.history.get(self.node, row.gpu.index)
+            history = self.top.poller.history.get(self.node, row.gpu.index)
             width = min(100, (self.size.width or 80) - 8)
             self.app.push_screen(GpuDetailScreen(detail_lines(row.gpu, history, width)))

@@ -167,8 +167,9 @@ def no_run_lines(snapshot: ClusterSnapshot, width: int) -> list[Line]:
         lines = [[(" no training run seen", "title")],
                  [(f" {fmt.plural(snapshot.trainers, 'trainer endpoint')} given; none answers with fsdp_train_* "
                    "series yet:", "warn")]]
-        lines += [[(" ! ", "bad"), (fmt.shorten(e, max(8, width - 4)), "bad")]
-                  for e in snapshot.errors if e.startswith("trainer ")][:20]
+        problems: list[Line] = [[(" ! ", "bad"), (fmt.shorten(e, max(8, width - 4)), "bad")]
+                                for e in snapshot.errors if e.startswith("trainer ")]
+        lines += problems[:20]
     return [fit([(text, style, 0) for text, style in line], width) for line in lines]
 
 
@@ -193,12 +194,13 @@ class RunScreen(TableScreen):
 
     def action_next_run(self) -> None:
         self.index += 1
-        self.update_snapshot(self.app.snapshot)
+        self.update_snapshot(self.top.snapshot)
 
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         super().update_snapshot(snapshot)
         width = self.size.width or 120
         table = self.table
+        lines: list[Line]
         if not snapshot.runs:
             lines = no_run_lines(snapshot, width) if snapshot.time_unix else [[(" waiting for the first refresh…",
                                                                                 "dim")]]
@@ -218,5 +220,5 @@ class RunScreen(TableScreen):
         from observe.tui.screens.node import NodeScreen
 
         node = event.row.rank.node
-        if node and self.app.snapshot.node(node) is not None:
+        if node and self.top.snapshot.node(node) is not None:
             self.app.push_screen(NodeScreen(node))

@@ -56,14 +56,25 @@ class Mode:
     cells: Callable[[NodeFigures], list[str]]
 
 
-def _step(ratio: float | None, prefix: str = "s") -> str:
-    if ratio is None or math.isnan(ratio):
-        return "na"
-    return f"{prefix}{max(0, min(LEVELS - 1, int(ratio * LEVELS)))}"
+_NAMES = {prefix: tuple(f"{prefix}{i}" for i in range(LEVELS)) for prefix in ("s", "heat")}
 
 
 def _ratios(values: Sequence[float | None], lost: Sequence[bool], prefix: str = "s") -> list[str]:
-    return ["lost" if gone else _step(v, prefix) for v, gone in zip(values, lost, strict=False)]
+    """One cell class per GPU: its step of the scale ``prefix`` for a 0..1 value (clamped),
+    ``na`` for ``None``, ``lost`` for a lost GPU. The hot path of drawing the grid: plain
+    arithmetic, no calls per GPU."""
+    names = _NAMES[prefix]
+    top = LEVELS - 1
+    out = []
+    for v, gone in zip(values, lost, strict=False):
+        if gone:
+            out.append("lost")
+        elif v is None or v != v:  # None or NaN
+            out.append("na")
+        else:
+            i = int(v * LEVELS)
+            out.append(names[top if i > top else 0 if i < 0 else i])
+    return out
 
 
 def _temperatures(f: NodeFigures) -> list[str]:
@@ -102,8 +113,12 @@ def node_cells(node: NodeStatus, mode: Mode) -> list[tuple[str, str, str | None]
     if node.state in STATE_CLASSES:
         return [("░", STATE_CLASSES[node.state], None)] * math.ceil(f.gpus / 2)
     classes = mode.cells(f)
-    classes += ["na"] * (f.gpus - len(classes))
-    return [("▀", classes[i], classes[i + 1] if i + 1 < len(classes) else None) for i in range(0, len(classes), 2)]
+    if len(classes) < f.gpus:
+        classes += ["na"] * (f.gpus - len(classes))
+    if len(classes) % 2:
+        classes.append(None)  # type: ignore[arg-type] # no GPU below the last one
+    it = iter(classes)
+    return [("▀", top, bottom) for top, bottom in zip(it, it, strict=True)]
 
 
 def node_width(node: NodeStatus) -> int:
@@ -162,7 +177,7 @@ class GpuGrid(Widget, can_focus=True):
         self._rows: list[list[tuple[int, int]]] = []
         self._where: list[tuple[int, int]] = []  # node index -> (row, x)
         self._layout_key: tuple[int, int, tuple[int, ...]] | None = None
-        self._cells: dict[int, list[Segment]] = {}
+        self._lines: dict[int, tuple[int, Strip]] = {}  # row -> (width, its drawing) until the data changes
         self._styles: dict[tuple[str, str | None, bool], Style] = {}
         self._key: str | None = None
 
@@ -172,7 +187,7 @@ class GpuGrid(Widget, can_focus=True):
         """Show ``nodes`` (in this order); the cursor stays on its node (by ``key``)."""
         current = self.current
         self.nodes = tuple(nodes)
-        self._cells = {}
+        self._lines = {}
         if current is not None:
             wanted = key(current)
             self.cursor = next((i for i, n in enumerate(self.nodes) if key(n) == wanted), self.cursor)
@@ -183,7 +198,7 @@ class GpuGrid(Widget, can_focus=True):
     def set_mode(self, mode: Mode) -> None:
         """Colour by ``mode``."""
         self.mode = mode
-        self._cells = {}
+        self._lines = {}
         self.refresh()
 
     @property
@@ -204,6 +219,7 @@ class GpuGrid(Widget, can_focus=True):
         if key == self._layout_key:
             return
         self._layout_key = key
+        self._lines = {}
         rows = pack(widths, width, 1)
         if len(rows) > height:  # touching nodes fit more per row
             tight = pack(widths, width, 0)
@@ -236,6 +252,9 @@ class GpuGrid(Widget, can_focus=True):
     def _go(self, index: int) -> None:
         if not self.nodes:
             return
+        for i in (self.cursor, index):  # the rows the cursor leaves and enters are drawn again
+            if 0 <= i < len(self._where):
+                self._lines.pop(self._where[i][0], None)
         self.cursor = max(0, min(len(self.nodes) - 1, index))
         self._scroll_to_cursor()
         self.refresh()
@@ -297,18 +316,8 @@ class GpuGrid(Widget, can_focus=True):
 
     def notify_style_update(self) -> None:
         self._styles = {}
-        self._cells = {}
+        self._lines = {}
         super().notify_style_update()
-
-    def _segments(self, index: int, cursor: bool) -> list[Segment]:
-        cached = None if cursor else self._cells.get(index)
-        if cached is not None:
-            return cached
-        segments = [Segment(ch, self._style(top, bottom, cursor))
-                    for ch, top, bottom in node_cells(self.nodes[index], self.mode)]
-        if not cursor:
-            self._cells[index] = segments
-        return segments
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
@@ -320,13 +329,35 @@ class GpuGrid(Widget, can_focus=True):
             if row == 0 and not self.nodes:
                 return Strip([Segment(" no nodes yet".ljust(width)[:width], base)], width)
             return Strip.blank(width, base)
-        segments: list[Segment] = []
+        cached = self._lines.get(row)
+        if cached is not None and cached[0] == width:
+            return cached[1]
+        # one segment per run of cells of one style, across nodes: few objects for the collector
+        runs: list[tuple[Style, list[str]]] = []
+        style_of = self._style
         x = 0
         for start, index in self._rows[row]:
             if start > x:
                 marker = "▶" if index == self.cursor and start - x == 1 else " " * (start - x)
-                segments.append(Segment(marker, self._style("cursor", None, False) if marker == "▶" else base))
-            cells = self._segments(index, index == self.cursor)
-            segments.extend(cells)
-            x = start + len(cells)
-        return Strip(segments).adjust_cell_length(width, base)
+                gap_style = style_of("cursor", None, False) if marker == "▶" else base
+                if runs and runs[-1][0] is gap_style:
+                    runs[-1][1].append(marker)
+                else:
+                    runs.append((gap_style, [marker]))
+            cursor = index == self.cursor
+            for ch, top, bottom in node_cells(self.nodes[index], self.mode):
+                cell_style = style_of(top, bottom, cursor)
+                if runs and runs[-1][0] is cell_style:
+                    runs[-1][1].append(ch)
+                else:
+                    runs.append((cell_style, [ch]))
+            x = start + node_width(self.nodes[index])
+        segments = [Segment("".join(chars), style) for style, chars in runs]
+        if x > width:  # a node wider than the widget (16 GPUs in 7 columns): cut
+            strip = Strip(segments).crop(0, width)
+        else:
+            if x < width:
+                segments.append(Segment(" " * (width - x), base))
+            strip = Strip(segments, width)  # every character the grid draws is one cell wide
+        self._lines[row] = (width, strip)
+        return strip

@@ -280,7 +280,7 @@ class VirtualTable(Widget, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
             x = 0
-            for column, width in self.layout(self.size.width):
+            for column, width in self.column_widths(self.size.width):
                 if x <= event.x < x + width + 1:
                     self.sort_by(column.key)
                     return
@@ -297,7 +297,7 @@ class VirtualTable(Widget, can_focus=True):
 
     # -- drawing ------------------------------------------------------------------------------
 
-    def layout(self, total: int) -> list[tuple[Column, int]]:
+    def column_widths(self, total: int) -> list[tuple[Column, int]]:
         """The columns shown at ``total`` characters and their widths (``column_layout``, cached)."""
         layout = self._layouts.get(total)
         if layout is None:
@@ -307,11 +307,11 @@ class VirtualTable(Widget, can_focus=True):
     @property
     def shown_columns(self) -> list[Column]:
         """The columns drawn at the table's current width."""
-        return [c for c, _ in self.layout(self.size.width or 80)]
+        return [c for c, _ in self.column_widths(self.size.width or 80)]
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        layout = self.layout(width)
+        layout = self.column_widths(width)
         if y == 0:
             return self._header(layout, width)
         index = self._top + y - 1
