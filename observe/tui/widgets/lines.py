@@ -83,14 +83,18 @@ def width_of(line: Line) -> int:
 
 def fit(pieces: Sequence[tuple[str, str | None, int]], width: int) -> Line:
     """The pieces ``(text, style, priority)`` that fit in ``width`` cells, in their order: pieces
-    with the highest priority number are left out first (``0``: kept). A kept piece that still
-    does not fit is cut at a word boundary (``observe.tui.fmt.shorten``), never mid-word."""
+    with the highest priority number are left out first (``0``: kept), a run of neighbouring
+    pieces of one priority (a label and its value) together, the rightmost run first. A kept piece
+    that still does not fit is cut at a word boundary (``observe.tui.fmt.shorten``), never mid-word."""
     from observe.tui.fmt import shorten
 
     kept = list(pieces)
     while sum(len(t) for t, _, _ in kept) > width and any(p > 0 for _, _, p in kept):
-        drop = max(range(len(kept)), key=lambda i: (kept[i][2], i))
-        del kept[drop]
+        end = max(range(len(kept)), key=lambda i: (kept[i][2], i)) + 1
+        start = end - 1
+        while start > 0 and kept[start - 1][2] == kept[end - 1][2]:
+            start -= 1
+        del kept[start:end]
     line: Line = []
     room = width
     for text, style, _ in kept:
