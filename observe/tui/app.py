@@ -25,6 +25,10 @@ from observe.tui.poller import Poller, Source
 SCREENS = Binding.Group("screens", compact=True)
 
 
+#: Refreshes after which the objects alive are frozen out of the garbage collector's sight.
+FREEZE_REFRESHES = 3
+
+
 class SnapshotReady(Message):
     """A refresh finished (the snapshot itself waits in ``TopApp.pending``: refreshes coalesce)."""
 
@@ -89,19 +93,21 @@ class TopApp(App):
             except NoMatches:  # the screen was just pushed and is still composing: it draws
                 pass           # app.snapshot itself when it mounts
 
-        if self.refreshes == 1:
+        if self.refreshes <= FREEZE_REFRESHES:
             self.call_after_refresh(self._freeze_startup_objects)
 
     @staticmethod
     def _freeze_startup_objects() -> None:
-        """Move every object alive after the first frame (modules, Textual's widgets and CSS) out of
-        the garbage collector's sight (``gc.freeze``).
+        """Move every object alive after each of the first ``FREEZE_REFRESHES`` frames (modules,
+        Textual's widgets and CSS, the kept-alive connections to every agent, opened over the first
+        refreshes) out of the garbage collector's sight (``gc.freeze``).
 
         A full collection holds the GIL while it walks every tracked object; at start-up that is
         several hundred thousand, which made a 1,024-node TUI stall for 100-135 ms whenever the
-        collector's oldest generation ran (``benchmarks/tui_fanin.py``). Afterwards it walks only
-        the data of the last refreshes. The objects frozen are never freed, which is what they
-        were going to be anyway.
+        collector's oldest generation ran (``benchmarks/tui_fanin.py``); at 4,096 nodes the
+        connections alone are some 80,000 objects more. Afterwards it walks only the data of the
+        last refreshes. Frozen objects are still freed when their last reference goes; only cyclic
+        garbage of those first refreshes stays (bounded: it is never made again).
         """
         gc.freeze()
 

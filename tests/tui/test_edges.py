@@ -159,6 +159,17 @@ async def test_the_grid_shows_8192_gpus_on_one_screen_and_enter_opens_the_node()
     await ctx.__aexit__(None, None, None)
 
 
+async def test_the_grid_says_when_rows_are_out_of_sight() -> None:
+    app, pilot, ctx = await shown(big_snapshot(1024), (80, 24), keys=("4",))
+    await pilot.pause()
+    legend = lines_text(app.screen.query_one("#grid-legend", Lines))[0]
+    assert "more rows below (PgDn)" in legend
+    await pilot.press("end")
+    await pilot.pause()
+    assert "more rows below" not in lines_text(app.screen.query_one("#grid-legend", Lines))[0]
+    await ctx.__aexit__(None, None, None)
+
+
 def test_grid_cells_mark_lost_hot_xid_and_unreachable_gpus() -> None:
     from observe.tui.widgets.grid import MODES, node_cells
 

@@ -15,10 +15,13 @@ from observe.tui.widgets.grid import LEVELS, MODES, GpuGrid, Mode
 from observe.tui.widgets.lines import Line, Lines, fit
 
 
-def legend_line(mode: Mode, nodes: int, gpus: int, width: int) -> Line:
-    """What the colours mean for ``mode``, and how much is shown, in ``width`` cells."""
+def legend_line(mode: Mode, nodes: int, gpus: int, width: int, below: int = 0) -> Line:
+    """What the colours mean for ``mode``, and how much is shown, in ``width`` cells; ``below``:
+    rows of nodes out of sight under the grid (said first, so it is never left out)."""
     scale = "heat" if mode.key == "temperature" else "s"
     pieces: list[tuple[str, str | None, int]] = [(f" {mode.title} ", "title", 0), (f" {mode.low} ", "dim", 0)]
+    if below:
+        pieces.insert(1, (f" {below} more rows below (PgDn) ", "warn", 0))
     if mode.key == "xid":
         pieces += [("█", "x-none", 0), (" none ", "dim", 0), ("█", "x-info", 0), (" info ", "dim", 1),
                    ("█", "x-app", 0), (" application ", "dim", 1), ("█", "x-reset", 0), (" reset ", "dim", 1),
@@ -113,16 +116,21 @@ class GridScreen(TopScreen):
         super().update_snapshot(snapshot)
         grid = self.grid
         grid.set_nodes(sorted(snapshot.nodes, key=lambda n: n.name))
-        width = self.size.width or 80
-        mode = MODES[self.mode_index]
-        self.query_one("#grid-legend", Lines).set_lines([legend_line(mode, len(snapshot.nodes), grid.gpus(), width)])
+        self._legend()
         self._describe()
+        self.call_after_refresh(self._legend)  # once the grid has its size: what is out of sight
+
+    def _legend(self) -> None:
+        grid, width = self.grid, self.size.width or 80
+        self.query_one("#grid-legend", Lines).set_lines([legend_line(MODES[self.mode_index], len(grid.nodes),
+                                                                     grid.gpus(), width, grid.rows_below())])
 
     def _describe(self) -> None:
         width = self.size.width or 80
         self.query_one("#grid-node", Lines).set_lines([node_line(self.grid.current, MODES[self.mode_index], width)])
 
     def on_gpu_grid_highlighted(self, _: GpuGrid.Highlighted) -> None:
+        self._legend()
         self._describe()
 
     def on_gpu_grid_selected(self, event: GpuGrid.Selected) -> None:

@@ -206,6 +206,14 @@ class GpuGrid(Widget, can_focus=True):
         """The node under the cursor."""
         return self.nodes[self.cursor] if 0 <= self.cursor < len(self.nodes) else None
 
+    def rows_below(self) -> int:
+        """Rows of nodes below the visible part (scroll with the cursor: PgDn, End); 0 before the
+        widget has a size."""
+        if not self.size.height:
+            return 0
+        self._relayout()
+        return max(0, len(self._rows) - self._top - max(1, self.size.height))
+
     def gpus(self) -> int:
         """GPUs shown."""
         return sum(n.figures.gpus for n in self.nodes if n.figures is not None)
