@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="processes kept in /snapshot, busiest first (default 100; the full count is always reported)")
     ap.add_argument("--process-series", type=int, default=20, metavar="N",
                     help="processes with per-process series in /metrics (default 20; GPU processes always)")
+    ap.add_argument("--command-label", action="store_true",
+                    help="also put each process's redacted command line in the command label of "
+                         "fsdp_node_process_info in /metrics (default: off; /snapshot always has it)")
     ap.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return ap
 
@@ -97,7 +100,7 @@ def main(argv: list[str]) -> int:
     settings = Settings(node=ns.node, proc_root=ns.proc_root, kernel_log=ns.kernel_log,
                         max_processes=ns.max_processes, interval_seconds=ns.interval, version=_version())
     try:
-        agent = Agent(settings, ns.address, ns.port, ns.process_series)
+        agent = Agent(settings, ns.address, ns.port, ns.process_series, ns.command_label)
     except OSError as exc:
         raise bind_error("--port", ns.address, ns.port, exc,
                          "stop what holds it or pass --port with a free port") from None
