@@ -15,7 +15,7 @@ from http.server import ThreadingHTTPServer
 
 from observe.agent.exposition import render
 from observe.agent.sampler import Sampler, Settings
-from observe.agent.server import Latest, Published, make_server
+from observe.agent.server import Latest, Published, ServerErrors, make_server
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,9 @@ class Agent:
         self.process_series = process_series
         self.command_label = command_label
         self.latest = Latest(settings.interval_seconds)
-        self.server: ThreadingHTTPServer = make_server(address, port, self.latest)
-        self.sampler = Sampler(settings)
+        self.http_errors = ServerErrors()
+        self.server: ThreadingHTTPServer = make_server(address, port, self.latest, self.http_errors)
+        self.sampler = Sampler(settings, extra_errors=self.http_errors.counts)
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
         self._serving: threading.Thread | None = None

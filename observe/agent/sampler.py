@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -91,10 +91,12 @@ class Sampler:
 
     Args:
         settings: see ``Settings``.
+        extra_errors: more error counts for ``AgentHealth.errors`` (the HTTP server's).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, extra_errors: Callable[[], Mapping[str, int]] | None = None) -> None:
         self.settings = settings
+        self.extra_errors = extra_errors
         self.host = HostCollector(settings.proc_root)
         self.table = ProcessTable(settings.proc_root)
         self.nvml = Nvml()
@@ -209,6 +211,8 @@ class Sampler:
 
     def _health(self, seconds: float, notices: list[str]) -> AgentHealth:
         errors = Counter(self.errors) + self.table.errors + self.nvml.errors
+        if self.extra_errors is not None:
+            errors.update(self.extra_errors())
         if self.watcher.parse_errors:
             errors["xid_parse"] = self.watcher.parse_errors
         if self.watcher.overruns:
