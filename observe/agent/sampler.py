@@ -51,7 +51,9 @@ class Settings:
 
     Attributes:
         node: node name on every series. proc_root: the procfs to read.
-        kernel_log: a file to follow instead of ``kmsg``. kmsg: the kernel ring buffer device.
+        kernel_log: a file to follow instead of the ring buffer. kmsg: the kernel ring buffer device.
+        kernel_log_source: how to read the ring buffer: ``kmsg`` (the device) or ``syslog`` (the
+            ``syslog(2)`` call, which needs only CAP_SYSLOG; ``observe.agent.klog``).
         max_processes: processes kept in a snapshot (busiest first; GPU processes are added).
         interval_seconds: the collection period (reported in the snapshot).
         version: the agent's version string.
@@ -61,6 +63,7 @@ class Settings:
     proc_root: str = "/proc"
     kernel_log: str | None = None
     kmsg: str = KMSG
+    kernel_log_source: str = "kmsg"
     max_processes: int = 100
     interval_seconds: float = 1.0
     version: str = ""
@@ -103,7 +106,8 @@ class Sampler:
         self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root))
         self.xids = XidStore()
         self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
-                                        boot_time=self.host.boot_time)
+                                        boot_time=self.host.boot_time,
+                                        syslog=settings.kernel_log_source == "syslog")
         self.errors: Counter[str] = Counter()
         self.collections = 0
         self._logged: set[str] = set()
@@ -217,6 +221,8 @@ class Sampler:
             errors["xid_parse"] = self.watcher.parse_errors
         if self.watcher.overruns:
             errors["kmsg_overrun"] = self.watcher.overruns
+        if self.watcher.long_lines:
+            errors["kernel_log_long_line"] = self.watcher.long_lines
         kernel_log = self.watcher.status
         if not self.watcher.up and self.nvml.available:
             kernel_log += "; XIDs from NVML events"

@@ -36,7 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--proc-root", default="/proc", metavar="DIR",
                     help="procfs to read (default /proc; the host's when mounted elsewhere, e.g. /host/proc)")
     ap.add_argument("--kernel-log", metavar="FILE",
-                    help="follow this file for XID errors instead of /dev/kmsg (e.g. /var/log/kern.log)")
+                    help="follow this file for XID errors instead of the kernel ring buffer (e.g. /var/log/kern.log)")
+    ap.add_argument("--kernel-log-source", choices=("kmsg", "syslog"), default="kmsg",
+                    help="how to read the kernel ring buffer: kmsg (/dev/kmsg, the default) or syslog (the "
+                         "syslog(2) call: needs only CAP_SYSLOG, no device; the unprivileged DaemonSet's way)")
     ap.add_argument("--max-processes", type=int, default=100, metavar="N",
                     help="processes kept in /snapshot, busiest first (default 100; the full count is always reported)")
     ap.add_argument("--process-series", type=int, default=20, metavar="N",
@@ -98,7 +101,8 @@ def main(argv: list[str]) -> int:
     # A request waiting for the GIL behind the collection thread gets it within 1 ms (default 5 ms).
     sys.setswitchinterval(0.001)
     settings = Settings(node=ns.node, proc_root=ns.proc_root, kernel_log=ns.kernel_log,
-                        max_processes=ns.max_processes, interval_seconds=ns.interval, version=_version())
+                        kernel_log_source=ns.kernel_log_source, max_processes=ns.max_processes,
+                        interval_seconds=ns.interval, version=_version())
     try:
         agent = Agent(settings, ns.address, ns.port, ns.process_series, ns.command_label)
     except OSError as exc:
