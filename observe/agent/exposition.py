@@ -136,6 +136,8 @@ class SnapshotCollector(Collector):
         base = (self.snapshot.node, str(g.index), g.uuid or "")
         f.add(c.GPU_INFO, base, 1, g.name or "", g.pci_bus or "", g.driver_version or "")
         f.add(c.GPU_LOST, base, 1 if g.lost else 0)
+        f.add(c.GPU_READING_STALE, base, 1 if g.stale else 0)
+        f.add(c.GPU_READING_AGE, base, g.reading_age_seconds)
         for metric, value in ((c.GPU_UTILIZATION, g.utilization_ratio),
                               (c.GPU_MEMORY_UTILIZATION, g.memory_utilization_ratio),
                               (c.GPU_MEMORY_TOTAL, g.memory_total_bytes), (c.GPU_MEMORY_USED, g.memory_used_bytes),

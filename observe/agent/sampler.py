@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from observe.agent.gpu import GpuCollector, Nvml
+from observe.agent.gpu import DEADLINE_SECONDS, GpuCollector, Nvml
 from observe.agent.host import HostCollector
 from observe.agent.procs import ProcessTable
 from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
@@ -56,6 +56,8 @@ class Settings:
             ``syslog(2)`` call, which needs only CAP_SYSLOG; ``observe.agent.klog``).
         max_processes: processes kept in a snapshot (busiest first; GPU processes are added).
         interval_seconds: the collection period (reported in the snapshot).
+        nvml_timeout_seconds: how long a collection waits for each GPU's NVML reading before it
+            reports the GPU stale (``observe.agent.gpu``).
         version: the agent's version string.
     """
 
@@ -66,6 +68,7 @@ class Settings:
     kernel_log_source: str = "kmsg"
     max_processes: int = 100
     interval_seconds: float = 1.0
+    nvml_timeout_seconds: float = DEADLINE_SECONDS
     version: str = ""
 
 
@@ -103,7 +106,8 @@ class Sampler:
         self.host = HostCollector(settings.proc_root)
         self.table = ProcessTable(settings.proc_root)
         self.nvml = Nvml()
-        self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root))
+        self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root),
+                                 deadline_seconds=settings.nvml_timeout_seconds, proc_root=settings.proc_root)
         self.xids = XidStore()
         self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
                                         boot_time=self.host.boot_time,
@@ -119,9 +123,9 @@ class Sampler:
         self.gpus.start(xid_events=not self.watcher.up)
 
     def stop(self) -> None:
-        """Stop the watcher, shut NVML down, close the process table."""
+        """Stop the watcher and the GPU workers, shut NVML down, close the process table."""
         self.watcher.stop()
-        self.nvml.shutdown()
+        self.gpus.stop()
         self.table.close()
 
     def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:
@@ -139,11 +143,14 @@ class Sampler:
         started = time.perf_counter()
         now = time.time()
         host = self._guard("host", lambda: self._host(now), HostStats())
-        gpus, gpu_procs = self._guard("gpu", self.gpus.collect, ([], []))
+        no_gpus: tuple[list[GpuInfo], list[GpuProcess]] = ([], [])
+        gpus, on_gpus = self._guard("gpu", self.gpus.collect, no_gpus)
         self._guard("nvml_xid", self._nvml_xids, None)
+        no_processes: tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]] = ((), tuple(on_gpus), [])
         processes, gpu_procs, notices = self._guard(
-            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), ((), tuple(gpu_procs), []))
-        events, counts = self._guard("xid", lambda: self._xids(gpus), ((), ()))
+            "processes", lambda: self._processes(host.memory.total_bytes, on_gpus), no_processes)
+        no_xids: tuple[tuple[XidEvent, ...], tuple[XidCount, ...]] = ((), ())
+        events, counts = self._guard("xid", lambda: self._xids(gpus), no_xids)
         self.collections += 1
         return NodeSnapshot(
             node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
@@ -200,7 +207,7 @@ class Sampler:
         by_bus = {g.pci_bus: g for g in gpus if g.pci_bus}
 
         def where(bus: str | None) -> tuple[int | None, str | None]:
-            gpu = by_bus.get(bus)
+            gpu = by_bus.get(bus) if bus else None
             return (gpu.index, gpu.uuid or uuids.get(bus)) if gpu else (None, uuids.get(bus))
 
         matched = []

@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"port to serve on (default {AGENT_PORT}; 0 picks a free one)")
     ap.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                     help=f"collection period (default 1; {MIN_INTERVAL:g}..{MAX_INTERVAL:g})")
+    ap.add_argument("--nvml-timeout", type=float, metavar="SECONDS",
+                    help="how long a collection waits for each GPU's NVML reading before it shows the GPU "
+                         "stale (default 0.5, or half of --interval when that is shorter; less than --interval)")
     ap.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(),
                     help="node name on every series (default $NODE_NAME, else the host name)")
     ap.add_argument("--proc-root", default="/proc", metavar="DIR",
@@ -62,6 +65,11 @@ def validate(ns: argparse.Namespace) -> None:
     if not MIN_INTERVAL <= ns.interval <= MAX_INTERVAL:
         raise UserError("--interval", f"{ns.interval:g} s is out of range",
                          f"pass {MIN_INTERVAL:g}..{MAX_INTERVAL:g} seconds, e.g. --interval 1")
+    if ns.nvml_timeout is None:
+        ns.nvml_timeout = min(0.5, ns.interval / 2)
+    if not 0.01 <= ns.nvml_timeout < ns.interval:
+        raise UserError("--nvml-timeout", f"{ns.nvml_timeout:g} s is out of range",
+                         f"pass at least 0.01 s and less than --interval ({ns.interval:g} s), e.g. --nvml-timeout 0.5")
     for flag, value in (("--max-processes", ns.max_processes), ("--process-series", ns.process_series)):
         if value < 0:
             raise UserError(flag, f"{value} is negative", "pass 0 or more")
@@ -102,7 +110,7 @@ def main(argv: list[str]) -> int:
     sys.setswitchinterval(0.001)
     settings = Settings(node=ns.node, proc_root=ns.proc_root, kernel_log=ns.kernel_log,
                         kernel_log_source=ns.kernel_log_source, max_processes=ns.max_processes,
-                        interval_seconds=ns.interval, version=_version())
+                        interval_seconds=ns.interval, nvml_timeout_seconds=ns.nvml_timeout, version=_version())
     try:
         agent = Agent(settings, ns.address, ns.port, ns.process_series, ns.command_label)
     except OSError as exc:
