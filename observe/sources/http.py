@@ -174,7 +174,8 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
 
 async def _read_to_close(reader: asyncio.StreamReader) -> bytes:
     """Everything until the server closes the connection (at most ``MAX_BODY_BYTES``)."""
-    parts, total = [], 0
+    parts: list[bytes] = []
+    total = 0
     while chunk := await reader.read(65536):
         total += len(chunk)
         if total > MAX_BODY_BYTES:
@@ -184,7 +185,8 @@ async def _read_to_close(reader: asyncio.StreamReader) -> bytes:
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts, total = [], 0
+    parts: list[bytes] = []
+    total = 0
     while True:
         size_line = await reader.readuntil(b"\r\n")
         try:
