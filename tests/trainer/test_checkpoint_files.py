@@ -77,7 +77,7 @@ def test_resume_modes_pick_the_newest(mode: str, tmp_path: Path) -> None:
 
 def test_resume_auto_starts_fresh_but_latest_insists(tmp_path: Path) -> None:
     assert resolve_resume(str(tmp_path), "auto") is None
-    with pytest.raises(UserError, match="--resume: no complete, undamaged checkpoint in"):
+    with pytest.raises(UserError, match="--resume: no complete checkpoint in"):
         resolve_resume(str(tmp_path), "latest")
 
 

@@ -252,7 +252,7 @@ def resolve_resume(checkpoint_dir: str | None, resume: str,
         candidates = resume_candidates(checkpoint_dir, on_damaged) if checkpoint_dir else []
         if not candidates and resume == "latest":
             where = repr(checkpoint_dir) if checkpoint_dir else "(no --checkpoint-dir given)"
-            raise UserError("--resume", f"no complete, undamaged checkpoint in {where}",
+            raise UserError("--resume", f"no complete checkpoint in {where}",
                               "pass --checkpoint-dir holding step-* checkpoints, or --resume auto")
         return candidates[0] if candidates else None
     path = Path(resume)
