@@ -43,6 +43,9 @@ T = TypeVar("T")
 PID_MAX_LIMIT = 4 * 1024 * 1024
 HOST_PID_NOTICE = ("GPU processes {pids} are not in this agent's /proc: run the agent in the host PID "
                    "namespace (Kubernetes: hostPID: true) to see their users and commands")
+OWN_PID_NAMESPACE_NOTICE = ("this agent sees only its own PID namespace (its container): the process list, counts "
+                            "and per-process series cover that alone; for the node's processes run it in the host "
+                            "PID namespace (Kubernetes: daemonsets/components/agent-host-processes)")
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,16 @@ def own_usage() -> tuple[float | None, int | None]:
         return None, None
 
 
+def in_host_pid_namespace(proc_root: str) -> bool:
+    """Whether ``proc_root`` shows the node's first PID namespace: only there is pid 2 ``kthreadd``,
+    the parent of the kernel's threads (a container's own namespace has no kernel threads)."""
+    try:
+        with open(f"{proc_root}/2/stat", "rb") as f:
+            return f.read().split(b" ", 2)[1] == b"(kthreadd)"
+    except (OSError, IndexError):
+        return False
+
+
 def read_pid_max(proc_root: str) -> int:
     """The kernel's ``pid_max`` (``PID_MAX_LIMIT`` when it cannot be read)."""
     try:
@@ -116,6 +129,9 @@ class Sampler:
         self.collections = 0
         self._logged: set[str] = set()
         self._procfs = "ok"
+        self._own_pid_namespace = not in_host_pid_namespace(settings.proc_root)
+        if self._own_pid_namespace:
+            log.warning("%s (reported once)", OWN_PID_NAMESPACE_NOTICE)
 
     def start(self) -> None:
         """Open the kernel log, then NVML (XID events from NVML only when the kernel log is unreadable)."""
@@ -234,6 +250,8 @@ class Sampler:
         if not self.watcher.up and self.nvml.available:
             kernel_log += "; XIDs from NVML events"
         all_notices = [n for n in (self.nvml.reason, None if self.watcher.up else kernel_log) if n] + notices
+        if self._own_pid_namespace:
+            all_notices.append(OWN_PID_NAMESPACE_NOTICE)
         cpu_seconds, rss = own_usage()
         return AgentHealth(
             version=self.settings.version, interval_seconds=self.settings.interval_seconds,
