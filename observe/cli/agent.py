@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The agent's flags."""
     ap = OneLineParser(prog="fsdp-observe agent",
                        description="Node agent: host, process, GPU (NVML) and XID data as /metrics and /snapshot.")
-    ap.add_argument("--address", default="0.0.0.0", help="address to serve on (default 0.0.0.0; '::' for IPv6)")
+    ap.add_argument("--address", default="127.0.0.1",
+                    help="address to serve on (default 127.0.0.1: this host only; 0.0.0.0 or '::' for every "
+                         "interface, as the DaemonSet does behind its NetworkPolicy)")
     ap.add_argument("--port", type=int, default=AGENT_PORT,
                     help=f"port to serve on (default {AGENT_PORT}; 0 picks a free one)")
     ap.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
