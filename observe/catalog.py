@@ -295,6 +295,15 @@ GPU_LOST = Metric(
     "fsdp_gpu_lost", "gauge",
     "1 when NVML reports the GPU lost (fallen off the bus; reset or reboot needed), else 0.",
 )
+GPU_READING_STALE = Metric(
+    "fsdp_gpu_reading_stale", "gauge",
+    "1 when the agent's NVML reading of this GPU did not finish within its deadline (a driver call "
+    "that hangs): the GPU's figures are left out of this scrape, not repeated; else 0.",
+)
+GPU_READING_AGE = Metric(
+    "fsdp_gpu_reading_age_seconds", "gauge",
+    "Seconds since the agent's last complete NVML reading of this GPU (grows while it is stale or lost).",
+)
 GPU_UTILIZATION = Metric(
     "fsdp_gpu_utilization_ratio", "gauge",
     "Share of the last sample period in which a kernel ran on the GPU (0..1; absent under MIG).",
@@ -396,7 +405,8 @@ AGENT_METRICS: tuple[Metric, ...] = (
     NODE_MEMORY_BUFFERS, NODE_MEMORY_CACHED, NODE_SWAP_TOTAL, NODE_SWAP_USED, NODE_LOAD1, NODE_LOAD5,
     NODE_LOAD15, NODE_UPTIME, NODE_PROCESSES, NODE_THREADS, NODE_GPUS, NODE_PROCESS_INFO,
     NODE_PROCESS_CPU_SECONDS, NODE_PROCESS_RESIDENT_MEMORY,
-    GPU_INFO, GPU_LOST, GPU_UTILIZATION, GPU_MEMORY_UTILIZATION, GPU_MEMORY_TOTAL, GPU_MEMORY_USED,
+    GPU_INFO, GPU_LOST, GPU_READING_STALE, GPU_READING_AGE, GPU_UTILIZATION, GPU_MEMORY_UTILIZATION,
+    GPU_MEMORY_TOTAL, GPU_MEMORY_USED,
     GPU_MEMORY_RESERVED, GPU_TEMPERATURE, GPU_POWER, GPU_POWER_LIMIT, GPU_SM_CLOCK, GPU_MEMORY_CLOCK,
     GPU_FAN_SPEED, GPU_PCIE_RX, GPU_PCIE_TX, GPU_ENCODER_UTILIZATION, GPU_DECODER_UTILIZATION,
     GPU_ECC_ERRORS, GPU_CLOCK_THROTTLE, GPU_MIG_MODE, GPU_MIG_MEMORY_TOTAL, GPU_MIG_MEMORY_USED,

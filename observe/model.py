@@ -129,7 +129,12 @@ class GpuInfo:
     Attributes:
         index: NVML index. uuid: ``GPU-…``. pci_bus: ``dddd:bb:dd`` (``observe.xid.normalise_bus``).
         driver_version: the NVIDIA driver's version.
-        lost: NVML said GPU_IS_LOST; the agent stopped reading it (every figure below is ``None``).
+        lost: NVML said GPU_IS_LOST; every figure below is ``None`` (the agent tries it again
+            every few seconds and reads it as before once it answers, e.g. after a reset).
+        stale: its NVML reading did not finish within the agent's deadline (a call that hangs);
+            every figure below is ``None`` rather than the previous reading served as fresh.
+        reading_age_seconds: seconds from the end of its last complete reading to this snapshot
+            (``None`` before the first).
         utilization_ratio: ``None`` under MIG (NVML does not report it); see ``mig_enabled``.
         throttle_reasons: NVML clock event reasons active now (e.g. ``sw_power_cap``).
         ecc_corrected_total, ecc_uncorrected_total: volatile ECC counts since the driver loaded.
@@ -141,6 +146,8 @@ class GpuInfo:
     pci_bus: str | None = None
     driver_version: str | None = None
     lost: bool = False
+    stale: bool = False
+    reading_age_seconds: float | None = None
     utilization_ratio: float | None = None
     memory_utilization_ratio: float | None = None
     memory_total_bytes: int | None = None

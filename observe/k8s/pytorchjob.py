@@ -37,6 +37,12 @@ GPU_ENV: tuple[tuple[str, str], ...] = (
     ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
     ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
 )
+#: The ranks' pod security: non-root (the project image runs as its ``fsdp`` user, uid 1000: an
+#: image whose user is root fails to start with a clear kubelet error), the runtime's default
+#: seccomp filter, every capability dropped, no privilege escalation, and no service-account
+#: token (torchrun and the trainer never call the Kubernetes API). Pod Security "restricted".
+POD_SECURITY_CONTEXT: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 SHM_VOLUME = "shm"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -106,6 +112,8 @@ def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
 
 def _pod_spec(s: JobSettings, run_id: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "securityContext": {k: (dict(v) if isinstance(v, dict) else v) for k, v in POD_SECURITY_CONTEXT.items()},
         "containers": [_container(s, run_id)],
         "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", **({"sizeLimit": s.shm_size}
                                                                                  if s.shm_size else {})}}],
@@ -137,7 +145,7 @@ def _container(s: JobSettings, run_id: str) -> dict[str, Any]:
         "env": env,
         "ports": ports,
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     if wanted:
         container["resources"] = {"requests": dict(wanted), "limits": dict(wanted)}

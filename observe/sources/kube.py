@@ -120,7 +120,8 @@ class KubeSource:
                 results.append(json.loads(pods.data).get("items", []))
             except ApiException as exc:
                 errors.append(f"listing {what} in {namespace}: HTTP {exc.status} {exc.reason}"
-                              + (" (ask for the fsdp-observe-viewer ClusterRole)" if exc.status == 403 else ""))
+                              + (f" (ask for read access: fsdp-observe job access -n {namespace})"
+                                 if exc.status == 403 else ""))
                 results.append(None)
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 errors.append(f"listing {what} in {namespace}: API server {self.server} unreachable "

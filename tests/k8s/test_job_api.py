@@ -184,7 +184,7 @@ def test_forbidden_is_one_line_naming_the_role(api_server, kubeconfig, capsys) -
     server = api_server({("GET", JOB_PATH): Reply.recorded("status-403-pytorchjob.json", 403)})
     status, _, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
     assert status == 2
-    one_line_error(err, "forbidden in namespace default", 'User "alice" cannot get', "fsdp-observe-viewer")
+    one_line_error(err, "forbidden in namespace default", 'User "alice" cannot get', "fsdp-observe job access -n default")
 
 
 def test_a_cluster_without_the_training_operator_is_one_line(api_server, kubeconfig, capsys) -> None:

@@ -136,7 +136,7 @@ def test_the_token_comes_from_a_secret_and_never_appears(tmp_path: Path, monkeyp
             texts.append(capsys.readouterr().out)
     for text in texts:
         assert token not in text
-        job = yaml.safe_load(text)
+        job, _policy = yaml.safe_load_all(text)
         env = pod_of(job)["spec"]["containers"][0]["env"]
         hf = [e for e in env if e["name"] == "HF_TOKEN"]
         assert len(hf) == 1 and set(hf[0]) == {"name", "valueFrom"}
@@ -150,9 +150,14 @@ def test_render_writes_plain_yaml_to_a_file(tmp_path: Path, pytorchjob_schema) -
     assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--run-id", "fixed-1", "-o", str(out)]) == 0
     text = out.read_text()
     assert "&id" not in text and "*id" not in text  # no YAML anchors for kubectl users to puzzle over
-    job = yaml.safe_load(text)
+    job, policy = yaml.safe_load_all(text)
     assert job["spec"]["elasticPolicy"]["rdzvId"] == "fixed-1"
     assert_valid(job, pytorchjob_schema)
+    assert policy["kind"] == "NetworkPolicy"
+    out_only = tmp_path / "job-only.yaml"
+    assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--run-id", "fixed-1", "--no-network-policy",
+                         "-o", str(out_only)]) == 0
+    assert yaml.safe_load(out_only.read_text()) == job
 
 
 def test_node_name_comes_from_the_downward_api() -> None:

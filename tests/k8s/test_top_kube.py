@@ -58,7 +58,7 @@ def test_forbidden_and_missing_agents_are_reported_not_raised(api_server, kubeco
     source.close()
     assert snapshot.nodes == ()
     assert any("no running agent pods" in e and "kubectl apply -k daemonsets/" in e for e in snapshot.errors)
-    assert any("HTTP 403" in e and "fsdp-observe-viewer" in e for e in snapshot.errors)
+    assert any("HTTP 403" in e and "fsdp-observe job access -n" in e for e in snapshot.errors)
 
 
 def test_an_unreachable_api_server_is_reported(kubeconfig) -> None:

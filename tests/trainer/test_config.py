@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from observe.errors import UserError
-from trainer.runspec.checkpoint_files import TrainerState, step_dir
+from trainer.runspec.checkpoint_files import DCP_METADATA, TrainerState, step_dir
 from trainer.runspec.config import ParallelConfig, TrainConfig, build_parser, config_from_args
 from trainer.runspec.launch import prepare
 
@@ -80,6 +80,7 @@ def _fake_checkpoint(root: Path, step: int, layout_overrides: dict | None = None
     layout = {**cfg.layout(cfg.validate(), world), **(layout_overrides or {})}
     path = step_dir(root, step)
     path.mkdir(parents=True)
+    (path / DCP_METADATA).write_bytes(b"index")  # DCP's index, as every finished save leaves it
     TrainerState(step=step, batches_consumed=step, scheduler={}, layout=layout, run_id="r", run_started=0.0,
                  productive_seconds=0.0, reason="periodic", saved_at=0.0).write(path)
     return path
