@@ -11,8 +11,8 @@ import argparse
 from pathlib import Path
 
 from observe.catalog import AGENT_PORT
-from observe.cli.parser import OneLineParser
 from observe.errors import UserError
+from observe.flags import OneLineParser
 
 
 def build_parser() -> argparse.ArgumentParser:

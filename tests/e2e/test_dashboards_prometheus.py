@@ -43,6 +43,7 @@ from tests.conftest import CASES
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import REPO, AgentProcess, wait_for
 from tests.support.replay import StaticServer, cuda_rank_exposition
+from trainer.runspec.launch import trainer_executable
 
 NODE = "ip-10-0-7-21.ec2.internal"  # the node of tests/cases/dcgm
 DCGM_UUIDS = ("GPU-7d1e3c2a-55b0-4f7e-9c1d-2a3b4c5d6e01", "GPU-7d1e3c2a-55b0-4f7e-9c1d-2a3b4c5d6e02")
@@ -120,7 +121,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
         trainer_log = tmp / "trainer.log"
         with open(trainer_log, "w") as log:
             trainer = subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "trainer",
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", trainer_executable(),
                  "--steps", "60", "--seq-len", "64", "--batch-size", "2", "--log-every", "2", "--warmup-steps", "2",
                  "--metrics-address", "127.0.0.1", "--metrics-port", str(base), "--metrics-linger", "600",
                  "--run-id", RUN_ID, "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", "30",

@@ -94,4 +94,4 @@ async def test_top_over_the_live_demo(live_demo) -> None:
         processes = node.query_one(VirtualTable)
         await until(pilot, lambda: processes.rows, 15, "the node's processes")
         commands = [p.command or "" for p in processes.rows]
-        assert sum("-m trainer" in c for c in commands) >= 2  # the two ranks (and torchrun's agent)
+        assert sum("fsdp-observe-trainer" in c for c in commands) >= 2  # the two ranks (and torchrun's agent)
