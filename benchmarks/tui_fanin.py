@@ -34,6 +34,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,7 +46,8 @@ from observe.tui.app import make_app
 from observe.tui.screens.node import NodeScreen
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "tui_fanin.json"
+#: Default JSON output: a scratch folder, never over the committed benchmarks/results/tui_fanin.json.
+RESULTS = Path(tempfile.gettempdir()) / "fsdp-observe-benchmarks" / "tui_fanin.json"
 
 
 class Measured:
@@ -231,7 +233,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="N = 16 and 64, 2 refreshes per screen (a smoke test)")
     ap.add_argument("--nodes", type=int, nargs="+", help="fleet sizes (default 16 128 1024)")
     ap.add_argument("--cycles", type=int, help="refreshes measured per screen (default 5)")
-    ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})")
+    ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS})")
     ns = ap.parse_args()
     sizes = ns.nodes or ([16, 64] if ns.quick else [16, 128, 1024])
     cycles = ns.cycles or (2 if ns.quick else 5)
