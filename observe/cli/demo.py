@@ -23,6 +23,7 @@ from pathlib import Path
 
 from observe import prometheus_local
 from observe.catalog import AGENT_PORT
+from observe.cli import require
 from observe.errors import UserError
 from observe.flags import OneLineParser
 from trainer.runspec.config import MetricsConfig, ModelConfig, TrainConfig
@@ -67,6 +68,7 @@ def main(argv: list[str]) -> int:
     from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
     ns = build_parser().parse_args(argv)
+    require("torch", "transformers", "psutil", "pynvml", *(("yaml",) if ns.prometheus else ()))
     out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
     out.mkdir(parents=True, exist_ok=True)
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"

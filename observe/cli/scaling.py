@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from observe.cli import require
 from observe.errors import UserError
 from observe.flags import OneLineParser, add_flags, apply_flags, iter_flags
 from observe.scaling.local import BOTH_GROUP, LOCAL_GROUP, LocalPlan
@@ -171,6 +172,7 @@ def main(argv: list[str]) -> int:
     from observe.scaling.local import RunFailed
 
     ns, plan = parse(argv)
+    require("matplotlib", *(() if ns.prometheus else ("torch", "transformers")))  # report.png comes last
     _prepare_out(ns.out)
     try:
         report = _cluster(ns, plan.warmup_steps) if ns.prometheus else _local(ns, plan)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 
+from observe.cli import require
 from observe.flags import OneLineParser, add_flags, apply_flags, flag_names, parse_flags
 from trainer.runspec.config import FLAG_GROUPS, TrainConfig, config_from_values
 from trainer.runspec.launch import LaunchConfig, prepare, torchrun_command, torchrun_env
@@ -45,6 +46,7 @@ def main(argv: list[str]) -> int:
         UserError: the first problem in the flags, the data, the ports or the checkpoint.
     """
     launch, cfg = parse(argv)
+    require("torch", "transformers")  # the ranks import them; say so here, not from every rank
     prepare(cfg, launch.nproc_per_node)
     return subprocess.call(torchrun_command(cfg, launch.nproc_per_node, launch.max_restarts),
                            env=torchrun_env(launch.nproc_per_node))

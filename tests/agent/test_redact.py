@@ -17,14 +17,7 @@ from observe.agent.redact import (
     safe_command,
     safe_text,
 )
-from tests.conftest import CASES
-
-
-def redaction_rows() -> list[tuple[str, str]]:
-    lines = (CASES / "redaction.tsv").read_text().splitlines()
-    assert lines[0].split("\t") == ["command line", "may leave the node as"]
-    return [tuple(line.split("\t")) for line in lines[1:] if line]
-
+from tests.support.cases import redaction_rows
 
 ROWS = redaction_rows()
 

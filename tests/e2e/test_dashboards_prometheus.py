@@ -39,7 +39,7 @@ from observe import prometheus_local
 from observe.monitoring import dashboards, rules
 from observe.monitoring.settings import Settings
 from observe.ports import free_port, free_port_block
-from tests.conftest import CASES
+from tests.support.cases import CASES
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import REPO, AgentProcess, wait_for
 from tests.support.replay import StaticServer, cuda_rank_exposition

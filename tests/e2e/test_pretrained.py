@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tests.e2e.trainer_harness import FAST, events, losses, read_log, run_trainer
+from tests.support.trainer_runs import FAST, events, losses, read_log, run_trainer
 from trainer.data import IGNORE_INDEX, BatchIterator, ByteTokenizer
 from trainer.runspec.launch import trainer_executable
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from observe import catalog as c
-from tests.e2e.trainer_harness import (
+from tests.support.trainer_runs import (
     FAST,
     LastScrape,
     events,

@@ -25,7 +25,7 @@ from observe.tui.screens.run import RunScreen
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable
 from tests.support.fake_nvml import FakeNvml
-from tests.tui.conftest import lines_text, table_text, until
+from tests.support.tui import lines_text, table_text, until
 from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
 pytestmark = pytest.mark.anyio

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_apiserver import RECORDED, Reply
 
 from observe.cli import main as cli_main
 from observe.k8s.jobs import PodState, match_leader, pod_state, service_of_host
+from tests.support.fake_apiserver import RECORDED, Reply
 
 JOB = "llama2-7b-fsdp"
 JOB_PATH = f"/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/{JOB}"

@@ -8,13 +8,13 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from kube_checks import K8S_VERSION, REPO, unknown_fields, validate_against
 
 from observe.catalog import TRAINER_PORT_BASE
 from observe.cli import job as job_cmd
 from observe.k8s import names
 from observe.k8s.job_settings import RDZV_BACKENDS, load_settings, settings_from_mapping
 from observe.k8s.pytorchjob import render, trainer_command
+from tests.support.kube_checks import K8S_VERSION, REPO, unknown_fields, validate_against
 from trainer.runspec.config import SHARDING_STRATEGIES, TrainConfig
 
 ENV_EXAMPLE = REPO / "examples" / "llama2-7b.env"

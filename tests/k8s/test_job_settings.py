@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from kube_checks import REPO
 
 from observe.cli import main as cli_main
 from observe.errors import UserError
 from observe.k8s import names
 from observe.k8s.job_settings import JobSettings, load_settings
+from tests.support.kube_checks import REPO
 from trainer.runspec.config import SHARDING_STRATEGIES
 
 ENV_EXAMPLE = REPO / "examples" / "llama2-7b.env"

@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 import tomllib
 import yaml
-from kube_checks import K8S_VERSION, REPO, kustomize
 
 from observe.catalog import AGENT_PORT
 from observe.k8s import names
+from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 
 DAEMONSETS = REPO / "daemonsets"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

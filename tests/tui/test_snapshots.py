@@ -17,8 +17,8 @@ from observe.sources.trainer import parse_exposition, ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, node_status
 from observe.tui import fmt
 from observe.tui.app import make_app
-from tests.tui.conftest import GPU0, GPU1
-from tests.tui.fleet import NODES, recorded, trainer_exposition
+from tests.support.fleet import NODES, recorded, trainer_exposition
+from tests.support.tui import GPU0, GPU1
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 
