@@ -39,7 +39,6 @@ def hide(monkeypatch: pytest.MonkeyPatch):
      "k8s"),
     (["job", "status", "some-job"], "kubernetes", "k8s"),
     (["top", "--kube"], "kubernetes", "k8s"),  # the base command, an option that needs an extra
-    (["agent", "--port", "0"], "psutil", "agent"),
     (["agent", "--port", "0"], "pynvml", "agent"),
     (["train", "--steps", "1"], "torch", "trainer"),  # the ranks would import it: checked up front
     (["scaling", "--prometheus", "http://127.0.0.1:9", "--run-id", "a", "--run-id", "b"], "matplotlib",

@@ -33,6 +33,7 @@ from typing import Any
 
 import pynvml
 
+from observe.logonce import OnceLog
 from observe.model import GpuInfo, GpuProcess, MigInstance
 from observe.xid import normalise_bus
 
@@ -80,7 +81,7 @@ class Nvml:
         self.reason: str | None = "not started"
         self.errors: Counter[str] = Counter()
         self.missing: set[str] = set()
-        self._logged: set[str] = set()
+        self._once = OnceLog(log, self.errors)
 
     def start(self) -> bool:
         """``nvmlInit``; on failure (no library, no driver: a CPU-only node) say so once and return False."""
@@ -130,10 +131,7 @@ class Nvml:
             return None
         except pynvml.NVMLError as exc:
             kind = "nvml_" + _snake(type(exc).__name__.partition("_")[2] or "unknown")
-            self.errors[kind] += 1
-            if kind not in self._logged:
-                self._logged.add(kind)
-                log.warning("NVML %s failed: %s (reported once per kind)", function, exc)
+            self._once.report(kind, "NVML %s failed: %s (reported once per kind)", function, exc)
             return None
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from observe.agent.redact import MAX_NAME_CHARS, safe_command, safe_text
+from observe.logonce import OnceLog
 from observe.model import ProcessInfo
 
 log = logging.getLogger(__name__)
@@ -133,10 +134,10 @@ class ProcessTable:
         self.ticks_per_second = os.sysconf("SC_CLK_TCK")
         self.page_size = os.sysconf("SC_PAGE_SIZE")
         self.errors: Counter[str] = Counter()
+        self._once = OnceLog(log, self.errors)
         self.count = self.threads = 0
         self.by_state: dict[str, int] = {}
         self._procs: dict[int, _Proc] = {}
-        self._logged: set[str] = set()
         self._users: dict[int, str] = {}
         if keep_open:
             raise_fd_limit()
@@ -334,17 +335,12 @@ class ProcessTable:
     # -- reporting once -----------------------------------------------------------------------
 
     def _vanished(self, pid: int) -> None:
-        if "vanished" not in self._logged:
-            self._logged.add("vanished")
-            log.info("process %d exited while it was read; such processes are skipped "
-                     "(reported once)", pid)
+        self._once.report("vanished", "process %d exited while it was read; such processes are skipped "
+                          "(reported once)", pid, level=logging.INFO, count=False)
 
     def _error(self, kind: str, path: str, exc: BaseException) -> None:
-        self.errors[kind] += 1
-        if kind not in self._logged:
-            self._logged.add(kind)
-            log.warning("cannot read %s (%s); skipping it and others like it (reported once; "
-                        "counted in fsdp_node_agent_errors_total{kind=%r})", path, exc, kind)
+        self._once.report(kind, "cannot read %s (%s); skipping it and others like it (reported once; "
+                          "counted in fsdp_node_agent_errors_total{kind=%r})", path, exc, kind)
 
 
 def _read_bytes(path: str) -> bytes:

@@ -22,6 +22,7 @@ from observe.agent.gpu import GpuCollector, Nvml
 from observe.agent.host import HostCollector
 from observe.agent.procs import ProcessTable
 from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
+from observe.logonce import OnceLog
 from observe.model import (
     AgentHealth,
     CpuStats,
@@ -103,8 +104,8 @@ class Sampler:
         self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
                                         boot_time=self.host.boot_time)
         self.errors: Counter[str] = Counter()
+        self._once = OnceLog(log, self.errors)
         self.collections = 0
-        self._logged: set[str] = set()
         self._procfs = "ok"
 
     def start(self) -> None:
@@ -121,11 +122,9 @@ class Sampler:
     def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:
         try:
             return fn()
-        except Exception:
-            self.errors[f"collect_{section}"] += 1
-            if section not in self._logged:
-                self._logged.add(section)
-                log.exception("collecting %s failed; the snapshot carries the other sections (reported once)", section)
+        except Exception:  # noqa: BLE001 - a failing section must not cost the others (DESIGN.md, failure rules)
+            self._once.report(f"collect_{section}", "collecting %s failed; the snapshot carries the other sections "
+                              "(reported once)", section, level=logging.ERROR, exc_info=True)
             return default
 
     def sample(self) -> NodeSnapshot:

@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 #: Extra → the top-level modules it installs (``pyproject.toml`` [project.optional-dependencies]).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
-    "agent": ("psutil", "pynvml"),
+    "agent": ("pynvml",),
     "trainer": ("torch", "transformers", "numpy", "tqdm"),
     "dashboards": ("grafanalib", "attr", "yaml"),
     "k8s": ("kubernetes", "urllib3", "yaml"),

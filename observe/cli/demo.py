@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
     ns = build_parser().parse_args(argv)
-    require("torch", "transformers", "psutil", "pynvml", *(("yaml",) if ns.prometheus else ()))
+    require("torch", "transformers", "pynvml", *(("yaml",) if ns.prometheus else ()))
     out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
     out.mkdir(parents=True, exist_ok=True)
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"

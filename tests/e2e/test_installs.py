@@ -87,7 +87,7 @@ def assert_names_the_extra(done: subprocess.CompletedProcess, command: str, extr
 
 def test_the_base_install_is_the_cli_and_the_tui(venv: Venv) -> None:
     """Runs first: the module's venv has only the base install here."""
-    for module in ("torch", "transformers", "pynvml", "psutil", "kubernetes", "matplotlib", "grafanalib", "yaml"):
+    for module in ("torch", "transformers", "pynvml", "kubernetes", "matplotlib", "grafanalib", "yaml"):
         assert not venv.imports(module), f"the base install brought {module}"
     assert venv.imports("textual") and venv.imports("httpx")
     fleet = RecordedFleet()
