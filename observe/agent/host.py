@@ -9,8 +9,9 @@ so the figures are the ones it gave (``tests/agent/test_host.py`` compares them 
 
 CPU busy share per interval, as htop and node-exporter's ``rate(node_cpu_seconds_total)``:
 busy = total - idle - iowait over the difference of two ``stat`` readings.
-Memory used as htop and ``free`` count it: total - free - buffers - cached, with cached
-including reclaimable slab (``Cached + SReclaimable``, psutil's ``cached``).
+Memory used as ``free`` (procps-ng 4) and psutil 6 and later count it: total - available
+(``MemAvailable``, the kernel's estimate of what can be had without swapping); cached includes
+reclaimable slab (``Cached + SReclaimable``, psutil's ``cached``).
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def parse_stat(text: str) -> tuple[CpuTimes, list[CpuTimes], float]:
 
 
 def parse_meminfo(text: str) -> MemoryStats:
-    """``/proc/meminfo`` (kB) → ``MemoryStats`` in bytes, psutil's ``virtual_memory()`` arithmetic."""
+    """``/proc/meminfo`` (kB) → ``MemoryStats`` in bytes, psutil's ``virtual_memory()`` arithmetic
+    (psutil 7: ``used = total - available``; without ``MemAvailable``, before Linux 3.14,
+    available is estimated as free + buffers + cached)."""
     kb = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -85,10 +88,8 @@ def parse_meminfo(text: str) -> MemoryStats:
             kb[key] = int(fields[0]) * 1024
     total, free = kb.get("MemTotal", 0), kb.get("MemFree", 0)
     buffers, cached = kb.get("Buffers"), kb.get("Cached", 0) + kb.get("SReclaimable", 0)
-    used = total - free - (buffers or 0) - cached
-    if used < 0:  # as psutil: some containers' meminfo do not add up
-        used = total - free
     available = kb.get("MemAvailable", free + (buffers or 0) + cached)
+    used = max(0, total - available)
     swap_total = kb.get("SwapTotal", 0)
     return MemoryStats(total_bytes=total, used_bytes=used, available_bytes=available, buffers_bytes=buffers,
                        cached_bytes=cached if "Cached" in kb else None, swap_total_bytes=swap_total,
