@@ -249,7 +249,7 @@ NODE_CPU_CORE_BUSY = Metric(
 NODE_MEMORY_TOTAL = Metric("fsdp_node_memory_total_bytes", "gauge", "Physical memory (MemTotal).")
 NODE_MEMORY_USED = Metric(
     "fsdp_node_memory_used_bytes", "gauge",
-    "Memory in use by processes and the kernel: total - free - buffers - cache (as htop and free).",
+    "Memory in use by processes and the kernel: total - available (as free and psutil count it).",
 )
 NODE_MEMORY_AVAILABLE = Metric(
     "fsdp_node_memory_available_bytes", "gauge",
