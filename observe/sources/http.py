@@ -173,7 +173,8 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts, total = [], 0
+    parts: list[bytes] = []
+    total = 0
     while True:
         size_line = await reader.readuntil(b"\r\n")
         try:

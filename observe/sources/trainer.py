@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from observe import catalog as c
 from observe import promtext
@@ -66,6 +67,7 @@ def ranks_from_samples(samples: Iterable[Sample], source: str = "", now: float |
             status = replace(status, world_size=_int(labels.get("world_size")), model=labels.get("model") or None,
                              device_type=labels.get("device_type") or None)
         elif name in GAUGES:
-            status = replace(status, **{GAUGES[name]: float(value)})
+            gauge: dict[str, Any] = {GAUGES[name]: float(value)}
+            status = replace(status, **gauge)
         ranks[key] = status
     return [ranks[k] for k in sorted(ranks)]

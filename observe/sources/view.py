@@ -270,7 +270,8 @@ class RunStatus:
     @property
     def world_size(self) -> int | None:
         """Ranks in the run (from ``fsdp_train_info``), else the ranks seen."""
-        return self._first("world_size") or (len(self.ranks) or None)
+        first = self._first("world_size")
+        return int(first) if first else (len(self.ranks) or None)
 
     @property
     def global_tokens_per_second(self) -> float | None:
@@ -304,12 +305,12 @@ class RunStatus:
     @property
     def straggler(self) -> Straggler | None:
         """The rank with the longest step time and how much longer than the median (2+ ranks)."""
-        timed = [r for r in self.ranks if r.window_step_seconds is not None]
+        timed = [(r, r.window_step_seconds) for r in self.ranks if r.window_step_seconds is not None]
         if len(timed) < 2:
             return None
-        slowest = max(timed, key=lambda r: (r.window_step_seconds, r.data_wait_seconds or 0.0))
-        median = statistics.median(r.window_step_seconds for r in timed)
-        return Straggler(slowest, (slowest.window_step_seconds - median) / median if median > 0 else 0.0)
+        slowest, seconds = max(timed, key=lambda rs: (rs[1], rs[0].data_wait_seconds or 0.0))
+        median = statistics.median(s for _, s in timed)
+        return Straggler(slowest, (seconds - median) / median if median > 0 else 0.0)
 
 
 @dataclass(frozen=True)
