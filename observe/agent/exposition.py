@@ -49,7 +49,7 @@ class _Families:
     """Metric families built up sample by sample, in catalogue order."""
 
     def __init__(self) -> None:
-        self._families: dict[str, Family] = {}
+        self._families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
 
     def add(self, metric: c.Metric, base: tuple[str, ...], value: float | None, *extra: str) -> None:
         """One sample of ``metric`` with label values ``base + extra``; ``None`` adds nothing."""

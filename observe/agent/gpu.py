@@ -202,7 +202,8 @@ class GpuCollector:
                 gpu.uuid = _text(self.nvml.call("nvmlDeviceGetUUID", gpu.handle))
                 gpu.name = _text(self.nvml.call("nvmlDeviceGetName", gpu.handle))
                 pci = self.nvml.call("nvmlDeviceGetPciInfo", gpu.handle)
-                gpu.pci_bus = normalise_bus(_text(pci.busId)) if pci is not None else None
+                bus = _text(pci.busId) if pci is not None else None
+                gpu.pci_bus = normalise_bus(bus) if bus is not None else None
             except GpuLost:
                 self._lose(gpu)
             if gpu.handle is not None or gpu.lost:  # no handle and not lost: the error is logged
@@ -362,7 +363,7 @@ class GpuCollector:
                                           expected=(pynvml.NVMLError_Timeout,))) is not None:
                 if data.eventType == pynvml.nvmlEventTypeXidCriticalError:
                     device = ctypes.addressof(data.device.contents) if data.device else None
-                    out.append((by_address.get(device), int(data.eventData)))
+                    out.append((by_address.get(device) if device is not None else None, int(data.eventData)))
         except GpuLost:
             pass  # the GPU shows up lost on its own next read
         return out

@@ -198,10 +198,11 @@ class ProcessTable:
             if proc is None:
                 return None
         if not data:
-            data = self._read_stat(proc, pid)
-            if data is None:
+            read = self._read_stat(proc, pid)
+            if read is None:
                 self._close(proc)
                 return None
+            data = read
         if data == proc.raw:
             proc.idle, proc.cpu_cores, proc.read_at = True, 0.0, now
             return proc

@@ -132,15 +132,18 @@ class Sampler:
         started = time.perf_counter()
         now = time.time()
         host = self._guard("host", lambda: self._host(now), HostStats())
-        gpus, gpu_procs = self._guard("gpu", self.gpus.collect, ([], []))
+        no_gpus: tuple[list[GpuInfo], list[GpuProcess]] = ([], [])
+        gpus, gpu_procs = self._guard("gpu", self.gpus.collect, no_gpus)
         self._guard("nvml_xid", self._nvml_xids, None)
-        processes, gpu_procs, notices = self._guard(
-            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), ((), tuple(gpu_procs), []))
-        events, counts = self._guard("xid", lambda: self._xids(gpus), ((), ()))
+        no_processes: tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]] = ((), tuple(gpu_procs), [])
+        processes, gpu_processes, notices = self._guard(
+            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), no_processes)
+        no_xids: tuple[tuple[XidEvent, ...], tuple[XidCount, ...]] = ((), ())
+        events, counts = self._guard("xid", lambda: self._xids(gpus), no_xids)
         self.collections += 1
         return NodeSnapshot(
             node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
-            gpu_processes=gpu_procs, xid_events=events, xid_counts=counts,
+            gpu_processes=gpu_processes, xid_events=events, xid_counts=counts,
             agent=self._health(time.perf_counter() - started, notices),
         )
 
@@ -193,6 +196,8 @@ class Sampler:
         by_bus = {g.pci_bus: g for g in gpus if g.pci_bus}
 
         def where(bus: str | None) -> tuple[int | None, str | None]:
+            if bus is None:
+                return None, None
             gpu = by_bus.get(bus)
             return (gpu.index, gpu.uuid or uuids.get(bus)) if gpu else (None, uuids.get(bus))
 

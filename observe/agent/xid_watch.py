@@ -155,6 +155,7 @@ class KernelLogWatcher:
     def _follow_kmsg(self) -> None:
         """One ``read`` per record; EAGAIN means none yet, EPIPE that the ring overwrote some."""
         while not self._stop.is_set():
+            assert self._fd is not None  # opened by start(); this thread closes it when it ends (_run)
             try:
                 record = os.read(self._fd, 16384)
             except BlockingIOError:
@@ -177,6 +178,7 @@ class KernelLogWatcher:
         pending = b""
         position = 0
         while not self._stop.is_set():
+            assert self._fd is not None  # opened by start(); this thread closes it when it ends (_run)
             chunk = os.read(self._fd, 65536)
             if chunk:
                 position += len(chunk)

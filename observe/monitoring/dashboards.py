@@ -25,13 +25,13 @@ import grafanalib.core as g
 from observe import catalog as c
 from observe import xid
 from observe.monitoring.grafana import (
-    RowsHeatmap,
     datasource,
     datasource_variable,
     dumps,
     layout,
     merged_table,
     override,
+    rows_heatmap,
     stat,
     table,
     target,
@@ -116,10 +116,10 @@ def training_run(s: Settings) -> dict[str, Any]:
                        "peak). Absent on CPU ranks and GPUs whose peak is unknown.", min_=0),
         ]]),
         ("Step time: find the slow rank", [[
-            RowsHeatmap(title="Step time p50 by rank", dataSource=datasource(s.datasource_type), unit="s",
+            rows_heatmap(title="Step time p50 by rank", dataSource=datasource(s.datasource_type), unit="s",
                         description="Median step time of each rank (one row per rank) from the step-time histogram.",
                         targets=[target(quantile(0.5), rank, plugin=s.datasource_type)]),
-            RowsHeatmap(title="Step time p95 by rank", dataSource=datasource(s.datasource_type), unit="s",
+            rows_heatmap(title="Step time p95 by rank", dataSource=datasource(s.datasource_type), unit="s",
                         description="95th-percentile step time of each rank (one row per rank).",
                         targets=[target(quantile(0.95), rank, plugin=s.datasource_type)]),
         ], [
@@ -312,7 +312,7 @@ def nodes(s: Settings) -> dict[str, Any]:
         ("CPU", [[
             timeseries("CPU busy", [target(a(c.NODE_CPU_BUSY), "{{node}}")], "percentunit",
                        "Share of all CPU time not idle or in iowait.", min_=0, max_=1),
-            RowsHeatmap(title="CPU busy per core", dataSource=datasource(s.datasource_type), unit="percentunit",
+            rows_heatmap(title="CPU busy per core", dataSource=datasource(s.datasource_type), unit="percentunit",
                         description="Each logical CPU's busy share, one row per core.",
                         targets=[target(a(c.NODE_CPU_CORE_BUSY), "{{node}} cpu {{cpu}}", plugin=s.datasource_type)]),
             timeseries("Load average", [target(a(c.NODE_LOAD1), "{{node}} 1m"),

@@ -106,7 +106,8 @@ class Settings:
         """
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = {"int": int, "float": (int, float), "str": str}[str(f.type)]
+            kinds: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str}
+            expected = kinds[str(f.type)]
             if isinstance(value, bool) or not isinstance(value, expected):
                 raise UserError(f.name, f"expected {str(f.type)}, got {value!r}", f"give a {str(f.type)} value")
         for name in ("xid_window", "xid_for", "gpu_lost_for", "stall_time", "stall_for", "straggler_for",
