@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -13,6 +15,9 @@ from observe.sources.view import ClusterSnapshot
 from observe.tui import fmt
 from observe.tui.widgets.lines import Line, Lines
 from observe.tui.widgets.table import VirtualTable
+
+if TYPE_CHECKING:
+    from observe.tui.app import TopApp
 
 
 def status_line(snapshot: ClusterSnapshot, title: str, interval: float) -> Line:
@@ -41,6 +46,9 @@ class TopScreen(Screen):
 
     TITLE = ""
     BINDINGS = [Binding("escape", "back", "back")]
+
+    if TYPE_CHECKING:  # every screen of this package runs in a TopApp (observe.tui.app.make_app)
+        app: TopApp
 
     def compose_status(self) -> ComposeResult:
         yield Lines(id="status", classes="status")

@@ -80,7 +80,7 @@ COLUMNS = (
            text=lambda n: fmt.num(_f(n).power_watts, 0, " W") if _f(n).gpus or n.figures is None else ""),
     Column("xid", "XID/1h", 6, lambda n: _f(n).xids_recent, right=True,
            text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
-           style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity) if _f(n).xids_recent else "dim"),
+           style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim"),
     Column("note", "NOTE", 0, _note, style=lambda n: "bad" if n.error else "dim"),
 )
 

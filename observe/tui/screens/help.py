@@ -7,7 +7,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 
-from observe.tui.widgets.lines import Lines
+from observe.tui.widgets.lines import Line, Lines
 
 KEYS = (
     ("q", "quit"),
@@ -38,7 +38,7 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "close")]
 
     def compose(self) -> ComposeResult:
-        lines = [[(" fsdp-observe top ", "title"), ("  keys follow htop and nvtop", "dim")], []]
+        lines: list[Line] = [[(" fsdp-observe top ", "title"), ("  keys follow htop and nvtop", "dim")], []]
         lines += [[(f" {key:<24}", "accent"), (text, "value")] for key, text in KEYS]
         lines += [[], [(" states and marks", "title")]]
         lines += [[(f" {name:<12}", style), (text, "value")] for name, style, text in STATES]

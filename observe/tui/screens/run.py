@@ -57,20 +57,20 @@ def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Lin
     lines.append([(f" {'RANK':>4} {'NODE':<18} {'GPU':<8} ", "label"), ("STEP TIME".ljust(meter + 1), "label"),
                   ("DATA WAIT".ljust(meter + 1), "label"), ("  TOK/S  STATE", "label")])
     for r in run.ranks:
-        is_straggler = straggler is not None and r is straggler.rank
+        mark = straggler if straggler is not None and r is straggler.rank else None
         step_ratio = None if r.window_step_seconds is None or not step_max else r.window_step_seconds / step_max
         wait = r.data_wait_seconds
         wait_ratio = None if wait is None or not step_max else wait / step_max
         line: Line = [(f" {r.rank:>4} ", "accent"), (f"{fmt.one_line(r.node or fmt.NA, 18):<18} ", "value"),
                       (f"{gpu_label(snapshot, r)[:8]:<8} ", "value"),
                       *bar(step_ratio, meter, fmt.step_time(r.window_step_seconds),
-                           "high" if is_straggler and straggler.significant else "low", outside=8),
+                           "high" if mark is not None and mark.significant else "low", outside=8),
                       (" ", None), *bar(wait_ratio, meter, fmt.step_time(wait), "mid", outside=8),
                       (f" {fmt.num(r.tokens_per_second, 0):>7} ", "value"), (r.state, STATE_STYLE.get(r.state, "dim"))]
-        if is_straggler and straggler.significant:
-            line.append((f"  ◀ straggler +{straggler.slower_ratio * 100:.1f}%", "bad"))
-        elif is_straggler:
-            line.append((f"  ◀ slowest +{straggler.slower_ratio * 100:.1f}%", "dim"))
+        if mark is not None and mark.significant:
+            line.append((f"  ◀ straggler +{mark.slower_ratio * 100:.1f}%", "bad"))
+        elif mark is not None:
+            line.append((f"  ◀ slowest +{mark.slower_ratio * 100:.1f}%", "dim"))
         if r.error:
             line.append((f"  {r.error}", "bad"))
         lines.append(line)
