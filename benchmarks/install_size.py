@@ -64,7 +64,8 @@ def measure(label: str, target: str, torch_first: bool, work: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--roles", nargs="+", choices=list(ROLES), default=list(ROLES), help="roles to measure (default all)")
+    ap.add_argument("--roles", nargs="+", choices=list(ROLES), default=list(ROLES),
+                    help="roles to measure (default all)")
     ap.add_argument("--before", type=Path, metavar="DIR", help="an older checkout to measure as one install")
     ap.add_argument("--out", type=Path, default=SCRATCH / "install_size.json", help="JSON output (default %(default)s)")
     ns = ap.parse_args()

@@ -14,6 +14,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -81,6 +82,7 @@ class Checkpointer:
         An older directory of the same step (an interrupted save, or an earlier attempt) is
         removed first. Returns the directory and this rank's save seconds.
         """
+        assert self.cfg.dir is not None  # the trainer makes a Checkpointer only with --checkpoint-dir
         path = step_dir(self.cfg.dir, position.step)
         if self.rank == 0:
             shutil.rmtree(path, ignore_errors=True)
@@ -112,7 +114,7 @@ class Checkpointer:
         started = time.perf_counter()
         model_state, optim_state = get_state_dict(model, optimizer)
         rng = _rng_keys(self.rank, self.device)
-        loaded = {"model": model_state, "optim": optim_state, **rng}
+        loaded: dict[str, Any] = {"model": model_state, "optim": optim_state, **rng}
         try:
             dcp.load(loaded, checkpoint_id=str(path))
         except CheckpointException as exc:

@@ -154,7 +154,7 @@ class Trainer:
 
     def _agreed_resume_path(self) -> Path | None:
         """Rank 0 picks the checkpoint (``--resume``) and tells the others, so all load the same."""
-        box = [None]
+        box: list[str | None] = [None]
         if self.rt.is_main:
             path = resolve_resume(self.cfg.checkpoint.dir, self.cfg.checkpoint.resume)
             box = [None if path is None else str(path)]
@@ -164,7 +164,7 @@ class Trainer:
     def _start_exporter(self) -> TrainerMetrics:
         rt, cfg = self.rt, self.cfg
         label_names = TRAINER_CUDA_LABELS if rt.gpu_uuid else TRAINER_LABELS
-        label_values = (self.run_id, str(rt.rank), str(rt.local_rank), rt.node, rt.gpu_uuid)
+        label_values = (self.run_id, str(rt.rank), str(rt.local_rank), rt.node, rt.gpu_uuid or "")  # "" cut by zip
         p = cfg.parallel
         metrics = TrainerMetrics(
             labels=dict(zip(label_names, label_values, strict=False)),
@@ -180,6 +180,7 @@ class Trainer:
         return metrics
 
     def _resume(self, path: Path) -> None:
+        assert self.checkpointer is not None  # a resume path comes only with a checkpoint directory
         state, self.load_seconds = self.checkpointer.load(path, self.model, self.optimizer, self.scheduler)
         self.position = RunPosition(state.step, state.batches_consumed)
         self.goodput.run_started, self.goodput.productive_seconds = state.run_started, state.productive_seconds
@@ -249,7 +250,7 @@ class Trainer:
         grad_norm = clip_grad_norm(self.params, self.cfg.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])  # LambdaLR's rates are Python floats
         self.scheduler.step()
         return data_wait, labelled, samples, grad_norm, lr
 
@@ -271,6 +272,7 @@ class Trainer:
     def _validate(self, step: int) -> None:
         self.phases.enter("validating")
         started = time.perf_counter()
+        assert self.val_batches is not None  # validation runs only with --val-every, which holds batches out
         loss, perplexity = evaluate(self.model, self.val_batches, self.rt.device)
         if self.metrics is not None:
             self.metrics.on_validation(loss, perplexity)
@@ -280,6 +282,7 @@ class Trainer:
 
     def _save(self, reason: str) -> None:
         self.phases.enter("checkpointing")
+        assert self.checkpointer is not None  # saves happen only with --checkpoint-dir
         path, seconds = self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.position,
                                                self.goodput, reason)
         if self.metrics is not None:
