@@ -21,8 +21,6 @@ MetricKind = Literal["counter", "gauge", "histogram"]
 #: Default ports, in one place. A trainer rank serves on ``TRAINER_PORT_BASE + LOCAL_RANK``.
 TRAINER_PORT_BASE = 9500
 AGENT_PORT = 9401
-#: NVIDIA dcgm-exporter's default port (not ours; named so dashboards and docs agree).
-DCGM_EXPORTER_PORT = 9400
 
 #: Labels on every trainer series. ``gpu_uuid`` (the ``GPU-…`` string NVML and DCGM print) is
 #: added on CUDA ranks so trainer series join with DCGM's by GPU.

@@ -1,9 +1,9 @@
 """The node's process table, read from ``/proc`` like htop: state, CPU, memory, owner, command, pod.
 
 This is the agent's hot path: every collection reads every process (about 1,100 on a busy node).
-psutil needs 60-90 ms of CPU for that on this project's reference machine (2 cores), which is
-more than the agent's whole budget, so the table reads procfs itself and keeps the work per
-process to one system call:
+psutil's ``process_iter`` needs more CPU for that than the agent's whole budget on this project's
+reference machine (2 cores), so the table reads procfs itself and keeps the work per process to
+one system call:
 
 - ``/proc/<pid>/stat`` is opened once per process and re-read with ``pread(fd, …, 0)`` (procfs
   regenerates the text at offset 0); a process whose ``stat`` text did not change since the last
@@ -12,8 +12,8 @@ process to one system call:
   state) is read again only every ``IDLE_EVERY`` collections, staggered by pid, while busy
   processes are read every time. Most of a node's processes sleep, so this cuts the reads about
   fivefold; a process that wakes up shows its CPU within ``IDLE_EVERY`` collections, averaged
-  over the time since its previous read (measured on the reference machine, 1,100 processes:
-  about 7 ms of CPU per collection reading all, about 2 ms with this);
+  over the time since its previous read (the agent's CPU per collection is measured by
+  ``benchmarks/agent_cost.py``, figures in ``benchmarks/results/agent_cost.json``);
 - command line, owner and cgroup are read only for the processes a snapshot shows, and cached
   until the process's name (``comm``) changes, which it does on ``exec``.
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from observe.catalog import AGENT_PORT
 from observe.errors import UserError
+
+if TYPE_CHECKING:
+    from observe.tui.poller import Source
 from observe.flags import OneLineParser
 
 
@@ -69,7 +73,7 @@ def _check_positive(value: float | None, flag: str, low: float, high: float) -> 
         raise UserError(flag, f"{value:g} is out of range", f"give a value from {low:g} to {high:g}")
 
 
-def make_source(ns: argparse.Namespace):  # noqa: ANN201 - one of the observe.sources classes
+def make_source(ns: argparse.Namespace) -> Source:
     """The source the flags describe.
 
     Raises:

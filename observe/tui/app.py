@@ -93,8 +93,9 @@ class TopApp(App):
         the garbage collector's sight (``gc.freeze``).
 
         A full collection holds the GIL while it walks every tracked object; at start-up that is
-        several hundred thousand, which made a 1,024-node TUI stall for 100-135 ms whenever the
-        collector's oldest generation ran (``benchmarks/tui_fanin.py``). Afterwards it walks only
+        several hundred thousand, which made a 1,024-node TUI stall for a large part of a frame
+        whenever the collector's oldest generation ran (``benchmarks/tui_fanin.py`` measures the
+        stalls; ``benchmarks/results/tui_fanin.json``). Afterwards it walks only
         the data of the last refreshes. The objects frozen are never freed, which is what they
         were going to be anyway.
         """

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from observe import catalog as c
+from tests.support.processes import wait_for
 from tests.support.trainer_runs import (
     FAST,
     LastScrape,
@@ -33,7 +34,6 @@ from tests.support.trainer_runs import (
     start,
     stop_group,
     torchrun_cmd,
-    wait_for,
 )
 from trainer.runspec.checkpoint_files import TrainerState, is_complete, newest_complete, step_dir
 from trainer.runspec.launch import UNSHARE_STORE_ENV

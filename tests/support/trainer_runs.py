@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.processes import wait_for  # noqa: F401  (re-exported for the e2e tests)
 from trainer.runspec.launch import trainer_executable
 
 #: Small, fast settings shared by the multi-process trainer tests (tiny preset, 2 x 64 tokens).
