@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trainer.runspec.config import TrainConfig
+
+#: Runs a benchmark script as a subprocess (torchrun or a simulated fleet): not the inner loop.
+pytestmark = pytest.mark.e2e
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "strategies.py"
 
