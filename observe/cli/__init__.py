@@ -13,12 +13,12 @@ whose imports come late (after a run) check up front with ``require``.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import sys
 
 from observe.errors import UserError
+from observe.flags import OneLineParser
 
 #: Subcommand → (module with ``main(argv)``, one-line help, the extra that installs what it needs).
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     0 on success; 2 (one ``error:`` line) for a user mistake; otherwise what the command returns.
     """
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(
+    ap = OneLineParser(
         prog="fsdp-observe", description="Observability for FSDP fine-tunes of Llama models.",
         epilog="Run 'fsdp-observe COMMAND --help' for a command's options.")
     ap.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
@@ -80,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         if argv and not argv[0].startswith("-"):
             return _report(UserError("fsdp-observe", f"unknown command {argv[0]!r}",
                                      f"choose one of {', '.join(sorted(COMMANDS))}"))
-        ap.parse_args(argv[:1])  # --help (exit 0), or argparse's usage error (exit 2)
+        if argv and argv[0] not in ("-h", "--help"):
+            return _report(UserError("fsdp-observe", f"{argv[0]!r} is not a command",
+                                     "options follow the command: fsdp-observe COMMAND --help"))
+        try:
+            ap.parse_args(argv[:1])  # --help (exit 0), or a usage mistake (one line, exit 2)
+        except UserError as exc:
+            return _report(exc)
         return 2
     name = argv[0]
     module_name = COMMANDS[name][0]

@@ -65,3 +65,13 @@ def test_unknown_command_is_a_usage_error(capsys) -> None:
     assert result.status == 2
     assert result.stderr == ("error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, "
                              "demo, job, scaling, top, train\n")
+
+
+@pytest.mark.parametrize("argv, line", [
+    ([], "error: fsdp-observe: the following arguments are required: COMMAND; run 'fsdp-observe --help' for the flags"),
+    (["--bogus"], "error: fsdp-observe: '--bogus' is not a command; options follow the command: fsdp-observe "
+                  "COMMAND --help"),
+])
+def test_the_dispatcher_itself_answers_in_one_line(argv, line, capsys) -> None:
+    result = run_cli(argv, capsys)
+    assert (result.status, result.stderr) == (2, line + "\n")
