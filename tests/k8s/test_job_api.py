@@ -1,6 +1,6 @@
 """``fsdp-observe job status|logs|stop`` against recorded Kubernetes API responses.
 
-No Kubernetes API server exists where these tests run. A local HTTP server (``fake_apiserver.py``)
+No Kubernetes API server exists where these tests run. A local HTTP server (``tests/support/fake_apiserver.py``)
 replays recorded API responses (``recorded/README.md`` says where they come from), and the
 official ``kubernetes`` client reaches it over real HTTP through a kubeconfig: the code under test
 is exactly what talks to a cluster. The server also records what the client asked for.
