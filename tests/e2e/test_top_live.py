@@ -45,10 +45,10 @@ def live_demo(native, tmp_path: Path, port_block, subprocess_env, monkeypatch: p
     fake.set("gpus 2")
     for key, value in {**fake.env(subprocess_env), "NODE_NAME": NODE}.items():
         monkeypatch.setenv(key, value)
-    agent, agent_url = start_local_agent(0, tmp_path / "agent.log")
     base = port_block(2)
     cfg = prepare(TrainConfig(steps=2000, metrics=MetricsConfig(log_every=5, port_base=base, address="127.0.0.1",
-                                                               run_id="e2e-top")), 2)
+                                                               run_id="e2e-top")), 2)  # before anything starts
+    agent, agent_url = start_local_agent(0, tmp_path / "agent.log")
     log = open(tmp_path / "train.log", "wb")
     run = subprocess.Popen(torchrun_command(cfg, 2), env=torchrun_env(2), stdout=log, stderr=subprocess.STDOUT,
                            start_new_session=True)
