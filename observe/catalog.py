@@ -21,8 +21,6 @@ MetricKind = Literal["counter", "gauge", "histogram"]
 #: Default ports, in one place. A trainer rank serves on ``TRAINER_PORT_BASE + LOCAL_RANK``.
 TRAINER_PORT_BASE = 9500
 AGENT_PORT = 9401
-#: NVIDIA dcgm-exporter's default port (not ours; named so dashboards and docs agree).
-DCGM_EXPORTER_PORT = 9400
 
 #: Labels on every trainer series. ``gpu_uuid`` (the ``GPU-…`` string NVML and DCGM print) is
 #: added on CUDA ranks so trainer series join with DCGM's by GPU.
@@ -249,7 +247,7 @@ NODE_CPU_CORE_BUSY = Metric(
 NODE_MEMORY_TOTAL = Metric("fsdp_node_memory_total_bytes", "gauge", "Physical memory (MemTotal).")
 NODE_MEMORY_USED = Metric(
     "fsdp_node_memory_used_bytes", "gauge",
-    "Memory in use by processes and the kernel: total - free - buffers - cache (as htop and free).",
+    "Memory in use by processes and the kernel: total - available (as free and psutil count it).",
 )
 NODE_MEMORY_AVAILABLE = Metric(
     "fsdp_node_memory_available_bytes", "gauge",

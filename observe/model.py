@@ -339,26 +339,34 @@ def _converter(tp: Any) -> _Convert | None:
     return _CONVERTERS[tp]
 
 
-def _to_float(value: Any) -> Any:
-    return float(value) if type(value) is int else value
-
-
 def _make_converter(tp: Any) -> _Convert | None:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         inner = _converter(next(a for a in typing.get_args(tp) if a is not type(None)))
-        return None if inner is None else (lambda v: None if v is None else inner(v))
-    if dataclasses.is_dataclass(tp):
+        return None if inner is None else _optional_of(inner)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_converter(tp)
     if origin is tuple:
         item = _converter(typing.get_args(tp)[0])
-        return tuple if item is None else (lambda v: tuple([item(x) for x in v]))
+        return tuple if item is None else _tuple_of(item)
     if origin is dict:
         item = _converter(typing.get_args(tp)[1])
-        return dict if item is None else (lambda v: {k: item(x) for k, x in v.items()})
+        return dict if item is None else _dict_of(item)
     if tp is float:
         return lambda v: float(v) if type(v) is int else v
     return None
+
+
+def _optional_of(inner: _Convert) -> _Convert:
+    return lambda v: None if v is None else inner(v)
+
+
+def _tuple_of(item: _Convert) -> _Convert:
+    return lambda v: tuple([item(x) for x in v])
+
+
+def _dict_of(item: _Convert) -> _Convert:
+    return lambda v: {k: item(x) for k, x in v.items()}
 
 
 def _non_optional(tp: Any) -> Any:

@@ -17,6 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -104,6 +105,7 @@ class Checkpointer:
             RuntimeError: the save failed (one line: the ranks, the first error, the space the
                 save needed and the space free); its partial directory has been removed.
         """
+        assert self.cfg.dir is not None  # the trainer makes a Checkpointer only with --checkpoint-dir
         path = step_dir(self.cfg.dir, position.step)
         if self.rank == 0:
             shutil.rmtree(path, ignore_errors=True)
@@ -162,7 +164,7 @@ class Checkpointer:
         started = time.perf_counter()
         model_state, optim_state = get_state_dict(model, optimizer)
         rng = _rng_keys(self.rank, self.device)
-        loaded = {"model": model_state, "optim": optim_state, **rng}
+        loaded: dict[str, Any] = {"model": model_state, "optim": optim_state, **rng}
         try:
             dcp.load(loaded, checkpoint_id=str(path))
         except CheckpointException as exc:

@@ -175,7 +175,7 @@ class Trainer:
     def _start_exporter(self) -> TrainerMetrics:
         rt, cfg = self.rt, self.cfg
         label_names = TRAINER_CUDA_LABELS if rt.gpu_uuid else TRAINER_LABELS
-        label_values = (self.run_id, str(rt.rank), str(rt.local_rank), rt.node, rt.gpu_uuid)
+        label_values = (self.run_id, str(rt.rank), str(rt.local_rank), rt.node, rt.gpu_uuid or "")  # "" cut by zip
         p = cfg.parallel
         metrics = TrainerMetrics(
             labels=dict(zip(label_names, label_values, strict=False)),
@@ -280,7 +280,7 @@ class Trainer:
         grad_norm = clip_grad_norm(self.params, self.cfg.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])  # LambdaLR's rates are Python floats
         self.scheduler.step()
         return data_wait, labelled, samples, grad_norm, lr
 
@@ -302,6 +302,7 @@ class Trainer:
     def _validate(self, step: int) -> None:
         self.phases.enter("validating")
         started = time.perf_counter()
+        assert self.val_batches is not None  # validation runs only with --val-every, which holds batches out
         loss, perplexity = evaluate(self.model, self.val_batches, self.rt.device)
         if self.metrics is not None:
             self.metrics.on_validation(loss, perplexity)
@@ -311,6 +312,7 @@ class Trainer:
 
     def _save(self, reason: str) -> None:
         self.phases.enter("checkpointing")
+        assert self.checkpointer is not None  # saves happen only with --checkpoint-dir
         path, seconds = self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.position,
                                                self.goodput, reason)
         if self.metrics is not None:

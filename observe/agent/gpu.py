@@ -49,6 +49,7 @@ from typing import Any
 import pynvml
 
 from observe.agent.deadline import Job, Worker
+from observe.logonce import OnceLog
 from observe.model import GpuInfo, GpuProcess, MigInstance
 from observe.xid import normalise_bus
 
@@ -102,7 +103,7 @@ class Nvml:
         self.reason: str | None = "not started"
         self.errors: Counter[str] = Counter()
         self.missing: set[str] = set()
-        self._logged: set[str] = set()
+        self._once = OnceLog(log, self.errors)
         self._lock = threading.Lock()  # calls come from one worker thread per GPU
 
     def start(self) -> bool:
@@ -156,12 +157,8 @@ class Nvml:
             return None
         except pynvml.NVMLError as exc:
             kind = "nvml_" + _snake(type(exc).__name__.partition("_")[2] or "unknown")
-            with self._lock:
-                self.errors[kind] += 1
-                first = kind not in self._logged
-                self._logged.add(kind)
-            if first:
-                log.warning("NVML %s failed: %s (reported once per kind)", function, exc)
+            with self._lock:  # OnceLog is not locked; several GPU threads report here
+                self._once.report(kind, "NVML %s failed: %s (reported once per kind)", function, exc)
             return None
 
 

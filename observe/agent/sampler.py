@@ -22,6 +22,7 @@ from observe.agent.gpu import DEADLINE_SECONDS, GpuCollector, Nvml
 from observe.agent.host import HostCollector
 from observe.agent.procs import ProcessTable
 from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
+from observe.logonce import OnceLog
 from observe.model import (
     AgentHealth,
     CpuStats,
@@ -126,8 +127,8 @@ class Sampler:
                                         boot_time=self.host.boot_time,
                                         syslog=settings.kernel_log_source == "syslog")
         self.errors: Counter[str] = Counter()
+        self._once = OnceLog(log, self.errors)
         self.collections = 0
-        self._logged: set[str] = set()
         self._procfs = "ok"
         self._own_pid_namespace = not in_host_pid_namespace(settings.proc_root)
         if self._own_pid_namespace:
@@ -147,11 +148,9 @@ class Sampler:
     def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:
         try:
             return fn()
-        except Exception:
-            self.errors[f"collect_{section}"] += 1
-            if section not in self._logged:
-                self._logged.add(section)
-                log.exception("collecting %s failed; the snapshot carries the other sections (reported once)", section)
+        except Exception:  # noqa: BLE001 - a failing section must not cost the others (DESIGN.md, failure rules)
+            self._once.report(f"collect_{section}", "collecting %s failed; the snapshot carries the other sections "
+                              "(reported once)", section, level=logging.ERROR, exc_info=True)
             return default
 
     def sample(self) -> NodeSnapshot:
@@ -160,17 +159,17 @@ class Sampler:
         now = time.time()
         host = self._guard("host", lambda: self._host(now), HostStats())
         no_gpus: tuple[list[GpuInfo], list[GpuProcess]] = ([], [])
-        gpus, on_gpus = self._guard("gpu", self.gpus.collect, no_gpus)
+        gpus, gpu_procs = self._guard("gpu", self.gpus.collect, no_gpus)
         self._guard("nvml_xid", self._nvml_xids, None)
-        no_processes: tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]] = ((), tuple(on_gpus), [])
-        processes, gpu_procs, notices = self._guard(
-            "processes", lambda: self._processes(host.memory.total_bytes, on_gpus), no_processes)
+        no_processes: tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]] = ((), tuple(gpu_procs), [])
+        processes, gpu_processes, notices = self._guard(
+            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), no_processes)
         no_xids: tuple[tuple[XidEvent, ...], tuple[XidCount, ...]] = ((), ())
         events, counts = self._guard("xid", lambda: self._xids(gpus), no_xids)
         self.collections += 1
         return NodeSnapshot(
             node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
-            gpu_processes=gpu_procs, xid_events=events, xid_counts=counts,
+            gpu_processes=gpu_processes, xid_events=events, xid_counts=counts,
             agent=self._health(time.perf_counter() - started, notices),
         )
 
@@ -223,7 +222,9 @@ class Sampler:
         by_bus = {g.pci_bus: g for g in gpus if g.pci_bus}
 
         def where(bus: str | None) -> tuple[int | None, str | None]:
-            gpu = by_bus.get(bus) if bus else None
+            if bus is None:
+                return None, None
+            gpu = by_bus.get(bus)
             return (gpu.index, gpu.uuid or uuids.get(bus)) if gpu else (None, uuids.get(bus))
 
         matched = []

@@ -192,6 +192,7 @@ class KernelLogWatcher:
         fd = self._fd
         assert fd is not None
         while not self._stop.is_set():
+            assert self._fd is not None  # opened by start(); this thread closes it when it ends (_run)
             try:
                 record = os.read(fd, 16384)
             except BlockingIOError:

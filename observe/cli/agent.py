@@ -16,8 +16,8 @@ import sys
 from importlib import metadata
 
 from observe.catalog import AGENT_PORT
-from observe.cli.parser import OneLineParser
 from observe.errors import UserError, bind_error
+from observe.flags import OneLineParser
 
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
 

@@ -18,8 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from observe.cli.parser import OneLineParser
 from observe.errors import UserError
+from observe.flags import OneLineParser
 
 _EXAMPLES = "examples:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    fsdp-observe"))
 _RUN_ID = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

@@ -16,10 +16,11 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from observe.flags import to_argv
 from observe.k8s import names
 from observe.k8s.job_settings import JobSettings
+from trainer.runspec.config import TRAINER_COMMAND
 from trainer.runspec.launch import UNSHARE_STORE_ENV
-from trainer.runspec.presets import PRESETS
 
 #: Environment of every rank. LOGLEVEL=INFO makes torchrun's elastic agent log its rendezvous
 #: result (``master_addr=...``), which ``fsdp-observe job status`` reads to find the leader.
@@ -58,18 +59,22 @@ def new_run_id(job_name: str) -> str:
     return f"{job_name}-{secrets.token_hex(4)}"
 
 
+#: Trainer settings written out on the pod's command line even at their defaults, so a reader
+#: of the manifest sees them (the rest appear only when they differ from the trainer's defaults).
+SHOWN_TRAINER_SETTINGS = ("parallel.sharding_strategy", "metrics.port_base", "metrics.run_id")
+
+
 def trainer_command(s: JobSettings, run_id: str) -> list[str]:
-    """The pod's command: torchrun over ``python -m trainer`` with the job's flags.
+    """The pod's command: ``torchrun --no-python fsdp-observe-trainer`` with the flags of
+    ``s.trainer_config(run_id)`` (the job's settings, then ``TRAINER_ARGS``).
 
     Rendezvous options are not on the command line: the operator passes them from
     ``elasticPolicy`` as ``PET_*`` variables, which torchrun reads as its defaults.
     """
-    model = ["--preset", s.model] if s.model in PRESETS else ["--model", s.model]
-    data = ["--data", *s.data] if s.data else []
-    device = ["--device", "cpu"] if s.gpu_per_node == 0 else []
-    return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", "-m", "trainer", *model, *data,
-            "--sharding-strategy", s.sharding_strategy, "--metrics-port", str(s.metrics_port),
-            "--run-id", run_id, *device, *s.trainer_args]
+    cfg = s.trainer_config(run_id)
+    shown = ("model.preset" if cfg.model.path is None else "model.path", *SHOWN_TRAINER_SETTINGS)
+    return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", "--no-python", TRAINER_COMMAND,
+            *to_argv(cfg, explicit=shown)]
 
 
 def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:

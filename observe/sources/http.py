@@ -1,8 +1,9 @@
 """A small asyncio HTTP/1.1 GET client for the TUI's fan-in: keep-alive per origin, bounded.
 
-Why not httpx here: pulling a thousand agents every two seconds is the TUI's hot path, and on a
-2-core machine ``httpx.AsyncClient`` spends about 2 ms of CPU per request against about 0.07 ms
-for this client (``benchmarks/tui_fanin.py`` measures both side by side). It speaks only what
+Why not httpx here: pulling a thousand agents every two seconds is the TUI's hot path, and
+``httpx.AsyncClient`` spends many times the CPU per request this client does
+(``benchmarks/tui_fanin.py`` measures both side by side; the figures are in docs/tui.md and
+``benchmarks/results/tui_fanin.json``). It speaks only what
 the agent and the trainers' exporters serve: ``GET`` over plain HTTP (or TLS), bodies framed by
 ``Content-Length``, ``chunked`` or connection close, optionally gzip. Everything else the project
 does over HTTP (Prometheus' API, Kubernetes) uses the well-kept clients.

@@ -13,7 +13,7 @@ import pytest
 
 from observe.agent import gpu as gpu_module
 from observe.agent.gpu import GpuCollector, Nvml
-from tests.agent.nvml_helpers import running_sampler, series, value
+from tests.support.nvml import running_sampler, series, value
 from tests.support.processes import wait_for
 
 

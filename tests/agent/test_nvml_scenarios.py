@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from observe.agent.sampler import read_pid_max
-from tests.agent.nvml_helpers import names_for_gpu, running_sampler, series, value
-from tests.conftest import CASES
+from tests.support.cases import CASES
+from tests.support.nvml import names_for_gpu, running_sampler, series, value
 
 #: Scenario row -> the test that covers it here.
 SCENARIO_TESTS = {

@@ -4,10 +4,8 @@ own tests/agent/redaction-extra.tsv (a row per secret class issue 17 found leaki
 from __future__ import annotations
 
 import random
-import shlex
 import string
 import time
-from pathlib import Path
 
 import pytest
 
@@ -23,33 +21,12 @@ from observe.agent.redact import (
     safe_command,
     safe_text,
 )
-from tests.conftest import CASES
-
-EXTRA = Path(__file__).resolve().parent / "redaction-extra.tsv"
-
-
-def redaction_rows() -> list[tuple[str, str]]:
-    lines = (CASES / "redaction.tsv").read_text().splitlines()
-    assert lines[0].split("\t") == ["command line", "may leave the node as"]
-    return [tuple(line.split("\t")) for line in lines[1:] if line]
-
+from tests.support.cases import redaction_extra_rows, redaction_rows
 
 ROWS = redaction_rows()
 
 
-def extra_rows() -> list[tuple[list[str], str, str]]:
-    """``(argv, expected, class)`` of redaction-extra.tsv (column 1 is shell-quoted)."""
-    lines = EXTRA.read_text().splitlines()
-    assert lines[0].split("\t") == ["command line (shell-quoted)", "may leave the node as", "class"]
-    rows = []
-    for line in lines[1:]:
-        if line and not line.startswith("#"):
-            command, expected, kind = line.split("\t")
-            rows.append((shlex.split(command), expected, kind))
-    return rows
-
-
-EXTRA_ROWS = extra_rows()
+EXTRA_ROWS = redaction_extra_rows()
 #: The classes issue 17 lists as leaking (reviews/reliability.md, area 2), each needing a row.
 ISSUE_CLASSES = {
     "shell-string assignment", "short flag", "glued short flag", "value starting with -", "camelCase name",

@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.agent.test_exposition import EXPOSITION_CASES
-from tests.agent.test_redact import EXTRA_ROWS, ROWS
-from tests.conftest import CASES
+from tests.support.cases import CASES, EXPOSITION_CASES, redaction_extra_rows, redaction_rows
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import REPO, AgentProcess, wait_for
 
@@ -133,8 +131,8 @@ def test_10_functions_missing_from_an_old_driver(run_agent, native, tmp_path: Pa
 def test_command_lines_leave_the_node_redacted_and_intact(run_agent, sleepers, scenario: FakeNvml) -> None:
     """Every case as a real process, read by the agent process, in /snapshot and (asked for with
     --command-label) in /metrics labels; no secret in either body."""
-    expected = {sleepers(command.split(" ")).pid: want for command, want in ROWS}
-    expected.update({sleepers(argv).pid: want for argv, want, _ in EXTRA_ROWS})
+    expected = {sleepers(command.split(" ")).pid: want for command, want in redaction_rows()}
+    expected.update({sleepers(argv).pid: want for argv, want, _ in redaction_extra_rows()})
     expected.update({sleepers(argv).pid: want for argv, want in EXPOSITION_CASES.values()})
     agent = run_agent("--max-processes", "100000", "--process-series", "100000", "--command-label",
                       env=scenario.env())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.trainer_harness import FAST, read_log, run_trainer
+from tests.support.trainer_runs import FAST, read_log, run_trainer
 from trainer.runspec.checkpoint_files import TrainerState, list_checkpoints, step_dir
 
 

@@ -16,11 +16,11 @@ import pytest
 
 from observe import prometheus_local
 from observe.sources.prometheus import PrometheusSource
-from tests.conftest import CASES
+from tests.support.cases import CASES
 from tests.support.fake_nvml import FakeNvml
+from tests.support.fleet import RecordedFleet, trainer_exposition
 from tests.support.processes import AgentProcess, wait_for
-from tests.tui.conftest import GPU0, GPU1
-from tests.tui.fleet import RecordedFleet, trainer_exposition
+from tests.support.tui import GPU0, GPU1
 
 
 @pytest.fixture

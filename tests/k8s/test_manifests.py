@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 import tomllib
 import yaml
-from kube_checks import K8S_VERSION, REPO, kustomize
 
 from observe.catalog import AGENT_PORT
 from observe.k8s import names
+from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 
 DAEMONSETS = REPO / "daemonsets"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -136,9 +136,29 @@ def test_labels_carry_the_version_and_selectors_never_do(built, debug_built) -> 
         assert template["metadata"]["labels"]["app.kubernetes.io/version"] == VERSION
 
 
-def test_both_kustomizations_use_the_project_image_at_the_project_version() -> None:
+def test_both_kustomizations_use_the_project_images_at_the_project_version() -> None:
+    """The agent DaemonSet: the slim agent image; the debug DaemonSets: the trainer image (htop, nvtop)."""
     images = [yaml.safe_load((d / "kustomization.yaml").read_text())["images"] for d in (DAEMONSETS, DAEMONSETS / "debug")]
-    assert images[0] == images[1] == [{"name": "fsdp-observe", "newName": "fsdp-observe", "newTag": VERSION}]
+    assert images[0] == [{"name": "fsdp-observe-agent", "newName": "fsdp-observe-agent", "newTag": VERSION}]
+    assert images[1] == [{"name": "fsdp-observe", "newName": "fsdp-observe", "newTag": VERSION}]
+
+
+def dockerfile_stages() -> dict[str, str]:
+    """The Dockerfile's build stages, ``{target: its text}`` (``FROM ... AS target``)."""
+    text = (REPO / "Dockerfile").read_text()
+    parts = re.split(r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_the_agent_image_is_slim_and_separate_from_the_trainer_image() -> None:
+    """No container engine runs here: the Dockerfile's stages are checked as text."""
+    stages = dockerfile_stages()
+    assert list(stages) == ["agent", "trainer"]  # the trainer is the default (last) target
+    installs = {name: re.findall(r"pip install [^\n]*", text) for name, text in stages.items()}
+    assert installs["agent"] == ["pip install --no-cache-dir '.[agent]'"]  # no torch, no CUDA libraries
+    froms = re.findall(r"^FROM\s+(\S+)", (REPO / "Dockerfile").read_text(), flags=re.M)
+    assert froms[0] == "python:3.12-slim-bookworm"  # the agent's base never carries CUDA
+    assert "pip install --no-cache-dir torch" in stages["trainer"] and "'.[trainer,etcd]'" in stages["trainer"]
 
 
 def test_everything_is_in_the_add_on_namespace(built) -> None:
@@ -200,7 +220,7 @@ def test_the_agent_matches_the_contract_in_names_py(built) -> None:
     assert ds["spec"]["selector"]["matchLabels"] == names.AGENT_LABELS
     spec = ds["spec"]["template"]["spec"]
     (agent,) = spec["containers"]
-    assert agent["image"] == f"fsdp-observe:{VERSION}"
+    assert agent["image"] == f"fsdp-observe-agent:{VERSION}"
     assert tuple(agent["command"]) == names.AGENT_COMMAND
     assert agent["ports"] == [{"name": names.AGENT_PORT_NAME, "containerPort": AGENT_PORT, "protocol": "TCP"}]
     for probe in ("livenessProbe", "readinessProbe"):
@@ -258,7 +278,7 @@ def test_debug_daemonsets_idle_with_the_tools_of_the_image(debug_built) -> None:
         assert spec["containers"][0]["command"] == ["sleep", "infinity"]
         assert spec["containers"][0]["image"] == f"fsdp-observe:{VERSION}"
         assert re.search(rf"apt-get install [^\n]*\b{tool}\b", dockerfile)
-    assert "'.[etcd]'" in dockerfile  # the etcd rendezvous backends need python-etcd in the image
+    assert "'.[trainer,etcd]'" in dockerfile  # the etcd rendezvous backends need python-etcd in the image
 
 
 def overlay_with(tmp_path: Path, component: str) -> dict:

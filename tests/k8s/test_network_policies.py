@@ -8,8 +8,6 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 import yaml
-from kube_checks import K8S_VERSION, REPO, kustomize
-from network_policy import Pod, admits
 
 from observe.catalog import AGENT_PORT
 from observe.cli import job as job_cmd
@@ -17,6 +15,8 @@ from observe.k8s import names
 from observe.k8s.access import trainer_network_policy, viewer_access
 from observe.k8s.job_settings import load_settings
 from observe.k8s.pytorchjob import render
+from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
+from tests.support.network_policy import Pod, admits
 
 DAEMONSETS = REPO / "daemonsets"
 JOB_NS = "ml-jobs"

@@ -10,12 +10,12 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from kube_checks import K8S_VERSION, REPO, kustomize
-from pod_security import BASELINE_CAPABILITIES, violations
 
 from observe.k8s import names
 from observe.k8s.job_settings import load_settings
 from observe.k8s.pytorchjob import render
+from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
+from tests.support.pod_security import BASELINE_CAPABILITIES, violations
 
 DAEMONSETS = REPO / "daemonsets"
 AGENT = names.AGENT_NAME
