@@ -217,6 +217,9 @@ class TrainingMetrics:
         self._window_start_step = 0
         self._closed = False
         self._checkpoint_recorded = False
+        #: ``end_step`` closes the window on log steps; an entry point whose framework reduces
+        #: its own windows (Hugging Face's ``on_log``) turns this off and calls ``record_window``.
+        self.windows_at_log_steps = True
         self._hook = None
         if optimizer is not None:
             self._hook = optimizer.register_step_pre_hook(self.read_learning_rate)
@@ -277,30 +280,29 @@ class TrainingMetrics:
             self.record_batch(batch, started, time.perf_counter())
             yield batch
 
-    def record_batch(self, batch: Any, started: float, ended: float, count: bool = True) -> None:
-        """One batch fetched between ``started`` and ``ended`` (``time.perf_counter``): data wait,
-        and (``count``) its samples and labelled tokens, for the open step. For entry points."""
+    def record_batch(self, batch: Any, started: float, ended: float, counts: tuple[Any, Any, Any] | None = None,
+                     count: bool = True) -> None:
+        """One batch fetched between ``started`` and ``ended`` (``time.perf_counter``) for the
+        open step: its data wait and, unless ``count`` is false, its samples and labelled tokens
+        (``counts``, else ``count_batch(batch)``). For entry points; ``batches()`` calls it."""
         if self._step_started is None or started < self._step_started:
             self._step_started = started
         self._data_wait = (self._data_wait or 0.0) + (ended - started)
         if not count:
             return
-        samples, tokens, how = count_batch(batch)
+        samples, tokens, how = count_batch(batch) if counts is None else counts
         if samples is not None:
             self._samples = (self._samples or 0) + samples
         if tokens is not None:
-            if self._batch_tokens is None:
-                self._batch_tokens = Accumulator()
-            self._batch_tokens.add(tokens)
-            if self.collector.info.get("tokens_source") != how:
-                self.set_info(tokens_source=how)
-        if self._model is not None and self.collector.flops_per_token is None and self._seq_len is None:
-            length = sequence_length(batch)
+            self.record_tokens(tokens, how or "labels")
+        if batch is not None and self._model is not None and self.collector.flops_per_token is None:
+            length = self._seq_len or sequence_length(batch)
             if length:
                 self._set_flops_per_token(length)
 
     def record_tokens(self, tokens: Any, how: str) -> None:
-        """Labelled tokens of the open step counted by an entry point (not from a batch)."""
+        """Labelled tokens of the open step (an int or a device tensor) counted by an entry point,
+        ``how`` naming the count for ``tokens_source``."""
         if self._batch_tokens is None:
             self._batch_tokens = Accumulator()
         self._batch_tokens.add(tokens)
@@ -392,7 +394,8 @@ class TrainingMetrics:
         self._window_steps += 1
         self._step_started, self._data_wait, self._samples = None, None, None
         self._batch_tokens, self._loss_tokens = None, None
-        if is_log_step(self.step_index, self.log_every, self.collector.planned_steps or 0):
+        if self.windows_at_log_steps and is_log_step(self.step_index, self.log_every,
+                                                     self.collector.planned_steps or 0):
             self.close_window(now)
 
     def close_window(self, now: float | None = None) -> WindowReport | None:
@@ -446,7 +449,13 @@ class TrainingMetrics:
         if loss is not None:
             self._loss_sum.add(loss)
             self._loss_weight.add(1.0)
-        self.close_window()
+        if self.close_window() is None:  # no step since the last window: update the figures alone
+            self._loss_sum.reset()
+            self._loss_weight.reset()
+            if loss is not None:
+                self.collector.loss = loss
+            if grad_norm is not None:
+                self.collector.grad_norm = grad_norm
 
     def _all_reduce(self, values: list[float]) -> list[float]:
         import torch
