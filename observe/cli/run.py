@@ -73,7 +73,7 @@ def python_flag_warnings(command: list[str]) -> list[str]:
     """One line per interpreter flag of ``command`` that defeats the injector (``-S``, ``-I``, ``-E``)."""
     if not command or not _PYTHON.search(Path(command[0]).name):
         return []
-    flags = set()
+    flags: set[str] = set()
     for arg in command[1:]:
         if arg in ("-m", "-c") or not arg.startswith("-") or arg.startswith("--"):
             break
