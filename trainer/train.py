@@ -160,7 +160,8 @@ class Trainer:
         metrics = TrainingMetrics(
             planned_steps=cfg.steps, model=model, seq_len=cfg.data.seq_len, log_every=cfg.metrics.log_every,
             global_loss=True, run_id=self.run_id, port_base=cfg.metrics.port_base, address=cfg.metrics.address,
-            serve=cfg.metrics.enabled, port_fallback=False, phase=phase, device=rt.device,
+            serve=cfg.metrics.enabled, port_fallback=False, port_setting="--metrics-port", phase=phase,
+            device=rt.device,
             instrumentation="trainer", on_window=self._report_window,
             info={"model": cfg.model.name, "sharding_strategy": p.sharding_strategy,
                   "mixed_precision": p.mixed_precision, "device_type": rt.device.type, "backend": rt.backend,

@@ -142,7 +142,8 @@ class TrainingMetrics:
         serve: serve over HTTP (``False``: keep the accounting only, e.g. ``--metrics off``).
         port_fallback: when the port is taken, log one line and serve on a port the kernel picks,
             exporting ``fsdp_train_instrumentation_problem{problem="port_taken"}`` (default);
-            ``False`` raises ``PortInUseError`` instead.
+            ``False`` raises ``PortInUseError`` instead, naming ``port_setting``.
+        port_setting: the setting a bind error names (default ``FSDP_OBSERVE_PORT_BASE``).
         linger_seconds: how long ``close`` keeps serving (default ``FSDP_OBSERVE_LINGER_SECONDS``,
             else 20 s, a bit more than the trainer PodMonitor's 15 s interval).
         phase: the phase the process is in now (default ``loading_weights``, or ``restarting``
@@ -160,7 +161,7 @@ class TrainingMetrics:
                  optimizer: Any = None, log_every: int | None = None, global_loss: bool = False,
                  run_id: str | None = None, info: dict[str, str] | None = None, port_base: int | None = None,
                  address: str | None = None, serve: bool = True, port_fallback: bool = True,
-                 linger_seconds: float | None = None, phase: str | None = None, device: Any = None,
+                 port_setting: str = "FSDP_OBSERVE_PORT_BASE", linger_seconds: float | None = None, phase: str | None = None, device: Any = None,
                  instrumentation: str = "api", on_window: Callable[[WindowReport], None] | None = None) -> None:
         if instrumentation not in c.INSTRUMENTATIONS:
             raise ValueError(f"unknown instrumentation {instrumentation!r}; known: {', '.join(c.INSTRUMENTATIONS)}")
@@ -225,21 +226,21 @@ class TrainingMetrics:
             self._hook = optimizer.register_step_pre_hook(self.read_learning_rate)
         self.served: Served | None = None
         if serve:
-            self._serve(port_base, address, port_fallback)
+            self._serve(port_base, address, port_fallback, port_setting)
         replaced = session.register(self)
         if replaced is not None and replaced is not self and replaced.instrumentation == "auto":
             replaced.close(linger_seconds=0)
 
     # -- serving ---------------------------------------------------------------------------------
 
-    def _serve(self, base: int | None, address: str | None, fallback: bool) -> None:
+    def _serve(self, base: int | None, address: str | None, fallback: bool, setting: str) -> None:
         addr, port = bind_address(address), rank_port(self.rank_env.local_rank, port_base(base))
         try:
-            self.served = serve(self.collector, addr, port, field="FSDP_OBSERVE_PORT_BASE")
+            self.served = serve(self.collector, addr, port, field=setting)
         except PortInUseError:
             if not fallback:
                 raise
-            self.served = serve(self.collector, addr, 0, field="FSDP_OBSERVE_PORT_BASE")
+            self.served = serve(self.collector, addr, 0, field=setting)
             self.problem("port_taken", f"port {port} is taken: serving on {addr}:{self.served.port} instead, "
                                        f"where no PodMonitor looks; set FSDP_OBSERVE_PORT_BASE to a free base")
 

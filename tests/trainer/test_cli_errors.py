@@ -75,4 +75,4 @@ def test_unknown_command_is_a_usage_error(subprocess_env) -> None:
     proc = run_cli(["frobnicate"], subprocess_env)
     assert proc.returncode == 2
     assert proc.stderr == ("error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, demo, "
-                           "job, scaling, top, train\n")
+                           "job, run, scaling, top, train\n")
