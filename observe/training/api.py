@@ -161,7 +161,8 @@ class TrainingMetrics:
                  optimizer: Any = None, log_every: int | None = None, global_loss: bool = False,
                  run_id: str | None = None, info: dict[str, str] | None = None, port_base: int | None = None,
                  address: str | None = None, serve: bool = True, port_fallback: bool = True,
-                 port_setting: str = "FSDP_OBSERVE_PORT_BASE", linger_seconds: float | None = None, phase: str | None = None, device: Any = None,
+                 port_setting: str = "FSDP_OBSERVE_PORT_BASE", linger_seconds: float | None = None,
+                 phase: str | None = None, device: Any = None,
                  instrumentation: str = "api", on_window: Callable[[WindowReport], None] | None = None) -> None:
         if instrumentation not in c.INSTRUMENTATIONS:
             raise ValueError(f"unknown instrumentation {instrumentation!r}; known: {', '.join(c.INSTRUMENTATIONS)}")
