@@ -171,6 +171,16 @@ def test_nothing_happens_without_the_variable(tmp_path, subprocess_env) -> None:
     assert done.stdout.startswith("[] "), done.stdout + done.stderr  # the .pth imported nothing of ours
 
 
+def test_importing_torch_installs_the_hooks_and_nothing_heavy(env) -> None:
+    import subprocess
+
+    environ, _ = env
+    code = ("import sys, torch; from observe.training.inject import bootstrap; "
+            "print(bootstrap.hooks_installed, 'torch._dynamo' in sys.modules, 'prometheus_client' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["True", "False", "False"], done.stdout + done.stderr  # no endpoint before a step
+
+
 def test_fsdp_observe_run_chains_to_the_sitecustomize_it_shadows(tmp_path, env) -> None:
     environ, base = env
     theirs = tmp_path / "theirs"

@@ -30,7 +30,6 @@ device value: tensors are kept and read on log steps.
 from __future__ import annotations
 
 import atexit
-import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -192,21 +191,16 @@ def _wrap(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
     setattr(owner, name, make(getattr(owner, name)))
 
 
-def _disable_dynamo(fn: Any) -> Any:
-    """``fn`` kept out of torch.compile's tracing (so no guard on our state, no recompile)."""
-    compiler = getattr(sys.modules.get("torch"), "compiler", None)
-    disable = getattr(compiler, "disable", None)
-    return disable(fn) if disable is not None else fn
-
-
 def _backward_wrapper(original: Any) -> Any:
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         STATE.on_backward(tensors)
         return original(tensors, *args, **kwargs)
 
+    # Not wrapped in torch.compiler.disable: that imports torch._dynamo (seconds) into every process
+    # that imports torch. backward() is called outside compiled regions (dynamo graph-breaks on it).
     backward.__wrapped__ = original  # type: ignore[attr-defined]
     backward.__doc__ = original.__doc__
-    return _disable_dynamo(backward)
+    return backward
 
 
 def _clip_wrapper(original: Any) -> Any:
