@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+from trainer_overhead import scrape_loop  # both ranks scraped once a second, as a busy Prometheus would
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "e2e" / "scripts"
@@ -119,17 +119,6 @@ def run_once(kind: str, instrumented: bool, steps: int, folder: Path, model_dir:
     finally:
         stop.set()
     return median_step(record)
-
-
-def scrape_loop(base: int, stop: threading.Event) -> None:
-    """Scrape both ranks once a second until stopped."""
-    with httpx.Client(timeout=1.0) as client:
-        while not stop.wait(1.0):
-            for rank in (0, 1):
-                try:
-                    client.get(f"http://127.0.0.1:{base + rank}/metrics")
-                except httpx.HTTPError:
-                    pass
 
 
 # -- the sync probe -------------------------------------------------------------------------------

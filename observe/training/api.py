@@ -44,6 +44,7 @@ from observe.errors import PortInUseError
 from observe.training import session
 from observe.training.collector import DeviceMemory, TrainerMetrics
 from observe.training.flops import flops_per_token, peak_flops
+from observe.training.inject import bootstrap
 from observe.training.phases import Goodput, PhaseClock, process_start_time
 from observe.training.rankenv import (
     DEFAULT_LINGER_SECONDS,
@@ -547,6 +548,20 @@ class TrainingMetrics:
         self.collector.on_validation(value, perplexity)
 
     # -- the end -------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """``close`` was called."""
+        return self._closed
+
+    def training_ended(self) -> None:
+        """A framework's training loop ended (for callbacks): close the last window and enter
+        ``finished``; then ``close`` now (lingering), unless zero-code instrumentation is on in
+        this process, which closes at exit, after anything the script does next."""
+        self.close_window()
+        self.enter_phase("finished")
+        if not bootstrap.hooks_installed:
+            self.close()
 
     def close(self, linger_seconds: float | None = None, sleep: Callable[[float], Any] = time.sleep) -> None:
         """Close the last window, enter ``finished``, keep serving ``linger_seconds`` (default: the

@@ -64,7 +64,7 @@ class FsdpObserveCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         """Serve the rank's endpoint; planned steps from ``state.max_steps``."""
         current = session.current()
-        if current is not None and current.instrumentation == "hf" and not current._closed:
+        if current is not None and current.instrumentation == "hf" and not current.closed:
             self.metrics = current
         else:
             self.metrics = TrainingMetrics(planned_steps=state.max_steps or None, model=model,
@@ -148,12 +148,8 @@ class FsdpObserveCallback(TrainerCallback):
         """Close the last window and enter ``finished``; the endpoint lingers until the process
         ends (under the injector) or for ``linger_seconds`` now (explicit use)."""
         m = self._m()
-        if m is None:
-            return
-        m.close_window()
-        m.enter_phase("finished")
-        if not bootstrap.hooks_installed:
-            m.close()
+        if m is not None:
+            m.training_ended()
 
     def _enter(self, m: TrainingMetrics, phase: str) -> None:
         if m.phases.current != phase:

@@ -132,10 +132,5 @@ class FsdpObserveCallback(Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         """Close the last window and enter ``finished``; explicit use lingers here, the injector
         at exit."""
-        m = self.metrics
-        if m is None:
-            return
-        m.close_window()
-        m.enter_phase("finished")
-        if not bootstrap.hooks_installed:
-            m.close()
+        if self.metrics is not None:
+            self.metrics.training_ended()
