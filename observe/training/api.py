@@ -440,9 +440,17 @@ class TrainingMetrics:
         return report
 
     def record_window(self, loss: float | None = None, grad_norm: float | None = None,
-                      learning_rate: float | None = None) -> None:
+                      learning_rate: float | None = None, tokens: int | None = None,
+                      tokens_source: str | None = None) -> None:
         """Close the window with figures a framework already reduced (Hugging Face's ``on_log``):
-        they replace what was accumulated. For entry points."""
+        they replace what was accumulated; ``tokens`` this rank processed in the window are
+        counted (``tokens_source`` names how). For entry points."""
+        if tokens is not None:
+            self.collector.add_labelled_tokens(tokens)
+            self._window_tokens.add(tokens)
+            self._window_tokens_known = True
+            if tokens_source and self.collector.info.get("tokens_source") != tokens_source:
+                self.set_info(tokens_source=tokens_source)
         self._loss_sum.reset()
         self._loss_weight.reset()
         if grad_norm is not None:

@@ -110,16 +110,17 @@ class FsdpObserveCallback(TrainerCallback):
         self._last_event = time.perf_counter()
         if m is None or not logs or "loss" not in logs:
             return
-        seen = logs.get("num_input_tokens_seen")
-        if seen is not None and not bootstrap.hooks_installed:
+        seen, tokens = logs.get("num_input_tokens_seen"), None
+        if seen is not None and not bootstrap.hooks_installed:  # global input tokens: this rank's share
             before = self._tokens_seen or 0.0
             self._tokens_seen = float(seen)
-            m.record_tokens(int(round((float(seen) - before) / max(1, m.rank_env.world_size))), "hf_input_tokens")
+            tokens = int(round((float(seen) - before) / max(1, m.rank_env.world_size)))
         m.set_info(loss_source="hf_logged")
         if logs.get("grad_norm") is not None:
             m.set_info(grad_norm_source="hf_logged")
         m.record_window(loss=float(logs["loss"]), grad_norm=_float(logs.get("grad_norm")),
-                        learning_rate=_float(logs.get("learning_rate")))
+                        learning_rate=_float(logs.get("learning_rate")), tokens=tokens,
+                        tokens_source="hf_input_tokens")
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None,
                     **kwargs: Any) -> None:

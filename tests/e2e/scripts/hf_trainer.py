@@ -1,7 +1,7 @@
 """A user's Hugging Face Trainer script: DDP by default, or native FSDP2 with ``--fsdp``
 (``from_pretrained(dir, distributed_config=DistributedConfig(fsdp_size=2))``, the FSDP path of
-transformers that runs on CPU). It knows nothing of fsdp-observe; it writes the Trainer's own
-``log_history`` at the end.
+transformers that runs on CPU). It knows nothing of fsdp-observe (unless ``--with-callback`` adds
+its one line); it writes the Trainer's own ``log_history`` at the end.
 """
 
 import argparse
@@ -19,6 +19,8 @@ ap.add_argument("--fsdp", action="store_true")
 ap.add_argument("--eval-and-save-at", type=int, default=0)
 ap.add_argument("--model-dir", required=True)
 ap.add_argument("--out", required=True)
+ap.add_argument("--with-callback", action="store_true", help="the one-line variant: fsdp-observe's callback")
+ap.add_argument("--count-input-tokens", action="store_true", help="include_num_input_tokens_seen")
 args = ap.parse_args()
 
 world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -35,10 +37,16 @@ training_args = TrainingArguments(
     report_to="none", use_cpu=True, dataloader_drop_last=True, seed=0,
     eval_strategy="steps" if every else "no", eval_steps=every, per_device_eval_batch_size=args.batch_size,
     save_strategy="steps" if every else "no", save_steps=every, save_only_model=True,
+    include_num_input_tokens_seen="all" if args.count_input_tokens else "no",
 )
+callbacks = []
+if args.with_callback:
+    from observe.training.hf import FsdpObserveCallback
+
+    callbacks.append(FsdpObserveCallback())
 # exactly one epoch per rank: every batch fetched is trained on
 train = tiny_llama.sequences(args.steps * args.accum * args.batch_size * world)
-trainer = Trainer(model=model, args=training_args, train_dataset=train,
+trainer = Trainer(model=model, args=training_args, train_dataset=train, callbacks=callbacks,
                   eval_dataset=tiny_llama.sequences(4 * world, seed=1) if every else None)
 trainer.train()
 if trainer.is_world_process_zero():

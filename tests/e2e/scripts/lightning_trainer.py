@@ -1,6 +1,7 @@
 """A user's Lightning Trainer script with ``ModelParallelStrategy`` (FSDP2 through ``fully_shard``
-in ``configure_model``), started by torchrun. It knows nothing of fsdp-observe; it logs its loss
-every step with ``self.log`` to a CSVLogger, and a ``val_loss``.
+in ``configure_model``), started by torchrun. It knows nothing of fsdp-observe (unless
+``--with-callback`` adds its one line); it logs its loss every step with ``self.log`` to a
+CSVLogger, and a ``val_loss``.
 """
 
 import argparse
@@ -43,7 +44,13 @@ ap.add_argument("--batch-size", type=int, default=2)
 ap.add_argument("--accum", type=int, default=2)
 ap.add_argument("--val-every", type=int, default=10)
 ap.add_argument("--out", required=True)
+ap.add_argument("--with-callback", action="store_true", help="the one-line variant: fsdp-observe's callback")
 args = ap.parse_args()
+callbacks = []
+if args.with_callback:
+    from observe.training.lightning import FsdpObserveCallback
+
+    callbacks.append(FsdpObserveCallback())
 
 world = 2
 train = DataLoader(tiny_llama.sequences(args.steps * args.accum * args.batch_size * world), batch_size=args.batch_size)
@@ -52,5 +59,5 @@ trainer = L.Trainer(accelerator="cpu", devices=world, strategy=ModelParallelStra
                     tensor_parallel_size=1), max_steps=args.steps, accumulate_grad_batches=args.accum,
                     log_every_n_steps=1, logger=CSVLogger(args.out, name="run"), enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False, val_check_interval=args.val_every,
-                    num_sanity_val_steps=0)
+                    num_sanity_val_steps=0, callbacks=callbacks)
 trainer.fit(Module(), train, val)
