@@ -217,7 +217,6 @@ class TrainingMetrics:
         self._loss_weight = Accumulator()
         self._grad_norm: Any = None
         self._learning_rate: Any = None
-        self._window_start_step = 0
         self._closed = False
         self._checkpoint_recorded = False
         #: ``end_step`` closes the window on log steps; an entry point whose framework reduces
@@ -375,7 +374,6 @@ class TrainingMetrics:
         started = self._step_started if self._step_started is not None else now
         if self._window_started is None:
             self._window_started = started
-            self._window_start_step = self.step_index
         if self.phases.current in ("loading_weights", "restarting"):
             self.phases.enter("training")
         self.step_index += 1

@@ -58,9 +58,6 @@ class FsdpObserveCallback(TrainerCallback):
         self._tokens_seen: float | None = None
         self._phase_started: float | None = None
 
-    def _m(self) -> TrainingMetrics | None:
-        return self.metrics
-
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         """Serve the rank's endpoint; planned steps from ``state.max_steps``."""
         current = session.current()
@@ -76,7 +73,7 @@ class FsdpObserveCallback(TrainerCallback):
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A step starts; without the injector, the gap since the last event is its data wait."""
-        m = self._m()
+        m = self.metrics
         if m is None:
             return
         now = time.perf_counter()
@@ -87,13 +84,13 @@ class FsdpObserveCallback(TrainerCallback):
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
         """The learning rate this step used."""
-        m = self._m()
+        m = self.metrics
         if m is not None and optimizer is not None:
             m.read_learning_rate(optimizer)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """One optimizer step done; enter the phase Hugging Face does next."""
-        m = self._m()
+        m = self.metrics
         if m is None:
             return
         now = time.perf_counter()
@@ -106,7 +103,7 @@ class FsdpObserveCallback(TrainerCallback):
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """A training log: the window's loss, gradient norm, learning rate (and input tokens)."""
-        m = self._m()
+        m = self.metrics
         self._last_event = time.perf_counter()
         if m is None or not logs or "loss" not in logs:
             return
@@ -125,7 +122,7 @@ class FsdpObserveCallback(TrainerCallback):
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None,
                     **kwargs: Any) -> None:
         """The validation loss; then checkpointing if a save follows, else back to training."""
-        m = self._m()
+        m = self.metrics
         if m is None:
             return
         if metrics and metrics.get("eval_loss") is not None:
@@ -137,7 +134,7 @@ class FsdpObserveCallback(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A checkpoint was written: its time since the checkpointing phase began."""
-        m = self._m()
+        m = self.metrics
         if m is None:
             return
         now = time.perf_counter()
@@ -148,7 +145,7 @@ class FsdpObserveCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Close the last window and enter ``finished``; the endpoint lingers until the process
         ends (under the injector) or for ``linger_seconds`` now (explicit use)."""
-        m = self._m()
+        m = self.metrics
         if m is not None:
             m.training_ended()
 

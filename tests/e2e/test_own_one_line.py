@@ -66,7 +66,7 @@ def test_the_lightning_callback_alone(tmp_path: Path, session_env) -> None:
                           session_env)
     rows = list(csv.DictReader((tmp_path / "pl" / "run" / "version_0" / "metrics.csv").open()))
     last_loss = float([r["train_loss"] for r in rows if r["train_loss"]][-1])
-    for rank, s in ranks.items():
+    for s in ranks.values():
         assert s.value(c.TRAIN_STEPS.name) == steps and s.value(c.TRAIN_PLANNED_STEPS.name) == steps
         assert s.value(c.TRAIN_LABELLED_TOKENS.name) == steps * BATCH * (SEQ - MASKED)  # the batches it trained on
         assert s.value(c.TRAIN_DATA_WAIT_SECONDS.name + "_count") == steps
