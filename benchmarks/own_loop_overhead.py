@@ -8,10 +8,12 @@ alternating ABBA so drift cancels. The figure is the median over pairs of (media
 / median step time without), per workload; target <= 1.01. Step times come from the workload
 itself (a timestamp per optimizer step, the same code in both runs), warm-up steps dropped.
 
-The sync probe needs no GPU: ``tests.support.sync_probe.SyncProbe`` tensors count every host read
-(``item``, ``tolist``, ``float`` ...). It drives ``TrainingMetrics`` (the API) and the injector's
-hooks (a loop whose loss is a probe, in this process) and counts reads per step: zero on steps
-that are not log steps is the claim.
+A micro-measurement times the hooks' own per-step path directly (a batch, a backward, a clip,
+the step hooks), the figure least disturbed by a busy machine. The sync probe needs no GPU: it
+counts host reads (``item``, ``tolist``, ``float`` ...) per step of the device values handed to
+``TrainingMetrics`` (``tests.support.sync_probe.SyncProbe`` tensors) and those the injector's
+hooks add to a loop (``HostReads``, with the hooks minus without): zero on steps that are not
+log steps is the claim.
 
     python benchmarks/own_loop_overhead.py [--pairs 4] [--steps 120] [--out FILE]
 
@@ -129,10 +131,12 @@ def probe_reads(steps: int = 20, log_every: int = 5) -> dict[str, list[int]]:
     sys.path.insert(0, str(REPO))
     import torch
 
+    from observe.ports import free_port
     from observe.training import TrainingMetrics, session
     from observe.training.inject import hooks
     from tests.support.sync_probe import HostReads, SyncProbe, probe
 
+    os.environ.update(FSDP_OBSERVE_PORT_BASE=str(free_port()), FSDP_OBSERVE_ADDRESS="127.0.0.1")
     out: dict[str, list[int]] = {"api": [], "auto": []}
     m = TrainingMetrics(planned_steps=steps, log_every=log_every, serve=False)
     for step in range(steps):
@@ -164,6 +168,37 @@ def probe_reads(steps: int = 20, log_every: int = 5) -> dict[str, list[int]]:
     if current is not None:
         current.close(linger_seconds=0)
     return out
+
+
+def hook_seconds_per_step(steps: int = 20_000) -> float:
+    """Seconds the injector's hooks add to one optimizer step, called directly (after
+    ``probe_reads`` installed them): a batch, a backward, a clip, the step's pre- and post-hooks,
+    log windows included (median of 5 repeats)."""
+    import torch
+
+    from observe.training import session
+    from observe.training.inject.hooks import STATE
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    batch = {"input_ids": torch.zeros(4, 32, dtype=torch.long), "labels": torch.zeros(4, 32, dtype=torch.long)}
+    loss, norm = torch.tensor(2.0), torch.tensor(1.0)
+
+    def block() -> float:
+        started = time.perf_counter()
+        for _ in range(steps):
+            now = time.perf_counter()
+            STATE.on_batch(batch, now, now)
+            STATE.on_backward(loss)
+            STATE.on_clip(norm)
+            STATE.pre_step(opt, (), {})
+            STATE.post_step(opt, (), {})
+        return (time.perf_counter() - started) / steps
+
+    seconds = statistics.median(block() for _ in range(5))
+    current = session.current()
+    if current is not None:
+        current.close(linger_seconds=0)
+    return seconds
 
 
 def main() -> int:
@@ -199,17 +234,22 @@ def main() -> int:
                              "median_step_seconds_plain": statistics.median(off), "pair_ratios": ratios,
                              "median_ratio": statistics.median(ratios)}
     reads = probe_reads()
+    hook_seconds = hook_seconds_per_step()
     log_steps = [i for i in range(20) if (i + 1) == 1 or (i + 1) % 5 == 0 or (i + 1) == 20]
     non_log = {path: sum(n for i, n in enumerate(per) if i not in log_steps) for path, per in reads.items()}
     report = {"pairs": ns.pairs, "steps_per_run": ns.steps, "ranks": 2, "target_ratio": 1.01,
               "load_average_before": load_before, "load_average_after": os.getloadavg(), "workloads": results,
-              "probe_reads_per_step": reads, "probe_reads_on_non_log_steps": non_log}
+              "probe_reads_per_step": reads, "probe_reads_on_non_log_steps": non_log,
+              "hook_seconds_per_step": hook_seconds}
     rows = []
     for kind, r in results.items():
         with_ms, without_ms = r["median_step_seconds_instrumented"] * 1000, r["median_step_seconds_plain"] * 1000
         rows.append((f"{kind}: median step with / without", f"{with_ms:.2f} / {without_ms:.2f} ms"))
         rows.append((f"{kind}: median pair ratio", f"{r['median_ratio']:.4f} (target <= 1.01; pairs "
                                                     f"{', '.join(f'{x:.3f}' for x in r['pair_ratios'])})"))
+    for kind, r in results.items():
+        rows.append((f"{kind}: injector hooks' own cost per step", f"{hook_seconds * 1e6:.1f} us = "
+                     f"{hook_seconds / r['median_step_seconds_plain']:.2e} of its plain step"))
     for path, per in reads.items():
         rows.append((f"sync probe ({path}): reads on non-log steps", f"{non_log[path]} (per step: {per})"))
     rows.append(("load average before / after", f"{load_before[0]:.2f} / {report['load_average_after'][0]:.2f}"))

@@ -33,4 +33,5 @@ def test_a_tiny_run_writes_the_table_and_json(tmp_path: Path, subprocess_env) ->
     loop = report["workloads"]["loop"]
     assert len(loop["pair_ratios"]) == 1 and loop["median_ratio"] > 0
     assert report["probe_reads_on_non_log_steps"] == {"api": 0, "auto": 0}
+    assert 0 < report["hook_seconds_per_step"] < 0.01  # microseconds, measured directly
     assert "loop: median pair ratio" in proc.stdout and "load average" in proc.stdout
