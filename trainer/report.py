@@ -82,11 +82,11 @@ class Reporter:
                goodput: float | None) -> None:
         """Log one closed window."""
         per_device = global_tps / self.rt.world_size
-        mfu = None if self.peak is None else self.fpt * stats.tokens_per_second / self.peak
+        mfu = None if self.peak is None else self.fpt * (stats.tokens_per_second or 0.0) / self.peak
         eta = (self.cfg.steps - step) * stats.step_seconds
         self._print(f"step {step:>6}/{self.cfg.steps} | loss {loss:7.4f} | tokens/s {global_tps:,.0f} "
                     f"({per_device:,.0f}/rank) | MFU {_percent(mfu)} | "
-                    f"step {stats.step_seconds * 1000:.1f} ms | data {stats.data_wait_ratio:.1%} | "
+                    f"step {stats.step_seconds * 1000:.1f} ms | data {_percent(stats.data_wait_ratio)} | "
                     f"goodput {_percent(goodput)} | ETA {format_duration(eta)}")
         self._emit({"event": "window", "step": step, "window_steps": stats.steps, "loss": loss,
                     "global_tokens_per_second": global_tps, "tokens_per_second": stats.tokens_per_second,
