@@ -23,6 +23,8 @@
  *   proc GPU PID BYTES                              a compute process
  *   sample GPU PID TIMESTAMP SM MEM                 a process utilisation sample
  *   xid GPU CODE                                    an XID event, delivered once per file load
+ *   sleep_ms N                                      every device call first sleeps N ms, as a driver
+ *                                                   call stuck in the kernel would (sleep_ms@N: GPU N)
  *
  * Build: gcc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c
  * Leave a function out with -DOMIT_<function name>, as an old driver would.
@@ -31,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 enum {
@@ -126,12 +129,23 @@ static int gpu_count(void) {
     return n > MAX_GPUS ? MAX_GPUS : (int)n;
 }
 
+/* sleep_ms: hold the calling thread in C (GIL released by ctypes) for that long. */
+static void stall(int gpu) {
+    const char *v = setting("sleep_ms", gpu);
+    long ms = v ? strtol(v, NULL, 0) : 0;
+    if (ms > 0) {
+        struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+        while (nanosleep(&ts, &ts) != 0) {}
+    }
+}
+
 static int is_mig(int gpu) { const char *v = setting("mig", gpu); return v && atoi(v) == 1; }
 
 /* Every device call starts here: reload the scenario, check the handle, honour lost@N. */
 #define DEVICE(dev) \
     load(); \
     if (!(dev) || (dev)->index < 0 || (dev)->index >= gpu_count()) return INVALID_ARGUMENT; \
+    stall((dev)->index); \
     if (setting("lost", (dev)->index) && atoi(setting("lost", (dev)->index)) == 1) return GPU_IS_LOST; \
     const int gpu = (dev)->index; (void)gpu
 
