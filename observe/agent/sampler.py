@@ -112,10 +112,12 @@ class Sampler:
         self.watcher.start()
         self.gpus.start(xid_events=not self.watcher.up)
 
-    def stop(self) -> None:
-        """Stop the watcher, shut NVML down, close the process table."""
+    def stop(self, release_nvml: bool = True) -> None:
+        """Stop the watcher, shut NVML down (unless ``release_nvml`` is False: a collection is still
+        inside an NVML call, which ``nvmlShutdown`` would wait for), close the process table."""
         self.watcher.stop()
-        self.nvml.shutdown()
+        if release_nvml:
+            self.nvml.shutdown()
         self.table.close()
 
     def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:
