@@ -1,7 +1,7 @@
 """The training run: build in a fixed order, then a thin loop.
 
-Build order (``Trainer.__init__``): process group → mesh → which checkpoint to resume → SIGTERM
-handling → tokenizer → model skeleton on the meta device → metrics exporter (so a taken port
+Build order (``Trainer.__init__``): process group → mesh → which checkpoint to resume → stop-signal
+vote and grace deadline → tokenizer → model skeleton on the meta device → metrics exporter (so a taken port
 fails fast) → activation checkpointing + FSDP2 → each rank's shards allocated and filled →
 optimizer and schedule → checkpoint loaded → data at the checkpoint's position → validation
 batches.
@@ -9,7 +9,8 @@ batches.
 The loop (``Trainer.train``): the decision to log is made before each step; loss and token
 sums stay on the device and are read, with one all-reduce, on log steps only, so other steps
 never synchronise host and device. After each step: validation and checkpoint when due, and the
-SIGTERM vote (a CPU all-reduce on a side group, read one step later: see ``trainer.signals``).
+stop vote for SIGTERM/SIGINT (a CPU all-reduce on a side group, read one step later: see
+``trainer.signals``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from observe import stopping
 from observe.catalog import TRAINER_CUDA_LABELS, TRAINER_LABELS
 from observe.errors import UserError
 from observe.training.collector import DeviceMemory, TrainerMetrics, process_resident_memory_peak_bytes
@@ -38,7 +40,7 @@ from trainer.parallelize import build_mesh, parallelize
 from trainer.report import Reporter
 from trainer.runspec.checkpoint_files import TrainerState, resolve_resume
 from trainer.runspec.config import TrainConfig
-from trainer.signals import SIGTERM_EXIT_STATUS, StopRequest
+from trainer.signals import STOP_EXIT_STATUSES, StopRequest
 from trainer.validation import evaluate, token_loss_sum, validation_batches
 from trainer.verify import full_weights_sha256, gather_from_ranks
 
@@ -90,8 +92,8 @@ def peak_memory(device: torch.device) -> dict:
 def run(cfg: TrainConfig, files: list[Path]) -> int:
     """Train per ``cfg`` on ``files``; return the process exit status.
 
-    0 on success; 143 after a SIGTERM-triggered save; 1 when ``--verify-weights`` finds ranks
-    that disagree.
+    0 on success; 143 after SIGTERM and 130 after SIGINT (the ranks agreed on a step and saved it
+    when ``--checkpoint-dir`` is set); 1 when ``--verify-weights`` finds ranks that disagree.
     """
     return Trainer(cfg, files).train()
 
@@ -112,7 +114,7 @@ class Trainer:
             cfg.metrics.run_id or (TrainerState.read(resume_from).run_id if resume_from else None))
         self.phases = PhaseClock("restarting" if resume_from or rt.restart_count else "loading_weights",
                                  already=time.time() - self.process_started)
-        self.stop = StopRequest(cfg.checkpoint.sigterm_grace, rt.rank)
+        self.stop = StopRequest(cfg.checkpoint.sigterm_grace, rt.rank, checkpointing=cfg.checkpoint.dir is not None)
         self.stop.install()
 
         tokenizer = HFTokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else ByteTokenizer()
@@ -191,8 +193,8 @@ class Trainer:
     def train(self) -> int:
         """Run the steps from the resumed position to ``--steps``; return the exit status."""
         cfg = self.cfg
-        if self.stop.agree_now():  # SIGTERM while loading: nothing new to save
-            return self._finish(SIGTERM_EXIT_STATUS)
+        if agreed := self.stop.agree_now():  # a stop signal while loading: nothing new to save
+            return self._stop_after(self.position.step, agreed)
         self.phases.enter("training")
         window = LogWindow(start_step=self.position.step)
         sums = torch.zeros(2, dtype=torch.float64, device=self.rt.device)  # loss, labelled tokens: on the device
@@ -217,12 +219,8 @@ class Trainer:
                 self._validate(step)
             if self.checkpointer is not None and ((cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last):
                 self._save("final" if last else "periodic")
-            if self.stop.poll() and not last:
-                if self.reporter is not None:
-                    self.reporter.stopping(step, self.stop.seconds_since_request())
-                if self.checkpointer is not None and self.checkpointer.last_saved_step != step:
-                    self._save("sigterm")
-                return self._finish(SIGTERM_EXIT_STATUS)
+            if (agreed := self.stop.poll()) and not last:
+                return self._stop_after(step, agreed)
         return self._finish(0)
 
     def _optimizer_step(self, sums: torch.Tensor) -> tuple[float, int, int, torch.Tensor, float]:
@@ -288,7 +286,17 @@ class Trainer:
             self.reporter.checkpoint(self.position.step, str(path), seconds, reason)
         self.phases.enter("training")
 
-    def _finish(self, status: int) -> int:
+    def _stop_after(self, step: int, signum: int) -> int:
+        """The ranks agreed to stop after ``step`` for ``signum``: save unless that step is saved, finish."""
+        saving = self.checkpointer is not None and self.checkpointer.last_saved_step != step
+        if self.reporter is not None:
+            self.reporter.stopping(step, signum, self.stop.seconds_since_request(), saving,
+                                   saved=self.checkpointer is not None and not saving)
+        if saving:
+            self._save(stopping.signal_name(signum).lower())
+        return self._finish(stopping.exit_status(signum), signum)
+
+    def _finish(self, status: int, stopped_by: int | None = None) -> int:
         """Verify weights if asked, log the summary, linger for a last scrape, shut down."""
         self.stop.close()
         digests = None
@@ -300,8 +308,8 @@ class Trainer:
         self.phases.enter("finished")
         if self.reporter is not None:
             self.reporter.finish(self.position.step, self.step_times, self.goodput.ratio(),
-                                 self.phases.seconds(), memory, status, digests)
-        if self.metrics is not None and self.cfg.metrics.linger_seconds > 0 and status != SIGTERM_EXIT_STATUS:
+                                 self.phases.seconds(), memory, status, digests, stopped_by)
+        if self.metrics is not None and self.cfg.metrics.linger_seconds > 0 and status not in STOP_EXIT_STATUSES:
             self.stop.sleep(self.cfg.metrics.linger_seconds)
         distributed.shutdown()
         return status
