@@ -1,17 +1,29 @@
-"""``fsdp-observe train``: validate a configuration, then start its ranks with torchrun."""
+"""``fsdp-observe train``: validate a configuration, then start its ranks with torchrun.
+
+Killing the wrapper stops the run, never orphans it: SIGTERM or SIGINT (Ctrl-C) is passed on to
+torchrun (``trainer.launcher``, in a session of its own), whose ranks agree on a step, save it
+when ``--checkpoint-dir`` is set and exit; the wrapper waits and exits with the run's status
+(``observe.supervise``). Exit status: 0 finished, 143 stopped by SIGTERM, 130 stopped by SIGINT,
+2 a user mistake (one line), 1 (or the failing rank's status) a failure.
+"""
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 
+from observe import stopping
 from observe.errors import UserError
+
+#: Seconds a rank may outlive torchrun before the wrapper SIGKILLs it.
+ORPHAN_GRACE_SECONDS = 5.0
 
 
 def main(argv: list[str]) -> int:
-    """Validate ``argv`` as trainer flags (plus ``--nproc-per-node``), then run torchrun."""
+    """Validate ``argv`` as trainer flags (plus ``--nproc-per-node``), then run torchrun; return the run's status."""
+    stop = stopping.install()  # first: a Ctrl-C while torch's launcher is imported is kept, not a traceback
+    from observe.supervise import Supervised
     from trainer.runspec.config import build_parser
-    from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
+    from trainer.runspec.launch import QUIET_TORCHRUN, prepare, torchrun_command, torchrun_env
 
     ap = argparse.ArgumentParser(prog="fsdp-observe train", add_help=False)
     ap.add_argument("--nproc-per-node", type=int, default=2)
@@ -28,5 +40,12 @@ def main(argv: list[str]) -> int:
     if ns.max_restarts < 0:
         raise UserError("--max-restarts", f"must be >= 0, got {ns.max_restarts}", "pass 0 for no restarts")
     prepare(rest, ns.nproc_per_node)
-    return subprocess.call(torchrun_command(rest, ns.nproc_per_node, ns.max_restarts),
-                           env=torchrun_env(ns.nproc_per_node))
+    if stop.signum is not None:
+        return stopping.exit_status(stop.signum)
+    child = Supervised(stop, orphan_grace=ORPHAN_GRACE_SECONDS)
+    child.start(torchrun_command(rest, ns.nproc_per_node, ns.max_restarts, launcher=QUIET_TORCHRUN),
+                env=torchrun_env(ns.nproc_per_node))
+    status = child.wait()
+    if stop.signum is not None:
+        stop.ignore_further()  # a late signal must not kill the wrapper as it exits
+    return status

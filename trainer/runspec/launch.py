@@ -85,13 +85,20 @@ def check_not_finished(cfg: TrainConfig) -> None:
                           f"pass --steps above {step} to continue it, or --resume never to start over")
 
 
-def torchrun_command(trainer_args: list[str], nproc_per_node: int, max_restarts: int = 0) -> list[str]:
+#: torchrun as a module, and ``trainer.launcher``: torchrun whose stop on SIGTERM/SIGINT is one line
+#: and exits with the ranks' status (143 / 130) instead of a traceback and 1.
+TORCHRUN, QUIET_TORCHRUN = "torch.distributed.run", "trainer.launcher"
+
+
+def torchrun_command(trainer_args: list[str], nproc_per_node: int, max_restarts: int = 0,
+                     launcher: str = TORCHRUN) -> list[str]:
     """The command line of a single-node torchrun (c10d rendezvous on a free local port).
 
     ``max_restarts``: torchrun restarts the whole worker group this often after a rank fails
-    (the ranks then resume from the newest complete checkpoint).
+    (the ranks then resume from the newest complete checkpoint). ``launcher``: the module that
+    runs torchrun (``QUIET_TORCHRUN`` for ``fsdp-observe train`` and ``demo``).
     """
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    return [sys.executable, "-m", launcher, "--standalone",
             f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}", "-m", "trainer", *trainer_args]
 
 
