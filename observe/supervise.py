@@ -56,6 +56,29 @@ def running(pid: int, started: int | None) -> bool:
     return state not in ("Z", "X") and start_time(pid) == started
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (``SigCgt`` in ``/proc/PID/status``)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def wait_until_caught(pids: list[int], signum: int, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds until every process of ``pids`` still alive handles ``signum``
+    (a process just started is still in Python's start-up, where the signal's default applies)."""
+    deadline = time.monotonic() + timeout
+    pending = list(pids)
+    while pending and time.monotonic() < deadline:
+        pending = [pid for pid in pending if running(pid, start_time(pid)) and not catches(pid, signum)]
+        if pending:
+            time.sleep(0.01)
+
+
 def shell_status(returncode: int) -> int:
     """``Popen.returncode`` as a shell reports it: ``128 + N`` for death by signal N."""
     return stopping.exit_status(-returncode) if returncode < 0 else returncode

@@ -12,10 +12,14 @@ stop the ranks handled well. Around it, this module
 - drops torchrun's own warnings while it handles the stop (rank 0 prints the line that says
   what happened): records of WARNING and below logged while a ``SignalException`` is being
   handled;
-- ignores further stop signals once it is stopping the ranks: a second signal would interrupt
-  torchrun's wait for them and leave them running on their own;
+- raises torchrun's ``SignalException`` for the *first* stop signal only: torchrun's own handler
+  raises one per signal, and a second one (a burst: ``timeout``'s and then a user's) interrupts
+  its wait for the ranks and leaves them running on their own. The handler takes no lock; it
+  raises because that is the one way into torchrun's monitor loop, and torchrun is written for
+  it (``TORCHELASTIC_SIGNALS_TO_HANDLE`` keeps torchrun from putting its own back);
 - keeps a stop signal that comes while torch is still importing (``observe.stopping``) and
-  then starts nothing.
+  then starts nothing; and passes it on to a rank only once that rank handles it (up to
+  ``HANDLER_WAIT_SECONDS``): a rank signalled during Python's start-up would die of it.
 
 The ranks' statuses come from wrapping ``SubprocessContext._close`` of
 ``torch.distributed.elastic.multiprocessing.api`` (torch 2.13), the one place torchrun waits for
@@ -26,12 +30,17 @@ outcome (success, a failed rank) is torchrun's own.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from typing import Any
 
-from observe import stopping
+from observe import stopping, supervise
 
+#: The signals torchrun's agent handles itself here (its default adds SIGTERM and SIGINT).
+TORCHRUN_OWN_SIGNALS = "SIGHUP,SIGQUIT"
+#: How long a stop waits for ranks that are still starting to install their handlers (seconds).
+HANDLER_WAIT_SECONDS = 2.0
 #: torchrun's loggers whose warnings a stop makes redundant.
 ELASTIC_LOGGERS = ("torch.distributed.elastic.agent.server.api", "torch.distributed.elastic.multiprocessing.api")
 
@@ -59,6 +68,8 @@ def run_status(signum: int, statuses: dict[int, int | None]) -> tuple[int, str |
         all had finished); otherwise the first other rank's status (``128 + N`` when killed by signal N) and a line.
     """
     clean = (0, stopping.exit_status(signal.SIGTERM), stopping.exit_status(signal.SIGINT))
+    statuses = {r: stopping.exit_status(-s) if s is not None and -s in stopping.STOP_SIGNALS else s
+                for r, s in statuses.items()}  # died of the stop signal itself: stopped all the same
     for local_rank, status in sorted(statuses.items()):
         if status not in clean:
             code = 1 if status is None else stopping.exit_status(-status) if status < 0 else status
@@ -87,9 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     original_close = mp_api.SubprocessContext._close
 
     def close(self: Any, death_sig: signal.Signals, timeout: int = 30) -> None:
-        if isinstance(sys.exc_info()[1], SignalException):
-            for signum in stopping.STOP_SIGNALS:
-                signal.signal(signum, signal.SIG_IGN)  # torchrun's main thread: the one that may
+        if isinstance(sys.exc_info()[1], SignalException):  # a rank still in Python's start-up would die of
+            supervise.wait_until_caught(  # the signal (SIGINT: with a KeyboardInterrupt traceback)
+                [h.proc.pid for h in self.subprocess_handlers.values() if h.proc.poll() is None],
+                signal.SIGTERM, HANDLER_WAIT_SECONDS)
         try:
             original_close(self, death_sig, timeout)
         finally:
@@ -98,13 +110,24 @@ def main(argv: list[str] | None = None) -> int:
     mp_api.SubprocessContext._close = close  # type: ignore[method-assign]
     for name in ELASTIC_LOGGERS:
         logging.getLogger(name).addFilter(_DropWhileStopping())
-    for signum in stopping.STOP_SIGNALS:  # from here on torchrun's own handler, before its rendezvous
-        signal.signal(signum, mp_api._terminate_process_handler)
+
+    raised = False
+
+    def raise_once(signum: int, frame: object) -> None:  # main thread, between bytecodes; no lock
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
+
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = TORCHRUN_OWN_SIGNALS
+    for signum in stopping.STOP_SIGNALS:  # from here on, before torchrun's rendezvous
+        signal.signal(signum, raise_once)
     if early.signum is not None:  # it came while torch was importing: start nothing
         return stopping.exit_status(early.signum)
     try:
         torchrun.main(argv)
     except SignalException as exc:
+        early.ignore_further()  # as the interpreter exits, a late signal would otherwise kill it (-15)
         status, line = run_status(exc.sigval, statuses)
         if line is not None:
             print(line, file=sys.stderr, flush=True)

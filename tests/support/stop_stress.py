@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from observe.supervise import catches
 from tests.support.processes import REPO
 
 #: Kernel-log lines (XIDs among them) from the field cases.
@@ -36,18 +37,6 @@ AGENT_SCENARIOS: dict[str, tuple[str, float]] = {
     "hung-nvml": ("gpus 2\nsleep_ms 5000", 0.8),
     "serving": ("gpus 4", 1.0),  # two keep-alive scrapers and a half-sent request on it
 }
-
-
-def catches(pid: int, signum: int) -> bool:
-    """Whether process ``pid`` has a handler for ``signum`` (``SigCgt`` in ``/proc/PID/status``)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    for line in status.splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    return False
 
 
 @dataclass(frozen=True)
@@ -274,3 +263,38 @@ def run_agent_once(shot: Shot, env: dict[str, str], kernel_log: Path, hang_secon
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), from ``/proc/PID/task/*/children``."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def rank_processes(pid: int) -> dict[int, tuple[int, int | None]]:
+    """Global rank -> (pid, start time) of the trainer ranks below ``pid`` (their ``RANK=`` variable)."""
+    from observe.supervise import start_time
+
+    ranks = {}
+    for child in descendants(pid):
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"trainer" not in cmdline or b"-m" not in cmdline:
+            continue
+        for item in environ:
+            if item.startswith(b"RANK="):
+                ranks[int(item[5:])] = (child, start_time(child))
+    return ranks
