@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from observe import stopping
 from observe.catalog import AGENT_PORT
 from observe.cli.parser import OneLineParser
 from observe.errors import UserError
@@ -112,14 +113,18 @@ def make_source(ns: argparse.Namespace):  # noqa: ANN201 - one of the observe.so
 
 
 def main(argv: list[str]) -> int:
-    """Run the TUI until ``q``; return 0.
+    """Run the TUI until ``q``, SIGTERM or SIGINT (the terminal is restored either way); return 0.
 
     Raises:
         UserError: a bad flag, or no usable source.
     """
+    stop = stopping.install()  # recorded only; the app polls it (observe.tui.app.TopApp.should_stop)
     ns = build_parser().parse_args(argv)
     source = make_source(ns)
     from observe.tui.app import make_app
 
-    make_app(source, interval=ns.interval).run()
+    if stop.signum is None:
+        make_app(source, interval=ns.interval, should_stop=stop.requested.is_set).run()
+    if stop.signum is not None:
+        stop.ignore_further()
     return 0
