@@ -19,8 +19,15 @@ def run(body: str, timeout: float = 20) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
 
 
+def assert_ok(body: str) -> None:
+    """Run ``body`` (which ends by printing ``ok``) in a child; it must exit 0 having printed only that."""
+    proc = run(body)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
 def test_signals_that_arrive_while_the_main_thread_holds_the_events_lock_are_recorded_without_blocking() -> None:
-    proc = run("""
+    assert_ok("""
         stop = stopping.install()
         with stop.requested._cond:                # what Event.wait() holds between bytecodes
             os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, on this thread
@@ -32,12 +39,10 @@ def test_signals_that_arrive_while_the_main_thread_holds_the_events_lock_are_rec
         assert stop.name == "SIGTERM" and stop.seconds_since() < 5
         print("ok", flush=True)
     """)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
 
 
 def test_listeners_run_once_on_an_ordinary_thread_and_late_ones_at_once() -> None:
-    proc = run("""
+    assert_ok("""
         stop = stopping.install()
         seen = []
         stop.add_listener(lambda s: seen.append((s, threading.current_thread().name)))
@@ -51,8 +56,6 @@ def test_listeners_run_once_on_an_ordinary_thread_and_late_ones_at_once() -> Non
         assert stopping.install() is stop
         print("ok", flush=True)
     """)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
 
 
 def test_exit_after_ends_a_process_whose_main_thread_is_stuck_when_the_grace_period_runs_out() -> None:
@@ -75,7 +78,7 @@ def test_exit_after_ends_a_process_whose_main_thread_is_stuck_when_the_grace_per
 
 
 def test_a_late_signal_does_not_kill_a_process_that_is_already_stopping() -> None:
-    proc = run("""
+    assert_ok("""
         stop = stopping.install()
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.wait(5)
@@ -84,8 +87,6 @@ def test_a_late_signal_does_not_kill_a_process_that_is_already_stopping() -> Non
         os.kill(os.getpid(), signal.SIGINT)
         print("ok", flush=True)
     """)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
 
 
 def test_a_signal_before_install_is_pythons_default_and_after_uninstall_too() -> None:
