@@ -9,12 +9,14 @@ first signal is counted as hung (deadlocked) and SIGKILLed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -149,13 +151,14 @@ class Tally:
         return [o for o in self.outcomes if self.verdict(o) != "ok"]
 
     def table(self) -> str:
-        """One line per scenario: iterations, verdict counts, slowest clean exit."""
+        """One line per scenario: iterations, verdict counts (and how many took the forced exit), slowest exit."""
         lines = [f"{'scenario':<22} {'runs':>5}  verdicts                              slowest exit"]
         for scenario in sorted({o.shot.scenario for o in self.outcomes}):
             mine = [o for o in self.outcomes if o.shot.scenario == scenario]
             verdicts = Counter(self.verdict(o) for o in mine)
             slowest = max((o.seconds for o in mine if o.seconds is not None), default=None)
-            text = ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
+            forced = sum("forced" in o.note for o in mine)
+            text = ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + (f" ({forced} forced)" if forced else "")
             lines.append(f"{scenario:<22} {len(mine):>5}  {text:<37} "
                          f"{'n/a' if slowest is None else f'{slowest:.2f} s'}")
         total = Counter(self.verdict(o) for o in self.outcomes)
@@ -239,30 +242,36 @@ class Scrapers:
 
 def run_agent_once(shot: Shot, env: dict[str, str], kernel_log: Path, hang_seconds: float, repo: Path = REPO) -> Outcome:
     """Start ``python -m observe.cli agent`` of ``repo`` (0.1 s collections, following ``kernel_log``),
-    signal it per ``shot`` (scenario ``serving``: once scrapers are on it), return what happened."""
-    proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--port", "0", "--address", "127.0.0.1",
-                             "--interval", "0.1", "--kernel-log", str(kernel_log)],
-                            cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
-    url: list[str] = []
-    threading.Thread(target=lambda: [url.append(line.decode().split("serving ")[-1].split("/metrics")[0])
-                                     for line in proc.stdout if b"serving" in line], daemon=True).start()
-    scrapers = None
-    try:
-        if shot.scenario == "serving":
-            def ready() -> bool:
-                nonlocal scrapers
-                if url and scrapers is None:
-                    scrapers = Scrapers(url[0])
-                return scrapers is not None
-            return fire(proc, shot, hang_seconds=hang_seconds, ready=ready)
-        return fire(proc, shot, hang_seconds=hang_seconds)
-    finally:
-        if scrapers is not None:
-            scrapers.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    signal it per ``shot`` (scenario ``serving``: once scrapers are on it), return what happened
+    (note ``forced`` when it took the forced exit, ``observe.cli.agent.FORCED_EXIT_SECONDS``)."""
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--port", "0", "--address", "127.0.0.1",
+                                 "--interval", "0.1", "--kernel-log", str(kernel_log)],
+                                cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)
+        url: list[str] = []
+        threading.Thread(target=lambda: [url.append(line.decode().split("serving ")[-1].split("/metrics")[0])
+                                         for line in proc.stdout if b"serving" in line], daemon=True).start()
+        scrapers = None
+        try:
+            if shot.scenario == "serving":
+                def ready() -> bool:
+                    nonlocal scrapers
+                    if url and scrapers is None:
+                        scrapers = Scrapers(url[0])
+                    return scrapers is not None
+                outcome = fire(proc, shot, hang_seconds=hang_seconds, ready=ready)
+            else:
+                outcome = fire(proc, shot, hang_seconds=hang_seconds)
+        finally:
+            if scrapers is not None:
+                scrapers.close()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stderr.seek(0)
+        if b"exiting now" in stderr.read():
+            outcome = dataclasses.replace(outcome, note=(outcome.note + " forced").strip())
+        return outcome
 
 
 def descendants(pid: int) -> list[int]:
