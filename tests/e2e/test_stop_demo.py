@@ -20,7 +20,7 @@ from pathlib import Path
 
 from observe.supervise import running, start_time
 from tests.e2e.test_demo_tui import read_until
-from tests.support.stop_stress import descendants, rank_processes
+from tests.support.stop_stress import descendants, kill_quietly, rank_processes
 
 
 def end_record(out: Path) -> dict:
@@ -34,6 +34,14 @@ def wait_for_ranks(pid: int, timeout: float = 120) -> dict:
         assert time.monotonic() < deadline, "the ranks never started"
         time.sleep(0.1)
     return ranks
+
+
+def kill_everything_below(proc: subprocess.Popen) -> None:
+    """After a failure: SIGKILL the demo and all it started (its agent runs in a session of its own)."""
+    if proc.poll() is None:
+        for pid in descendants(proc.pid) + [proc.pid]:
+            kill_quietly(pid)
+        proc.wait()
 
 
 def assert_nothing_left(processes: list[tuple[int, int | None]]) -> None:
@@ -55,9 +63,7 @@ def test_ctrl_c_on_the_headless_demo_stops_the_run_with_130_everywhere(port_bloc
         proc.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
         out = proc.communicate(timeout=60)[0]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_everything_below(proc)
     assert proc.returncode == 130, out[-3000:]
     assert "stopped by SIGINT (Ctrl-C)" in out and "FAILED" not in out
     assert re.search(r"^exit status\s+130$", out, re.M)
@@ -82,9 +88,7 @@ def test_sigterm_with_the_tui_open_closes_it_and_stops_the_run_with_143(port_blo
         text = read_until(main, r"exit status\s+\d+", 60)
         assert proc.wait(timeout=30) == 143
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_everything_below(proc)
         os.close(main)
     assert "stopped by SIGTERM" in text and re.search(r"exit status\s+143", text)
     assert end_record(tmp_path)["exit_status"] == 143

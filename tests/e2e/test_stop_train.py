@@ -32,7 +32,7 @@ import pytest
 from observe.supervise import catches, running
 from tests.e2e.trainer_harness import FAST, events, read_log
 from tests.support.processes import REPO
-from tests.support.stop_stress import rank_processes
+from tests.support.stop_stress import descendants, kill_quietly, rank_processes
 from trainer.runspec.checkpoint_files import newest_complete, step_dir
 
 GRACE = 8.0
@@ -80,8 +80,9 @@ def one_stop(cmd: list[str], env: dict[str, str], workdir: Path, checkpoints: bo
         output = proc.communicate(timeout=GRACE + TEARDOWN + 10)[0]
         took = time.monotonic() - signalled
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # a failure: SIGKILL it and the ranks (each in a session of its own)
+            for pid in descendants(proc.pid) + [proc.pid]:
+                kill_quietly(pid)
             proc.wait()
     context = f"phase {phase}, sent {[signal.Signals(s).name for s in sent]}, status {proc.returncode}\n{output[-3000:]}"
     assert proc.returncode in (130, 143) and proc.returncode - 128 in sent, context
