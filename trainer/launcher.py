@@ -16,7 +16,8 @@ stop the ranks handled well. Around it, this module
   raises one per signal, and a second one (a burst: ``timeout``'s and then a user's) interrupts
   its wait for the ranks and leaves them running on their own. The handler takes no lock; it
   raises because that is the one way into torchrun's monitor loop, and torchrun is written for
-  it (``TORCHELASTIC_SIGNALS_TO_HANDLE`` keeps torchrun from putting its own back);
+  it (``PET_SIGNALS_TO_HANDLE``, the default of torchrun's ``--signals-to-handle``, keeps
+  torchrun from putting its own back, and the handler is put back as the ranks are stopped);
 - keeps a stop signal that comes while torch is still importing (``observe.stopping``) and
   then starts nothing; and passes it on to a rank only once that rank handles it (up to
   ``HANDLER_WAIT_SECONDS``): a rank signalled during Python's start-up would die of it.
@@ -94,12 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing import api as mp_api
 
+    raised = False
+
+    def raise_once(signum: int, frame: object) -> None:  # main thread, between bytecodes; no lock
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
+
     statuses: dict[int, int | None] = {}
     original_close = mp_api.SubprocessContext._close
 
     def close(self: Any, death_sig: signal.Signals, timeout: int = 30) -> None:
-        if isinstance(sys.exc_info()[1], SignalException):  # a rank still in Python's start-up would die of
-            supervise.wait_until_caught(  # the signal (SIGINT: with a KeyboardInterrupt traceback)
+        if isinstance(sys.exc_info()[1], SignalException):
+            for signum in stopping.STOP_SIGNALS:  # torchrun's main thread; even with --signals-to-handle
+                signal.signal(signum, raise_once)  # listing them, no second signal interrupts the wait below
+            supervise.wait_until_caught(  # a rank still in Python's start-up would die of the signal
                 [h.proc.pid for h in self.subprocess_handlers.values() if h.proc.poll() is None],
                 signal.SIGTERM, HANDLER_WAIT_SECONDS)
         try:
@@ -111,15 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ELASTIC_LOGGERS:
         logging.getLogger(name).addFilter(_DropWhileStopping())
 
-    raised = False
-
-    def raise_once(signum: int, frame: object) -> None:  # main thread, between bytecodes; no lock
-        nonlocal raised
-        if not raised:
-            raised = True
-            raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
-
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = TORCHRUN_OWN_SIGNALS
+    os.environ["PET_SIGNALS_TO_HANDLE"] = TORCHRUN_OWN_SIGNALS  # the default of torchrun's --signals-to-handle
     for signum in stopping.STOP_SIGNALS:  # from here on, before torchrun's rendezvous
         signal.signal(signum, raise_once)
     if early.signum is not None:  # it came while torch was importing: start nothing

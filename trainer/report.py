@@ -108,20 +108,25 @@ class Reporter:
         self._emit({"event": "checkpoint", "step": step, "path": path, "seconds": seconds, "reason": reason,
                     "time": time.time()})
 
-    def stopping(self, step: int, signum: int, since_signal: float | None, saving: bool, saved: bool = False) -> None:
+    def stopping(self, step: int, signum: int, since_signal: float | None, saving: bool, saved: bool = False,
+                 loading: bool = False) -> None:
         """Log that the ranks agreed to stop after ``step`` because of signal ``signum``.
 
         Args:
             saving: a checkpoint of ``step`` is about to be saved.
             saved: a checkpoint of ``step`` exists already (``saving`` is then False).
+            loading: the signal came while the ranks were loading: no step of this attempt ran.
         """
         name = stopping.signal_name(signum)
         waited = "" if since_signal is None else f" ({since_signal:.2f} s after the signal)"
-        then = ("saving a checkpoint and exiting" if saving else f"step {step} is saved already; exiting" if saved
-                else "exiting (no --checkpoint-dir: nothing is saved)")
-        self._print(f"{name}: all ranks stop after step {step}{waited}; {then}")
+        if loading:
+            self._print(f"{name}: all ranks stop before their first step{waited}; nothing new to save; exiting")
+        else:
+            then = ("saving a checkpoint and exiting" if saving else f"step {step} is saved already; exiting"
+                    if saved else "exiting (no --checkpoint-dir: nothing is saved)")
+            self._print(f"{name}: all ranks stop after step {step}{waited}; {then}")
         self._emit({"event": "stop", "signal": name, "step": step, "since_signal_seconds": since_signal,
-                    "saving": saving, "time": time.time()})
+                    "saving": saving, "loading": loading, "time": time.time()})
 
     def finish(self, step: int, step_times: list[float], goodput: float | None, phase_seconds: dict[str, float],
                peak_memory: list[dict], exit_status: int, weights_sha256: list[str] | None = None,

@@ -194,7 +194,7 @@ class Trainer:
         """Run the steps from the resumed position to ``--steps``; return the exit status."""
         cfg = self.cfg
         if agreed := self.stop.agree_now():  # a stop signal while loading: nothing new to save
-            return self._stop_after(self.position.step, agreed)
+            return self._stop_after(self.position.step, agreed, loading=True)
         self.phases.enter("training")
         window = LogWindow(start_step=self.position.step)
         sums = torch.zeros(2, dtype=torch.float64, device=self.rt.device)  # loss, labelled tokens: on the device
@@ -286,12 +286,13 @@ class Trainer:
             self.reporter.checkpoint(self.position.step, str(path), seconds, reason)
         self.phases.enter("training")
 
-    def _stop_after(self, step: int, signum: int) -> int:
-        """The ranks agreed to stop after ``step`` for ``signum``: save unless that step is saved, finish."""
-        saving = self.checkpointer is not None and self.checkpointer.last_saved_step != step
+    def _stop_after(self, step: int, signum: int, loading: bool = False) -> int:
+        """The ranks agreed to stop after ``step`` for ``signum``: save unless that step is saved or no
+        step ran (``loading``), finish."""
+        saving = not loading and self.checkpointer is not None and self.checkpointer.last_saved_step != step
         if self.reporter is not None:
             self.reporter.stopping(step, signum, self.stop.seconds_since_request(), saving,
-                                   saved=self.checkpointer is not None and not saving)
+                                   saved=self.checkpointer is not None and not saving, loading=loading)
         if saving:
             self._save(stopping.signal_name(signum).lower())
         return self._finish(stopping.exit_status(signum), signum)
