@@ -1,7 +1,7 @@
 """The training run: build in a fixed order, then a thin loop.
 
-Build order (``Trainer.__init__``): process group → mesh → which checkpoint to resume → SIGTERM
-handling → tokenizer → model skeleton on the meta device → metrics exporter (so a taken port
+Build order (``Trainer.__init__``): process group → mesh → which checkpoint to resume → stop-signal
+vote and grace deadline → tokenizer → model skeleton on the meta device → metrics exporter (so a taken port
 fails fast) → activation checkpointing + FSDP2 → each rank's shards allocated and filled →
 optimizer and schedule → checkpoint loaded → data at the checkpoint's position → validation
 batches.
@@ -10,8 +10,8 @@ The loop (``Trainer.train``): every step goes through the public ``observe.train
 (the one code path every entry point uses): data wait and tokens from its ``batches()``, the
 step from ``step()``, loss sums that stay on the device and are read, with one all-reduce
 (``global_loss``), on log steps only, so other steps never synchronise host and device. After
-each step: validation and checkpoint when due, and the SIGTERM vote (a CPU all-reduce on a side
-group, read one step later: see ``trainer.signals``). With ``--metrics off`` the same object
+each step: validation and checkpoint when due, and the stop vote for SIGTERM/SIGINT (a CPU
+all-reduce on a side group, read one step later: see ``trainer.signals``). With ``--metrics off`` the same object
 keeps the accounting for the log without serving.
 """
 
@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from observe import stopping
 from observe.errors import UserError
 from observe.training import Step, TrainingMetrics, WindowReport
 from observe.training.collector import process_resident_memory_peak_bytes
@@ -40,7 +41,7 @@ from trainer.parallelize import build_mesh, parallelize
 from trainer.report import Reporter
 from trainer.runspec.checkpoint_files import TrainerState, resolve_resume, resume_candidates
 from trainer.runspec.config import TrainConfig
-from trainer.signals import SIGTERM_EXIT_STATUS, StopRequest
+from trainer.signals import STOP_EXIT_STATUSES, StopRequest
 from trainer.validation import evaluate, token_loss_sum, validation_batches
 from trainer.verify import full_weights_sha256, gather_from_ranks
 
@@ -83,8 +84,8 @@ def peak_memory(device: torch.device) -> dict:
 def run(cfg: TrainConfig, files: list[Path]) -> int:
     """Train per ``cfg`` on ``files``; return the process exit status.
 
-    0 on success; 143 after a SIGTERM-triggered save; 1 when ``--verify-weights`` finds ranks
-    that disagree.
+    0 on success; 143 after SIGTERM and 130 after SIGINT (the ranks agreed on a step and saved it
+    when ``--checkpoint-dir`` is set); 1 when ``--verify-weights`` finds ranks that disagree.
     """
     return Trainer(cfg, files).train()
 
@@ -104,7 +105,7 @@ class Trainer:
         resume_from = candidates[0] if candidates else None
         self.run_id = distributed.resolve_run_id(
             cfg.metrics.run_id or (TrainerState.read(resume_from).run_id if resume_from else None))
-        self.stop = StopRequest(cfg.checkpoint.sigterm_grace, rt.rank)
+        self.stop = StopRequest(cfg.checkpoint.sigterm_grace, rt.rank, checkpointing=cfg.checkpoint.dir is not None)
         self.stop.install()
 
         tokenizer = HFTokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else ByteTokenizer()
@@ -213,8 +214,8 @@ class Trainer:
     def train(self) -> int:
         """Run the steps from the resumed position to ``--steps``; return the exit status."""
         cfg = self.cfg
-        if self.stop.agree_now():  # SIGTERM while loading: nothing new to save
-            return self._finish(SIGTERM_EXIT_STATUS)
+        if agreed := self.stop.agree_now():  # a stop signal while loading: nothing new to save
+            return self._stop_after(self.position.step, agreed, loading=True)
         self.metrics.enter_phase("training")
         batches = self.metrics.batches(self.batches)  # times next(), counts samples and labelled tokens
         for step in range(self.position.step + 1, cfg.steps + 1):
@@ -231,12 +232,8 @@ class Trainer:
                 self._validate(step)
             if self.checkpointer is not None and ((cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last):
                 self._save("final" if last else "periodic")
-            if self.stop.poll() and not last:
-                if self.reporter is not None:
-                    self.reporter.stopping(step, self.stop.seconds_since_request())
-                if self.checkpointer is not None and self.checkpointer.last_saved_step != step:
-                    self._save("sigterm")
-                return self._finish(SIGTERM_EXIT_STATUS)
+            if (agreed := self.stop.poll()) and not last:
+                return self._stop_after(step, agreed)
         return self._finish(0)
 
     def _optimizer_step(self, s: Step, batches: Iterator[Batch]) -> None:
@@ -286,7 +283,18 @@ class Trainer:
         if self.reporter is not None:
             self.reporter.checkpoint(self.position.step, str(path), seconds, reason)
 
-    def _finish(self, status: int) -> int:
+    def _stop_after(self, step: int, signum: int, loading: bool = False) -> int:
+        """The ranks agreed to stop after ``step`` for ``signum``: save unless that step is saved or no
+        step ran (``loading``), finish."""
+        saving = not loading and self.checkpointer is not None and self.checkpointer.last_saved_step != step
+        if self.reporter is not None:
+            self.reporter.stopping(step, signum, self.stop.seconds_since_request(), saving,
+                                   saved=self.checkpointer is not None and not saving, loading=loading)
+        if saving:
+            self._save(stopping.signal_name(signum).lower())
+        return self._finish(stopping.exit_status(signum), signum)
+
+    def _finish(self, status: int, stopped_by: int | None = None) -> int:
         """Verify weights if asked, log the summary, linger for a last scrape, shut down."""
         self.stop.close()
         digests = None
@@ -298,8 +306,8 @@ class Trainer:
         self.metrics.enter_phase("finished")
         if self.reporter is not None:
             self.reporter.finish(self.position.step, self.step_times, self.goodput.ratio(),
-                                 self.phases.seconds(), memory, status, digests)
-        self.metrics.close(linger_seconds=0 if status == SIGTERM_EXIT_STATUS else self.cfg.metrics.linger_seconds,
+                                 self.phases.seconds(), memory, status, digests, stopped_by)
+        self.metrics.close(linger_seconds=0 if status in STOP_EXIT_STATUSES else self.cfg.metrics.linger_seconds,
                            sleep=self.stop.sleep)
         distributed.shutdown()
         return status

@@ -54,7 +54,7 @@ from tests.support.fake_nvml import FakeNvml
 from tests.support.grafana_queries import panel_queries, substitute
 from tests.support.processes import REPO, AgentProcess, wait_for
 from tests.support.replay import StaticServer, cuda_rank_exposition
-from trainer.runspec.launch import trainer_executable
+from trainer.runspec.launch import installed_script
 
 NODE, MIG_NODE = fixtures.NODE, fixtures.MIG_NODE
 DCGM_UUIDS = fixtures.TRAINING_UUIDS
@@ -184,7 +184,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
         trainer_log = tmp / "trainer.log"
         with open(trainer_log, "w") as log:
             trainer = subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", trainer_executable(),
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", installed_script(),
                  "--steps", "60", "--seq-len", "64", "--batch-size", "2", "--log-every", "2", "--warmup-steps", "2",
                  "--metrics-address", "127.0.0.1", "--metrics-port", str(base), "--metrics-linger", "600",
                  "--run-id", RUN_ID, "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", "30",
