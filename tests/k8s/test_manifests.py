@@ -22,13 +22,15 @@ from observe.k8s import names
 DAEMONSETS = REPO / "daemonsets"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 #: Kinds kubernetes-validate has no schema for; SHAPES below checks the fields they use.
-CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 #: Fields of the prometheus-operator monitoring.coreos.com/v1 API these manifests may use
 #: (https://prometheus-operator.dev/docs/api-reference/api/), so a misspelt key fails here.
 SHAPES = {
     "spec.PodMonitor": {"namespaceSelector", "selector", "podMetricsEndpoints", "jobLabel", "podTargetLabels"},
     "spec.ServiceMonitor": {"namespaceSelector", "selector", "endpoints", "jobLabel", "targetLabels"},
     "spec.PrometheusRule": {"groups"},
+    # validated in full against the operator's CRD schema by tests/dashboards/test_alertmanager.py
+    "spec.AlertmanagerConfig": {"route", "inhibitRules", "receivers"},
     "endpoint": {"port", "path", "interval", "scrapeTimeout", "scheme", "honorLabels", "relabelings",
                  "metricRelabelings"},
     "relabeling": {"sourceLabels", "separator", "targetLabel", "regex", "replacement", "action", "modulus"},
