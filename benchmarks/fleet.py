@@ -4,7 +4,9 @@ Each simulated node has 8 GPUs (H100-like readings) and 300 processes, 96 cores,
 ``GET /snapshot`` (full) and ``GET /snapshot?view=summary`` exactly as ``observe.agent`` does
 (``observe.agent.server.summary``), over HTTP/1.1 keep-alive, from bodies rendered in advance
 (as the real agent serves a cached rendering). Bodies are re-rendered every ``--refresh`` seconds
-with a new ``time_unix`` and new readings, so the client sees fresh data.
+with a new ``time_unix`` and new readings, so the client sees fresh data. So that one process can
+stand in for 4,096 agents, summaries are made from ``VARIANTS`` rendered node templates with the
+node's name, GPU UUIDs and time written in (a byte replacement, not a JSON rendering per node).
 
     python benchmarks/fleet.py --nodes 1024    # prints "ready" and the JSON list of ports when serving
 """
@@ -17,11 +19,14 @@ import json
 import random
 import resource
 import time
+from collections.abc import Awaitable, Callable
 
 from observe.agent.server import summary
 from observe.model import AgentHealth, CpuStats, GpuInfo, GpuProcess, HostStats, MemoryStats, NodeSnapshot, ProcessInfo
 
 GPUS, PROCESSES, CORES = 8, 300, 96
+#: Distinct readings rendered per refresh; node ``i`` serves variant ``(i + refresh) % VARIANTS``.
+VARIANTS = 64
 
 
 def make_node(index: int, now: float, seed: int, processes: bool = True) -> NodeSnapshot:
@@ -40,7 +45,7 @@ def make_node(index: int, now: float, seed: int, processes: bool = True) -> Node
         pcie_rx_bytes_per_second=r.uniform(1e6, 1e9), pcie_tx_bytes_per_second=r.uniform(1e6, 1e9),
         encoder_utilization_ratio=0.0, decoder_utilization_ratio=0.0, ecc_corrected_total=0, ecc_uncorrected_total=0,
         throttle_reasons=("sw_power_cap",) if r.random() < 0.3 else (), mig_enabled=False) for g in range(GPUS))
-    processes = tuple(ProcessInfo(
+    procs = tuple(ProcessInfo(
         pid=1000 + p, ppid=1, name="python3" if p < GPUS else f"worker{p}", state="running" if p < GPUS else "sleeping",
         user="root", cpu_cores=r.uniform(0.9, 1.0) if p < GPUS else r.uniform(0, 0.05), memory_ratio=r.uniform(0, 0.01),
         rss_bytes=r.randrange(1 << 30), cpu_seconds=r.uniform(0, 1e5), threads=r.randrange(1, 64),
@@ -50,7 +55,7 @@ def make_node(index: int, now: float, seed: int, processes: bool = True) -> Node
     gpu_processes = tuple(GpuProcess(gpu=g, gpu_uuid=gpus[g].uuid, pid=1000 + g,
                                      used_memory_bytes=gpus[g].memory_used_bytes,
                                      sm_utilization_ratio=gpus[g].utilization_ratio, name="python3", user="root",
-                                     command=processes[g].command) for g in range(GPUS if with_processes else 0))
+                                     command=procs[g].command) for g in range(GPUS if with_processes else 0))
     cores = tuple(r.uniform(0.05, 0.95) for _ in range(CORES))
     host = HostStats(cpu_count=CORES, cpu=CpuStats(sum(cores) / CORES, cores),
                      memory=MemoryStats(2 << 40, r.randrange(200 << 30, 1 << 40), 1 << 40, 1 << 30, 300 << 30, 0, 0),
@@ -59,7 +64,7 @@ def make_node(index: int, now: float, seed: int, processes: bool = True) -> Node
     agent = AgentHealth(version="0.1.0", interval_seconds=1.0, collection_seconds=0.04, collections=1000,
                         cpu_seconds=120.0, resident_memory_bytes=60 << 20,
                         sources={"procfs": "ok", "nvml": "ok", "kernel_log": "ok"})
-    return NodeSnapshot(node=f"gpu-node-{index:04d}", time_unix=now, host=host, processes=processes, gpus=gpus,
+    return NodeSnapshot(node=f"gpu-node-{index:04d}", time_unix=now, host=host, processes=procs, gpus=gpus,
                         gpu_processes=gpu_processes, agent=agent)
 
 
@@ -75,8 +80,15 @@ class Fleet:
 
     def render(self) -> None:
         now, self.seed = time.time(), self.seed + 1
-        self.summaries = [summary(make_node(i, now, self.seed, processes=False)).to_json().encode()
-                          for i in range(self.nodes)]
+        variants = []
+        for v in range(VARIANTS):
+            body = summary(make_node(v, now, self.seed, processes=False)).to_json().encode()
+            variants.append((body, b"gpu-node-%04d" % v, b"GPU-%08x-" % v))
+        summaries = []
+        for i in range(self.nodes):
+            body, name, uuid = variants[(i + self.seed) % VARIANTS]
+            summaries.append(body.replace(name, b"gpu-node-%04d" % i).replace(uuid, b"GPU-%08x-" % i))
+        self.summaries = summaries
         self.full = {}
 
     def body(self, index: int, target: bytes) -> bytes:
@@ -100,9 +112,12 @@ async def serve(fleet: Fleet, refresh: float) -> None:
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             writer.close()
 
+    def handler(index: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        return lambda reader, writer: handle(index, reader, writer)
+
     servers = []
     for i in range(fleet.nodes):  # port 0: the kernel picks free ports, so nothing can collide
-        servers.append(await asyncio.start_server(lambda r, w, i=i: handle(i, r, w), "127.0.0.1", 0, backlog=64))
+        servers.append(await asyncio.start_server(handler(i), "127.0.0.1", 0, backlog=64))
     print("ready", json.dumps([s.sockets[0].getsockname()[1] for s in servers]), flush=True)
     while True:
         await asyncio.sleep(refresh)

@@ -1,10 +1,11 @@
-"""``fsdp-observe top`` fan-in at 16, 128 and 1,024 nodes: refresh cost and event-loop stalls.
+"""``fsdp-observe top`` fan-in at 16, 1,024 and 4,096 nodes: refresh cost, event-loop stalls, memory.
 
 One fleet process (``benchmarks/fleet.py``) answers as N agents on N ports, each node with 8 GPUs
 and 300 processes. The real app (``make_app`` over a ``DirectSource``) runs headless
-(``App.run_test``) at 160x50 with its fan-in thread refreshing at the adaptive interval; first on
-the Cluster screen (summaries from every node), then on the Node screen of one node (that node's
-full snapshot every refresh as well). Per refresh it records:
+(``App.run_test``) at 200x50 with its fan-in thread refreshing at the adaptive interval; first on
+the Cluster screen (summaries from every node), then on the GPU grid screen (every GPU of every
+node drawn each refresh), then on the Node screen of one node (that node's full snapshot every
+refresh as well). Per refresh it records:
 
 - wall: seconds from the refresh's start until the ``ClusterSnapshot`` was built (all pulls,
   decoding and figures);
@@ -12,14 +13,19 @@ full snapshot every refresh as well). Per refresh it records:
 - app CPU: CPU seconds of the whole TUI process per refresh interval (UI thread included);
 - stall: the longest lateness of a 5 ms timer task running in the app's event loop while the app
   renders (the UI's responsiveness; target < 50 ms);
-- redraw: time the UI thread spent taking the snapshot onto the screen.
+- redraw: time the UI thread spent taking the snapshot onto the screen;
+- RSS: the TUI process's resident memory at the end of the phase, and its peak (``ru_maxrss``).
 
 As a side-by-side reference it also times one refresh of the same summaries through
 ``httpx.AsyncClient`` (64 connections), the obvious client, against ``observe.sources.http``.
-Targets (issue 4): 1,024 nodes refreshed every 2 s, each refresh <= 1 s, no stall above 50 ms.
+Targets (issue 16): 4,096 nodes x 8 GPUs refreshed every 2 s with the GPU grid open, each
+refresh <= 1 s, no stall above 50 ms; RSS reported. 1,024 nodes is the smoke size.
 
-    python benchmarks/tui_fanin.py            # N = 16, 128, 1024; about 2 minutes
-    python benchmarks/tui_fanin.py --quick    # N = 16, 64; a smoke test
+    python benchmarks/tui_fanin.py            # N = 16, 1024, 4096; about 5 minutes
+    python benchmarks/tui_fanin.py --quick    # N = 1024, 2 refreshes per screen: the smoke size
+    python benchmarks/tui_fanin.py --nodes 8 --cycles 1   # what tests/tui/test_benchmark_smoke.py runs
+
+Results go to ``--out`` (default: a scratch folder; ``benchmarks/results/`` only when asked).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,10 +49,22 @@ import httpx
 from observe.sources.direct import DirectSource, Endpoint
 from observe.sources.http import HttpFetcher
 from observe.tui.app import make_app
+from observe.tui.screens.grid import GridScreen
 from observe.tui.screens.node import NodeScreen
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "tui_fanin.json"
+RESULTS = Path(tempfile.gettempdir()) / "fsdp-observe-benchmarks" / "tui_fanin.json"
+#: The screens measured, in order.
+PHASES = ("cluster", "grid", "node")
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (``VmRSS``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 class Measured:
@@ -106,13 +125,17 @@ async def run_app(ports: list[int], cycles: int) -> dict:
 
     app.show_snapshot = timed_show
     phases = {}
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app.run_test(size=(200, 50)) as pilot:
         while app.refreshes < 2:  # start-up (CSS, first layout) and the first refreshes are a warm-up
             await asyncio.sleep(0.05)
         await pilot.pause(0.3)
-        for phase in ("cluster", "node"):
+        for phase in PHASES:
+            if phase == "grid":
+                await pilot.press("4")  # every GPU of every node, redrawn each refresh
+                await pilot.pause(0.5)
+                assert isinstance(app.screen, GridScreen), app.screen
             if phase == "node":
-                await pilot.press("enter")  # the node under the cursor: its full snapshot every refresh
+                await pilot.press("enter")  # the node under the grid's cursor: its full snapshot every refresh
                 await pilot.pause(0.5)
                 assert isinstance(app.screen, NodeScreen), app.screen
             stalls: list[float] = []
@@ -143,6 +166,9 @@ async def run_app(ports: list[int], cycles: int) -> dict:
                 "nodes_ok_min": min(c["ok"] for c in measured),
                 "full_snapshots": max(c["full"] for c in measured),
                 "gc_pause_ms_max": [round(1000 * p, 1) for p in pauses.longest],
+                "rss_bytes": rss_bytes(),
+                "rss_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "gpus_drawn": app.screen.query_one("#grid").gpus() if phase == "grid" else None,
             }
     return phases
 
@@ -208,16 +234,17 @@ def _child_cpu(pid: int) -> float:
 
 def table(rows: list[dict]) -> str:
     head = ("nodes", "screen", "every", "refresh wall med/max", "fan-in CPU", "app CPU/refresh", "stall max (p99)",
-            "redraw max", "ok")
+            "redraw max", "ok", "RSS (peak)")
     out = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
-        for phase in ("cluster", "node"):
+        for phase in PHASES:
             out.append(" | ".join((
                 f"{r['nodes']:,}", phase, f"{r[f'{phase}_interval_s']:g} s",
                 f"{r[f'{phase}_wall_s_median']:.3f} / {r[f'{phase}_wall_s_max']:.3f} s",
                 f"{r[f'{phase}_fanin_cpu_s_median']:.3f} s", f"{r[f'{phase}_app_cpu_s_per_refresh']:.3f} s",
                 f"{r[f'{phase}_stall_ms_max']:.1f} ({r[f'{phase}_stall_ms_p99']:.1f}) ms",
-                f"{r[f'{phase}_redraw_ms_max']:.1f} ms", f"{r[f'{phase}_nodes_ok_min']}/{r['nodes']}")))
+                f"{r[f'{phase}_redraw_ms_max']:.1f} ms", f"{r[f'{phase}_nodes_ok_min']}/{r['nodes']}",
+                f"{r[f'{phase}_rss_bytes'] / 2**20:.0f} ({r[f'{phase}_rss_peak_bytes'] / 2**20:.0f}) MiB")))
     out += ["", "one refresh of N summaries | observe.sources.http wall / CPU | httpx.AsyncClient wall / CPU | "
                 "httpx CPU / ours", "--- | --- | --- | ---"]
     for r in rows:
@@ -228,12 +255,12 @@ def table(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="N = 16 and 64, 2 refreshes per screen (a smoke test)")
-    ap.add_argument("--nodes", type=int, nargs="+", help="fleet sizes (default 16 128 1024)")
+    ap.add_argument("--quick", action="store_true", help="N = 1024 (the smoke size), 2 refreshes per screen")
+    ap.add_argument("--nodes", type=int, nargs="+", help="fleet sizes (default 16 1024 4096)")
     ap.add_argument("--cycles", type=int, help="refreshes measured per screen (default 5)")
-    ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})")
+    ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS})")
     ns = ap.parse_args()
-    sizes = ns.nodes or ([16, 64] if ns.quick else [16, 128, 1024])
+    sizes = ns.nodes or ([1024] if ns.quick else [16, 1024, 4096])
     cycles = ns.cycles or (2 if ns.quick else 5)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * max(sizes) + 512)), hard))

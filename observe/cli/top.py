@@ -2,22 +2,28 @@
 
 Exactly one kind of source: ``--agent``/``--agents-file``/``--trainer`` (pulled directly), or
 ``--kube`` (agent and trainer pods found through the Kubernetes API, then pulled directly), or
-``--prometheus URL``. A mistake is one line naming the flag and the fix, exit status 2.
+``--prometheus URL``. A mistake is one line naming the flag and the fix, exit status 2; so is
+starting it without a terminal (it would write escape codes into a file).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from observe.catalog import AGENT_PORT
 from observe.cli.parser import OneLineParser
 from observe.errors import UserError
 
+#: ``--help``'s description: plain text (the module docstring is reStructuredText for developers).
+DESCRIPTION = ("The terminal UI over node agents and trainer ranks (pulled directly), over pods found "
+               "through the Kubernetes API, or over Prometheus. Give exactly one kind of source.")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``fsdp-observe top``."""
-    ap = OneLineParser(prog="fsdp-observe top", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="fsdp-observe top", description=DESCRIPTION)
     direct = ap.add_argument_group("direct (local runs, small clusters)")
     direct.add_argument("--agent", action="extend", nargs="+", default=[], metavar="URL",
                         help=f"a node agent's base URL (host:port or http://host:{AGENT_PORT}); repeatable")
@@ -39,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     prom.add_argument("--prometheus", metavar="URL", help="read everything from this Prometheus server's HTTP API")
     tune = ap.add_argument_group("refresh")
     tune.add_argument("--interval", type=float, metavar="SECONDS",
-                      help="seconds between refreshes (default: 1 s up to 64 nodes, 2 s up to 1,024, then more)")
+                      help="seconds between refreshes (default: 1 s up to 64 nodes, 2 s up to 4,096, then more)")
     tune.add_argument("--timeout", type=float, default=1.5, metavar="SECONDS", help="per-request timeout (default 1.5)")
     tune.add_argument("--concurrency", type=int, default=64, metavar="N",
                       help="requests in flight at most (default 64)")
@@ -50,15 +56,22 @@ def read_agents_file(path: str) -> list[str]:
     """Agent URLs from ``path``: one per line, blank lines and ``#`` comments skipped.
 
     Raises:
-        UserError: the file cannot be read or lists no URL.
+        UserError: the file cannot be read, lists no URL, or has a line that is not an address
+            (the error names the line).
     """
+    from observe.sources.direct import check_url
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise UserError("--agents-file", f"cannot read {path} ({reason})", "give a readable text file") from None
-    urls = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-    urls = [u for u in urls if u]
+    urls = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        url = line.split("#", 1)[0].strip()
+        if url:
+            check_url(url, "--agents-file", where=f"{path} line {number}: ")
+            urls.append(url)
     if not urls:
         raise UserError("--agents-file", f"{path} lists no agent URL", "write one URL (host:port) per line")
     return urls
@@ -104,21 +117,39 @@ def make_source(ns: argparse.Namespace):  # noqa: ANN201 - one of the observe.so
                           timeout=ns.timeout)
     from observe.sources.direct import DirectSource, Endpoint, check_url
 
-    for flag, urls in (("--agent", agents), ("--trainer", ns.trainer)):
+    for flag, urls in (("--agent", ns.agent), ("--trainer", ns.trainer)):
         for url in urls:
             check_url(url, flag)
     return DirectSource([Endpoint(u) for u in agents], [Endpoint(u) for u in ns.trainer],
                         concurrency=ns.concurrency, timeout=ns.timeout)
 
 
-def main(argv: list[str]) -> int:
-    """Run the TUI until ``q``; return 0.
+def check_terminal() -> None:
+    """Refuse to start without a terminal on stdin and stdout.
 
     Raises:
-        UserError: a bad flag, or no usable source.
+        UserError: either is not a terminal (a file, a pipe, ``/dev/null``, a CI job).
+    """
+    for name, stream in (("stdout", sys.stdout), ("stdin", sys.stdin)):
+        if stream is None or not stream.isatty():
+            raise UserError("terminal", f"{name} is not a terminal",
+                            "run fsdp-observe top in a terminal (for scripts, read the agents' /snapshot "
+                            "or Prometheus instead)")
+
+
+def main(argv: list[str]) -> int:
+    """Run the TUI until ``q`` (or Ctrl-C); return 0.
+
+    Raises:
+        UserError: a bad flag, no usable source, or no terminal.
     """
     ns = build_parser().parse_args(argv)
     source = make_source(ns)
+    try:
+        check_terminal()
+    except UserError:
+        source.close()
+        raise
     from observe.tui.app import make_app
 
     make_app(source, interval=ns.interval).run()

@@ -15,6 +15,7 @@ used from one asyncio event loop.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 from observe.errors import UserError
 from observe.model import NodeSnapshot
 from observe.sources.http import FetchError, HttpFetcher
+from observe.sources.summary import read_summary
 from observe.sources.trainer import parse_exposition, ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_status
 
@@ -43,19 +45,45 @@ class Endpoint:
     node: str | None = None
 
 
-def check_url(url: str, flag: str) -> None:
+#: A host name or IPv4 address (RFC 1123 labels), or an IPv6 address (urlsplit drops its brackets).
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?"
+                   r"|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.%A-Za-z]*")
+#: Names of this machine's loopback interface, one of which stands for all when URLs are compared.
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
+
+
+def check_url(url: str, flag: str, where: str = "") -> None:
     """Refuse what cannot be an agent or trainer address.
 
+    Args:
+        url: what was given. flag: the flag it came with (the error's field).
+        where: where it came from, for the message (``nodes.txt line 3: ``).
+
     Raises:
-        UserError: not ``host:port`` or an ``http(s)://`` URL with a host.
+        UserError: not ``host:port`` or an ``http(s)://`` URL with a host name or IP address.
     """
     parts = urlsplit(url if "://" in url else f"http://{url}")
     try:
         port_ok = parts.port is None or 0 < parts.port < 65536
     except ValueError:
         port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise UserError(flag, f"{url!r} is not an address", "give host:port or http://host:port")
+    host_ok = bool(parts.hostname) and _HOST.fullmatch(parts.hostname or "") is not None
+    if parts.scheme not in ("http", "https") or not host_ok or not port_ok:
+        raise UserError(flag, f"{where}{url!r} is not an address", "give host:port or http://host:port")
+
+
+def same_endpoint_key(url: str) -> tuple[str, str, int | None, str]:
+    """What two spellings of one endpoint share: scheme, host (lower case; every loopback name
+    as ``127.0.0.1``), port (the scheme's default filled in) and path without a trailing ``/``.
+    ``localhost:9401`` and ``http://127.0.0.1:9401/`` have the same key."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    host = (parts.hostname or "").lower().rstrip(".")
+    host = "127.0.0.1" if host in _LOOPBACK else host
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        port = None
+    return parts.scheme, host, port, parts.path.rstrip("/")
 
 
 def normalise_url(url: str, path: str) -> str:
@@ -68,22 +96,33 @@ def normalise_url(url: str, path: str) -> str:
 
 
 class LossHistory:
-    """``(step, loss)`` points per run, a new point each time a run's step moves on."""
+    """``(step, loss)`` points per run: one per log window, whatever the refresh rate.
+
+    The loss gauge changes only when a log window closes, so a point is added when the window's
+    figures (``RankStatus.window_key``) differ from the last point's, at the run's step then.
+    """
 
     def __init__(self, points: int = LOSS_HISTORY_POINTS) -> None:
         self._runs: dict[str, deque[tuple[float, float]]] = {}
+        self._keys: dict[str, tuple[object, ...]] = {}
         self._points = points
 
-    def add(self, run_id: str, step: float | None, loss: float | None) -> tuple[tuple[float, float], ...]:
-        """Record the run's current step and loss (if new) and return its history."""
+    def add(self, run_id: str, step: float | None, loss: float | None,
+            window: tuple[object, ...] | None = None) -> tuple[tuple[float, float], ...]:
+        """Record the run's loss at ``step`` if ``window`` (default: the loss itself) is new since
+        the last point and the step moved on; return the history, oldest first."""
         history = self._runs.setdefault(run_id, deque(maxlen=self._points))
-        if step is not None and loss is not None and (not history or history[-1][0] < step):
+        key = (loss,) if window is None else window
+        if step is not None and loss is not None and (not history or (history[-1][0] < step
+                                                                        and self._keys.get(run_id) != key)):
             history.append((step, loss))
+            self._keys[run_id] = key
         return tuple(history)
 
 
 def build_runs(ranks: list[RankStatus], history: LossHistory) -> tuple[RunStatus, ...]:
-    """Group ranks into runs (sorted by run id, ranks by rank) and extend each run's loss history."""
+    """Group ranks into runs (sorted by run id, ranks by rank) and extend each run's loss history
+    (one point per log window: the window figures of the lowest rank that has them)."""
     by_run: dict[str, list[RankStatus]] = {}
     for rank in ranks:
         by_run.setdefault(rank.run_id, []).append(rank)
@@ -91,7 +130,8 @@ def build_runs(ranks: list[RankStatus], history: LossHistory) -> tuple[RunStatus
     for run_id in sorted(by_run):
         members = tuple(sorted(by_run[run_id], key=lambda r: r.rank))
         run = RunStatus(run_id, members)
-        runs.append(replace(run, loss_history=history.add(run_id, run.step, run.loss)))
+        window = next((r.window_key for r in members if r.loss is not None), None)
+        runs.append(replace(run, loss_history=history.add(run_id, run.step, run.loss, window)))
     return tuple(runs)
 
 
@@ -115,9 +155,10 @@ class DirectSource:
         self.set_endpoints(agents, trainers)
 
     def set_endpoints(self, agents: list[Endpoint], trainers: list[Endpoint]) -> None:
-        """Replace the endpoints (after a new discovery); data of endpoints kept is kept."""
-        self.agents = [replace(e, url=normalise_url(e.url, "")) for e in agents]
-        self.trainers = [replace(e, url=normalise_url(e.url, "/metrics")) for e in trainers]
+        """Replace the endpoints (after a new discovery); data of endpoints kept is kept. Two
+        spellings of one endpoint (``same_endpoint_key``) are pulled once."""
+        self.agents = _unique([replace(e, url=normalise_url(e.url, "")) for e in agents])
+        self.trainers = _unique([replace(e, url=normalise_url(e.url, "/metrics")) for e in trainers])
         keep = {e.url for e in self.agents}
         self._nodes = {url: status for url, status in self._nodes.items() if url in keep}
         for e in self.agents:
@@ -151,10 +192,28 @@ class DirectSource:
             await asyncio.gather(*pending, return_exceptions=True)
         ranks = [r for url in (e.url for e in self.trainers) for r in self._ranks.get(url, [])]
         errors = [f"trainer {url}: {reason}" for url, reason in self._trainer_errors.items()]
+        nodes, duplicates = self._distinct_nodes()
         return ClusterSnapshot(
-            time_unix=time.time(), source=self.description, nodes=tuple(self._nodes[e.url] for e in self.agents),
+            time_unix=time.time(), source=self.description, nodes=nodes,
             runs=build_runs(ranks, self._history), focus=focus, cycle_seconds=time.monotonic() - started,
-            errors=(*self.errors, *errors))
+            errors=(*self.errors, *errors, *duplicates), trainers=len(self.trainers))
+
+    def _distinct_nodes(self) -> tuple[tuple[NodeStatus, ...], list[str]]:
+        """Every agent's node, but a node that a second URL also answers for only once (the same
+        agent given under two names: ``myhost:9401`` and ``10.0.0.5:9401``); an error says so."""
+        nodes: list[NodeStatus] = []
+        first_url: dict[str, str] = {}
+        duplicates = []
+        for e in self.agents:
+            status = self._nodes[e.url]
+            if status.figures is not None and status.name in first_url:
+                duplicates.append(f"agent {e.url} answers as node {status.name}, the same as {first_url[status.name]}: "
+                                  "shown once")
+                continue
+            if status.figures is not None:
+                first_url[status.name] = e.url
+            nodes.append(status)
+        return tuple(nodes), duplicates
 
     async def _pull_agent(self, endpoint: Endpoint, full: bool, end: float) -> None:
         url = endpoint.url + ("/snapshot" if full else "/snapshot?view=summary")
@@ -190,8 +249,11 @@ class DirectSource:
         self._trainer_errors.pop(url, None)
 
     def _mark_ranks(self, url: str, state: str, error: str) -> None:
+        """A failed pull: known ranks keep their last figures with the failure; a rank that said
+        ``finished`` before is ``finished`` (its exporter's linger ended), not a failure."""
         if url in self._ranks:
-            self._ranks[url] = [replace(r, state=state, error=error) for r in self._ranks[url]]
+            self._ranks[url] = [replace(r, state="finished", error=None) if r.finished else
+                                replace(r, state=state, error=error) for r in self._ranks[url]]
         else:
             self._trainer_errors[url] = f"{state}: {error}"
 
@@ -202,12 +264,26 @@ class DirectSource:
 
 def decode_node(previous: NodeStatus, body: bytes, now: float, keep: bool) -> NodeStatus:
     """A node's status after its agent answered ``body`` at ``now`` (``observe.sources.view.node_status``);
-    ``malformed`` keeps the previous data (shown with its age). ``keep``: keep the whole snapshot."""
+    ``malformed`` keeps the previous data (shown with its age). ``keep``: keep the whole snapshot
+    (else the answer is read without building one: ``observe.sources.summary``)."""
     try:
-        return node_status(previous.name, previous.source, NodeSnapshot.from_json(body), now, keep)
+        snapshot = NodeSnapshot.from_json(body) if keep else read_summary(body)
+        return node_status(previous.name, previous.source, snapshot, now, keep)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:  # JSON, shape or schema errors
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         return replace(previous, state="malformed", error=f"not a snapshot: {reason}", checked_unix=now)
+
+
+def _unique(endpoints: list[Endpoint]) -> list[Endpoint]:
+    """``endpoints`` without later spellings of an endpoint already listed (``same_endpoint_key``)."""
+    seen: set[tuple[str, str, int | None, str]] = set()
+    out = []
+    for e in endpoints:
+        key = same_endpoint_key(e.url)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
 
 
 def _host(url: str) -> str:

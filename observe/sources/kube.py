@@ -148,7 +148,8 @@ class KubeSource:
         remaining = max(0.2, deadline - (time.monotonic() - started))
         snapshot = await self.direct.cycle(focus, remaining)
         return replace(snapshot, source=self.description, errors=(*self._errors, *snapshot.errors),
-                       cycle_seconds=time.monotonic() - started)
+                       cycle_seconds=time.monotonic() - started,
+                       trainer_hint=f"no running trainer pods in {self.namespace} with labels {self.trainer_selector}")
 
     def close(self) -> None:
         """Close the pulls' connections."""

@@ -35,7 +35,7 @@ from observe.promql import string as promql_string
 from observe.sources.direct import LossHistory, build_runs
 from observe.sources.trainer import SAMPLE_NAMES as TRAINER_SAMPLES
 from observe.sources.trainer import ranks_from_samples
-from observe.sources.view import ClusterSnapshot, NodeStatus, node_status
+from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, node_status
 from observe.xid import lookup
 
 #: Node-level gauge -> (section, field) of the snapshot the source builds.
@@ -145,6 +145,7 @@ class PrometheusSource:
         self.history_seconds = history_seconds
         self._nodes: dict[str, NodeStatus] = {}
         self._history = LossHistory()
+        self._finished: dict[tuple[str, int], RankStatus] = {}
 
     @property
     def description(self) -> str:
@@ -161,7 +162,8 @@ class PrometheusSource:
             nodes = tuple(replace(n, state="unreachable" if isinstance(exc, PrometheusError) else "slow",
                                   error=f"Prometheus: {reason}") for n in self._nodes.values())
             return ClusterSnapshot(time_unix=time.time(), source=self.description, nodes=nodes, focus=focus,
-                                   cycle_seconds=time.monotonic() - started, errors=(f"prometheus: {reason}",))
+                                   cycle_seconds=time.monotonic() - started, errors=(f"prometheus: {reason}",),
+                                   trainers=None)
         return replace(snapshot, cycle_seconds=time.monotonic() - started)
 
     def _read(self, focus: str | None) -> ClusterSnapshot:
@@ -188,12 +190,22 @@ class PrometheusSource:
                 seen[name] = replace(old, state="unreachable", error="no longer in Prometheus", snapshot=None)
         self._nodes = dict(sorted(seen.items()))
         samples = [(s["metric"].get("__name__", ""), s["metric"], _value(s)) for s in trainer_series]
-        ranks = ranks_from_samples(samples, "prometheus", now)
+        ranks = self._keep_finished(ranks_from_samples(samples, "prometheus", now))
         runs = build_runs(ranks, self._history)
         runs = tuple(replace(run, loss_history=self._loss_history(run.run_id, now) or run.loss_history)
                      for run in runs)
         return ClusterSnapshot(time_unix=now, source=self.description, nodes=tuple(self._nodes.values()),
-                               runs=runs, focus=focus)
+                               runs=runs, focus=focus, trainers=None)
+
+    def _keep_finished(self, ranks: list[RankStatus]) -> list[RankStatus]:
+        """``ranks`` plus every rank that said ``finished`` before and whose series are gone now
+        (its process ended after the run): kept as ``finished`` with its last figures."""
+        seen = {(r.run_id, r.rank) for r in ranks}
+        for r in ranks:
+            if r.finished:
+                self._finished[(r.run_id, r.rank)] = r
+        gone = [replace(r, state="finished") for key, r in self._finished.items() if key not in seen]
+        return sorted([*ranks, *gone], key=lambda r: (r.run_id, r.rank))
 
     def _loss_history(self, run_id: str, now: float) -> tuple[tuple[float, float], ...]:
         """``(step, loss)`` over ``history_seconds`` from range queries, joined on their timestamps."""
@@ -206,7 +218,8 @@ class PrometheusSource:
             return ()
         at_step = {t: float(v) for t, v in steps[0]["values"]}
         points = sorted({at_step[t]: float(v) for t, v in losses[0]["values"] if t in at_step}.items())
-        return tuple(points)
+        # the loss gauge holds between log windows: one point per window (where its value changed)
+        return tuple(p for i, p in enumerate(points) if i == 0 or p[1] != points[i - 1][1])
 
     def _full(self, summary: NodeSnapshot, now: float) -> NodeSnapshot:
         """``summary`` with per-core CPU and the exported processes (the Node screen's data)."""

@@ -28,7 +28,7 @@ GAUGES: dict[str, str] = {
     c.TRAIN_LAST_STEP_TIMESTAMP.name: "last_step_unix",
 }
 #: Every sample name the TUI reads from a trainer.
-SAMPLE_NAMES: frozenset[str] = frozenset({*GAUGES, c.TRAIN_INFO.name})
+SAMPLE_NAMES: frozenset[str] = frozenset({*GAUGES, c.TRAIN_INFO.name, c.TRAIN_PHASE.name})
 
 def parse_exposition(text: str) -> list[Sample]:
     """The samples of a trainer's ``/metrics`` text that the TUI reads (``SAMPLE_NAMES``).
@@ -49,7 +49,8 @@ def _int(text: str | None) -> int | None:
 def ranks_from_samples(samples: Iterable[Sample], source: str = "", now: float | None = None) -> list[RankStatus]:
     """One ``RankStatus`` per (``run_id``, ``rank``) found in ``samples``, sorted by run and rank.
 
-    Samples without a ``rank`` label, or with a NaN value, are ignored.
+    Samples without a ``rank`` label, or with a NaN value, are ignored. The rank's ``phase`` is the
+    ``phase`` label of its ``fsdp_train_phase`` series whose value is 1.
     """
     ranks: dict[tuple[str, int], RankStatus] = {}
     for name, labels, value in samples:
@@ -65,7 +66,10 @@ def ranks_from_samples(samples: Iterable[Sample], source: str = "", now: float |
         if name == c.TRAIN_INFO.name:
             status = replace(status, world_size=_int(labels.get("world_size")), model=labels.get("model") or None,
                              device_type=labels.get("device_type") or None)
+        elif name == c.TRAIN_PHASE.name:
+            if value == 1 and labels.get("phase"):
+                status = replace(status, phase=labels["phase"])
         elif name in GAUGES:
-            status = replace(status, **{GAUGES[name]: float(value)})
+            status = replace(status, **{GAUGES[name]: float(value)})  # type: ignore[arg-type] # float fields
         ranks[key] = status
     return [ranks[k] for k in sorted(ranks)]

@@ -16,9 +16,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
-from observe.model import NodeSnapshot, XidEvent
+from observe.model import GpuInfo, NodeSnapshot, XidEvent
 from observe.xid import SEVERITIES
 
 #: The state of a node's (or a rank's) latest pull:
@@ -58,9 +59,21 @@ class NodeFigures:
         power_watts: board power summed over GPUs that report it.
         xids_recent: XID events of the last ``XID_WINDOW_SECONDS``; xid_severity: the worst of
             their severity classes (``None`` when there were none).
-        gpu_indexes, gpu_util_ratios, gpu_memory_ratios: per GPU, in NVML order, for history
-            sparklines (``None`` where unreadable).
+        util_gpus, memory_gpus, temperature_gpus, power_gpus: how many GPUs each of the sums and
+            means above is over. Fewer than ``gpus`` (a lost GPU, a MIG GPU's utilisation, a
+            reading NVML refused) makes that figure partial (``partial``): the screens mark it.
+        gpu_indexes, gpu_util_ratios, gpu_memory_ratios, gpu_temperatures: per GPU, in NVML
+            order, for history sparklines and the GPU grid (``None`` where unreadable).
+        gpu_lost: per GPU, whether it is lost. gpu_xid_severities: per GPU, the worst severity
+            class of its XID events of the last ``XID_WINDOW_SECONDS`` (``None``: none), an event
+            tied to a GPU by its index or PCI bus. xid_unattributed_severity: the worst of the
+            recent events that name none of the node's GPUs (the grid colours every GPU of the
+            node with it).
         gpu_uuids: GPU UUID -> NVML index (ties a trainer rank's ``gpu_uuid`` to a GPU).
+
+    A per-node health field (a Kubernetes node condition or taint for GPU health) belongs beside
+    ``xids_recent`` when a source provides it; the Cluster screen's columns have priorities, so a
+    column for it can be added without crowding the others out.
     """
 
     cpu_ratio: float | None = None
@@ -76,10 +89,23 @@ class NodeFigures:
     power_watts: float | None = None
     xids_recent: int = 0
     xid_severity: str | None = None
+    util_gpus: int = 0
+    memory_gpus: int = 0
+    temperature_gpus: int = 0
+    power_gpus: int = 0
     gpu_indexes: tuple[int, ...] = ()
     gpu_util_ratios: tuple[float | None, ...] = ()
     gpu_memory_ratios: tuple[float | None, ...] = ()
+    gpu_temperatures: tuple[float | None, ...] = ()
+    gpu_lost: tuple[bool, ...] = ()
+    gpu_xid_severities: tuple[str | None, ...] = ()
+    xid_unattributed_severity: str | None = None
     gpu_uuids: dict[str, int] = field(default_factory=dict)
+
+    def partial(self, over: int) -> bool:
+        """Whether a figure taken over ``over`` of the node's GPUs lacks some (and has some):
+        ``partial(f.power_gpus)`` is true when some GPU's power could not be read."""
+        return 0 < over < self.gpus
 
 
 def ratio(part: float | None, whole: float | None) -> float | None:
@@ -101,6 +127,8 @@ def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
     hottest = max(temps) if temps else (None, None)
     recent = [x for x in snapshot.xid_events if now - x.time_unix <= XID_WINDOW_SECONDS]
     memory = snapshot.host.memory
+    per_gpu, unattributed = gpu_severities(gpus, recent)
+    memory_ratios = tuple(None if g.lost else ratio(g.memory_used_bytes, g.memory_total_bytes) for g in gpus)
     return NodeFigures(
         cpu_ratio=snapshot.host.cpu.busy_ratio, memory_ratio=ratio(memory.used_bytes, memory.total_bytes),
         gpus=len(gpus), gpus_lost=len(gpus) - len(readable), mig=any(g.mig_enabled for g in readable),
@@ -108,10 +136,46 @@ def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
         gpu_memory_ratio=ratio(sum(u for u, _ in mem), sum(t for _, t in mem)) if mem else None,
         hottest_celsius=hottest[0], hottest_gpu=hottest[1], power_watts=sum(power) if power else None,
         xids_recent=len(recent), xid_severity=worst_severity(x.severity for x in recent),
-        gpu_indexes=tuple(g.index for g in gpus), gpu_util_ratios=tuple(g.utilization_ratio for g in gpus),
-        gpu_memory_ratios=tuple(ratio(g.memory_used_bytes, g.memory_total_bytes) for g in gpus),
+        util_gpus=len(utils), memory_gpus=len(mem), temperature_gpus=len(temps), power_gpus=len(power),
+        gpu_indexes=tuple(g.index for g in gpus),
+        gpu_util_ratios=tuple(None if g.lost else g.utilization_ratio for g in gpus),
+        gpu_memory_ratios=memory_ratios,
+        gpu_temperatures=tuple(None if g.lost else g.temperature_celsius for g in gpus),
+        gpu_lost=tuple(g.lost for g in gpus), gpu_xid_severities=per_gpu,
+        xid_unattributed_severity=unattributed,
         gpu_uuids={g.uuid: g.index for g in gpus if g.uuid},
     )
+
+
+def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]
+                   ) -> tuple[tuple[str | None, ...], str | None]:
+    """``(per GPU in gpus order, unattributed)``: the worst severity class of ``events`` on each
+    GPU (an event is tied to a GPU by its index, else by its PCI bus), and the worst of the events
+    tied to none of them."""
+    position = {g.index: i for i, g in enumerate(gpus)}
+    by_bus = {_bus(g.pci_bus): i for i, g in enumerate(gpus) if g.pci_bus}
+    worst: list[str | None] = [None] * len(gpus)
+    unattributed: list[str] = []
+    for event in events:
+        if event.gpu is not None and event.gpu in position:
+            i = position[event.gpu]
+        elif event.pci_bus and _bus(event.pci_bus) in by_bus:
+            i = by_bus[_bus(event.pci_bus)]
+        else:
+            unattributed.append(event.severity)
+            continue
+        known = worst[i]
+        worst[i] = event.severity if known is None else worst_severity((event.severity, known))
+    return tuple(worst), worst_severity(unattributed)
+
+
+def _bus(pci_bus: str) -> str:
+    """A PCI bus id as the agent's GPUs carry it: ``0000:3b:00`` (the kernel's ``0000:3b:00.0``
+    and NVML's 8-digit domain ``00000000:3B:00.0`` compare equal)."""
+    text = pci_bus.lower()
+    domain, _, rest = text.partition(":")
+    text = f"{int(domain, 16):04x}:{rest}" if rest and all(c in "0123456789abcdef" for c in domain) else text
+    return text.rsplit(".", 1)[0] if text.count(":") == 2 and "." in text else text
 
 
 def worst_severity(severities: Iterable[str]) -> str | None:
@@ -184,7 +248,12 @@ class RankStatus:
         window_step_seconds: mean step time of the last window. data_wait_ratio: share of it
             waiting for data. last_step_unix: when the last step ended.
         world_size, model, device_type: from ``fsdp_train_info``.
+        phase: the phase whose ``fsdp_train_phase`` series is 1 (``observe.catalog.TRAIN_PHASES``;
+            ``None`` when the exporter has no phase series).
         updated_unix: when this was read.
+
+    A rank that stops answering after it said ``finished`` is in state ``finished`` (the run is
+    over and the exporter's linger ended), keeping its last figures, not ``unreachable``.
     """
 
     rank: int
@@ -207,7 +276,18 @@ class RankStatus:
     world_size: int | None = None
     model: str | None = None
     device_type: str | None = None
+    phase: str | None = None
     updated_unix: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        """The rank said its run is over (``fsdp_train_phase{phase="finished"} 1``)."""
+        return self.phase == "finished"
+
+    @property
+    def shown_state(self) -> str:
+        """``finished`` for a finished rank that answers (or answered last); else ``state``."""
+        return "finished" if self.finished and self.state in ("ok", "finished") else self.state
 
     @property
     def data_wait_seconds(self) -> float | None:
@@ -215,6 +295,12 @@ class RankStatus:
         if self.window_step_seconds is None or self.data_wait_ratio is None:
             return None
         return self.window_step_seconds * self.data_wait_ratio
+
+    @property
+    def window_key(self) -> tuple[float | None, ...]:
+        """What changes when a new log window closes (loss, step time, data wait, tokens/s): a
+        new value means a new window, whatever the refresh rate."""
+        return (self.loss, self.window_step_seconds, self.data_wait_ratio, self.tokens_per_second)
 
 
 @dataclass(frozen=True)
@@ -270,7 +356,25 @@ class RunStatus:
     @property
     def world_size(self) -> int | None:
         """Ranks in the run (from ``fsdp_train_info``), else the ranks seen."""
-        return self._first("world_size") or (len(self.ranks) or None)
+        size = self._first("world_size")
+        return int(size) if size else (len(self.ranks) or None)
+
+    @property
+    def finished(self) -> bool:
+        """Every rank said the run is over (a rank that stopped answering afterwards included)."""
+        return bool(self.ranks) and all(r.finished for r in self.ranks)
+
+    @property
+    def phase(self) -> str | None:
+        """The ranks' phase when they agree; ``finished`` only when all are; else the phase of the
+        most ranks (``None`` without phase series)."""
+        phases = [r.phase for r in self.ranks if r.phase]
+        if not phases:
+            return None
+        if self.finished:
+            return "finished"
+        unfinished = [p for p in phases if p != "finished"]
+        return max(set(unfinished), key=unfinished.count)
 
     @property
     def global_tokens_per_second(self) -> float | None:
@@ -295,7 +399,9 @@ class RunStatus:
 
     @property
     def eta_seconds(self) -> float | None:
-        """Seconds to ``planned_steps`` at ``step_seconds`` per step."""
+        """Seconds to ``planned_steps`` at ``step_seconds`` per step (0 once finished)."""
+        if self.finished:
+            return 0.0
         step, planned, seconds = self.step, self.planned_steps, self.step_seconds
         if step is None or planned is None or seconds is None:
             return None
@@ -304,12 +410,12 @@ class RunStatus:
     @property
     def straggler(self) -> Straggler | None:
         """The rank with the longest step time and how much longer than the median (2+ ranks)."""
-        timed = [r for r in self.ranks if r.window_step_seconds is not None]
+        timed = [(r.window_step_seconds, r) for r in self.ranks if r.window_step_seconds is not None]
         if len(timed) < 2:
             return None
-        slowest = max(timed, key=lambda r: (r.window_step_seconds, r.data_wait_seconds or 0.0))
-        median = statistics.median(r.window_step_seconds for r in timed)
-        return Straggler(slowest, (slowest.window_step_seconds - median) / median if median > 0 else 0.0)
+        seconds, slowest = max(timed, key=lambda t: (t[0], t[1].data_wait_seconds or 0.0))
+        median = statistics.median(s for s, _ in timed)
+        return Straggler(slowest, (seconds - median) / median if median > 0 else 0.0)
 
 
 @dataclass(frozen=True)
@@ -323,6 +429,11 @@ class ClusterSnapshot:
         focus: the node whose full snapshot (with processes) was fetched this refresh.
         cycle_seconds: wall time of the refresh. errors: problems of the source itself
             (Kubernetes discovery or Prometheus unreachable), one line each.
+        trainers: trainer endpoints the source was given or discovered (``None``: the source
+            reads runs from Prometheus, not from endpoints). With ``0`` and no run the Run screen
+            asks for endpoints; with some and no run it says they do not answer.
+        trainer_hint: what to do when there are no trainer endpoints (the source's words; the
+            Run screen has its own for the direct source).
     """
 
     time_unix: float
@@ -332,10 +443,19 @@ class ClusterSnapshot:
     focus: str | None = None
     cycle_seconds: float | None = None
     errors: tuple[str, ...] = ()
+    trainers: int | None = None
+    trainer_hint: str = ""
+
+    @cached_property
+    def _by_name(self) -> dict[str, NodeStatus]:
+        by_name: dict[str, NodeStatus] = {}
+        for n in self.nodes:
+            by_name.setdefault(n.name, n)
+        return by_name
 
     def node(self, name: str) -> NodeStatus | None:
-        """The node called ``name``, or ``None``."""
-        return next((n for n in self.nodes if n.name == name), None)
+        """The node called ``name`` (the first, if several are), or ``None``."""
+        return self._by_name.get(name)
 
     def xid_events(self) -> list[XidEvent]:
         """XID events of every node, newest first."""

@@ -3,8 +3,8 @@
 The app owns one ``Poller`` (the fan-in thread) and the latest ``ClusterSnapshot``. When a
 refresh lands, the screen on top redraws from it; a screen brought back later redraws from the
 latest snapshot when it resumes. Keys follow htop and nvtop: ``q`` quit, ``?`` help, ``s``/F6
-sort, ``/`` filter, Enter drill down, Esc back, ``r`` refresh now; ``1``/``2``/``3`` switch
-between the Cluster, Run and Alerts screens.
+sort, ``/`` filter, Enter drill down, Esc back, ``r`` refresh now; ``1``/``2``/``3``/``4`` switch
+between the Cluster, Run, Alerts and GPU grid screens; Ctrl-C quits as ``q`` does.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ from textual.message import Message
 
 from observe.sources.view import ClusterSnapshot
 from observe.tui.poller import Poller, Source
+
+#: The footer shows the four screen keys as one entry (``1234 screens``); help lists each.
+SCREENS = Binding.Group("screens", compact=True)
+
+
+#: Refreshes after which the objects alive are frozen out of the garbage collector's sight.
+FREEZE_REFRESHES = 3
 
 
 class SnapshotReady(Message):
@@ -40,11 +47,13 @@ class TopApp(App):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as htop and nvtop
         Binding("question_mark", "help", "help"),
         Binding("r", "refresh_now", "refresh"),
-        Binding("1", "show('cluster')", "cluster"),
-        Binding("2", "show('run')", "run"),
-        Binding("3", "show('alerts')", "alerts"),
+        Binding("1", "show('cluster')", "cluster", group=SCREENS),
+        Binding("2", "show('run')", "run", group=SCREENS),
+        Binding("3", "show('alerts')", "alerts", group=SCREENS),
+        Binding("4", "show('grid')", "grid", group=SCREENS),
     ]
 
     def __init__(self, source: Source, interval: float | None = None, poll: bool = True) -> None:
@@ -84,19 +93,21 @@ class TopApp(App):
             except NoMatches:  # the screen was just pushed and is still composing: it draws
                 pass           # app.snapshot itself when it mounts
 
-        if self.refreshes == 1:
+        if self.refreshes <= FREEZE_REFRESHES:
             self.call_after_refresh(self._freeze_startup_objects)
 
     @staticmethod
     def _freeze_startup_objects() -> None:
-        """Move every object alive after the first frame (modules, Textual's widgets and CSS) out of
-        the garbage collector's sight (``gc.freeze``).
+        """Move every object alive after each of the first ``FREEZE_REFRESHES`` frames (modules,
+        Textual's widgets and CSS, the kept-alive connections to every agent, opened over the first
+        refreshes) out of the garbage collector's sight (``gc.freeze``).
 
         A full collection holds the GIL while it walks every tracked object; at start-up that is
         several hundred thousand, which made a 1,024-node TUI stall for 100-135 ms whenever the
-        collector's oldest generation ran (``benchmarks/tui_fanin.py``). Afterwards it walks only
-        the data of the last refreshes. The objects frozen are never freed, which is what they
-        were going to be anyway.
+        collector's oldest generation ran (``benchmarks/tui_fanin.py``); at 4,096 nodes the
+        connections alone are some 80,000 objects more. Afterwards it walks only the data of the
+        last refreshes. Frozen objects are still freed when their last reference goes; only cyclic
+        garbage of those first refreshes stays (bounded: it is never made again).
         """
         gc.freeze()
 
@@ -130,8 +141,9 @@ class TopApp(App):
             self.push_screen(HelpScreen())
 
     def action_show(self, name: str) -> None:
-        """Go to the Cluster, Run or Alerts screen (keeping the Cluster screen at the bottom)."""
+        """Go to the Cluster, Run, Alerts or GPU grid screen (the Cluster screen stays at the bottom)."""
         from observe.tui.screens.alerts import AlertsScreen
+        from observe.tui.screens.grid import GridScreen
         from observe.tui.screens.run import RunScreen
 
         while len(self.screen_stack) > 2:
@@ -140,6 +152,8 @@ class TopApp(App):
             self.push_screen(RunScreen())
         elif name == "alerts":
             self.push_screen(AlertsScreen())
+        elif name == "grid":
+            self.push_screen(GridScreen())
 
 
 def make_app(source: Source, interval: float | None = None, poll: bool = True) -> TopApp:

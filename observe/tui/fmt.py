@@ -106,3 +106,23 @@ def one_line(text: str | None, width: int | None = None) -> str:
     if width is not None and len(text) > width:
         return text[: max(0, width - 1)] + "…"
     return text
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` on one line in at most ``width`` characters, cut at a word boundary with ``…``
+    (mid-word only for a single word longer than ``width``)."""
+    text = one_line(text)
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    cut = text[: width - 1]
+    space = cut.rstrip().rfind(" ")
+    if space > width // 3:  # a word boundary not too far back
+        cut = cut[:space]
+    return cut.rstrip(" ,;:(") + "…"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 node``, ``2 nodes``, ``1,024 nodes``."""
+    return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"

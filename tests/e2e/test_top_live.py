@@ -79,9 +79,10 @@ async def test_top_over_the_live_demo(live_demo) -> None:
         await pilot.pause(1.2)
         text = lines_text(screen.query_one("#run", Lines))
         assert any("run e2e-top" in line and "world size 2" in line for line in text)
-        ranks = [line for line in text if line.startswith(("    0 ", "    1 "))]
-        assert len(ranks) == 2 and all(NODE in line and "cpu" in line and " ok" in line for line in ranks)
-        assert any(line.startswith(" Loss") and "points" in line for line in text)
+        ranks = [line for line in table_text(screen.query_one("#ranks", VirtualTable))[1:] if line.strip()]
+        assert len(ranks) == 2 and all(NODE in line and "cpu" in line and " training" not in line for line in ranks)
+        assert all(" ok" in line and "%" in line for line in ranks)  # state; data wait as a share of the step
+        assert any(line.startswith(" Loss") and "log window" in line for line in text)
 
         await pilot.press("1")
         cluster = await until(pilot, lambda: isinstance(app.screen, ClusterScreen) and app.screen, 10, "Cluster")
@@ -91,7 +92,7 @@ async def test_top_over_the_live_demo(live_demo) -> None:
 
         await pilot.press("enter")
         node = await until(pilot, lambda: isinstance(app.screen, NodeScreen) and app.screen, 10, "the Node screen")
-        processes = node.query_one(VirtualTable)
+        processes = node.query_one("#processes", VirtualTable)
         await until(pilot, lambda: processes.rows, 15, "the node's processes")
         commands = [p.command or "" for p in processes.rows]
         assert sum("-m trainer" in c for c in commands) >= 2  # the two ranks (and torchrun's agent)

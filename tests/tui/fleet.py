@@ -143,9 +143,12 @@ class RecordedFleet:
 
 
 def trainer_exposition(rank: int, node: str, gpu_uuid: str | None, step_seconds: float, data_wait: float,
-                       step: int = 120, world_size: int = 2, run_id: str = "llama-ft-7") -> Callable[[], bytes]:
-    """A rank's ``/metrics`` as the trainer's own exporter renders it, after ``step`` steps."""
+                       step: int = 120, world_size: int = 2, run_id: str = "llama-ft-7",
+                       phase: str | None = None) -> Callable[[], bytes]:
+    """A rank's ``/metrics`` as the trainer's own exporter renders it, after ``step`` steps; with
+    ``phase``, its ``fsdp_train_phase`` series say the rank is in that phase."""
     from observe.training.collector import TrainerMetrics
+    from observe.training.phases import PhaseClock
     from observe.training.window import WindowStats
 
     labels = {"run_id": run_id, "rank": str(rank), "local_rank": str(rank), "node": node}
@@ -154,7 +157,8 @@ def trainer_exposition(rank: int, node: str, gpu_uuid: str | None, step_seconds:
     info = {"model": "llama2-7b", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16",
             "world_size": str(world_size), "device_type": "cuda" if gpu_uuid else "cpu", "backend": "nccl"}
     metrics = TrainerMetrics(labels, info, planned_steps=200, flops_per_token=40_000_000_000,
-                             peak_flops=989e12 if gpu_uuid else None, export_global=rank == 0)
+                             peak_flops=989e12 if gpu_uuid else None, export_global=rank == 0,
+                             phases=PhaseClock(phase) if phase else None)
     for s in range(1, step + 1):
         metrics.on_step(s, step_seconds, data_wait, labelled_tokens=8192, samples=4, learning_rate=2e-5)
     window = WindowStats(steps=10, seconds=10 * step_seconds, data_wait_seconds=10 * data_wait,

@@ -20,3 +20,6 @@ def test_the_fanin_benchmark_runs_and_writes_its_json(tmp_path: Path) -> None:
     (row,) = json.loads(out.read_text())["results"]
     assert row["nodes"] == 8 and row["cluster_nodes_ok_min"] == 8 and row["node_full_snapshots"] == 1
     assert row["cluster_full_snapshots"] == 0  # the Cluster screen asks for summaries only
+    assert row["grid_gpus_drawn"] == 64 and row["grid_nodes_ok_min"] == 8  # the GPU grid phase ran
+    assert row["node_rss_bytes"] > 0 and row["node_rss_peak_bytes"] >= row["cluster_rss_bytes"] // 2
+    assert "RSS (peak)" in proc.stdout

@@ -1,9 +1,10 @@
-"""SVG snapshots of every screen at a fixed terminal size, from the recorded fleet at a pinned clock.
+"""SVG snapshots of every screen at 80x24, 120x40 and 200x50, from fixed snapshots at a pinned clock
+(``tests/tui/scenes.py``: recorded agent answers and the trainer's real exporter; the app does not
+poll). The Node screen is shown for an 8-GPU, a 16-GPU, a partial-power, a lost/MIG and a GPU-less
+node; the Run screen in progress and finished; the GPU grid with 1,024 nodes (8,192 GPUs).
 
-The snapshot is built from the recorded agent answers (tests/tui/recorded) and the trainer's real
-exporter, as the direct source builds it, but without the network and at a fixed time so the
-pictures do not move; the app does not poll. Update after an intended change with
-``pytest tests/tui/test_snapshots.py --snapshot-update`` and look at the SVGs.
+Update after an intended change with ``pytest tests/tui/test_snapshots.py --snapshot-update``, then
+look at the pictures: ``python -m tests.tui.snapshots_to_png`` renders every SVG to PNG.
 """
 
 from __future__ import annotations
@@ -12,46 +13,23 @@ import time
 
 import pytest
 
-from observe.sources.direct import LossHistory, build_runs
-from observe.sources.trainer import parse_exposition, ranks_from_samples
-from observe.sources.view import ClusterSnapshot, NodeStatus, node_status
 from observe.tui import fmt
 from observe.tui.app import make_app
-from tests.tui.conftest import GPU0, GPU1
-from tests.tui.fleet import NODES, recorded, trainer_exposition
+from tests.tui.scenes import NOW, SOURCE, big_snapshot, finished_snapshot, fleet_snapshot
 
-NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x50": (200, 50)}
 
 
 class Offline:
     """A source that is never polled (the test shows its snapshot by hand)."""
 
-    description = "3 agents, 2 trainer endpoints"
+    description = SOURCE
 
     async def cycle(self, focus, deadline):
         raise AssertionError("not polled")
 
     def close(self) -> None:
         pass
-
-
-def fixed_snapshot(focus: str | None = None) -> ClusterSnapshot:
-    nodes = [node_status(n, f"http://10.0.0.{i + 1}:9401", recorded(n, NOW, age=0.4), NOW, keep=n == focus)
-             for i, n in enumerate(NODES)]
-    nodes.append(NodeStatus(name="10.0.0.9:9401", source="http://10.0.0.9:9401", state="unreachable",
-                            error="connection refused", checked_unix=NOW))
-    nodes.append(NodeStatus(name="10.0.0.8:9401", source="http://10.0.0.8:9401", state="malformed",
-                            error="not a snapshot: snapshot schema_version 2 is not 1; upgrade fsdp-observe on the "
-                                  "reading side", checked_unix=NOW))
-    ranks = []
-    for rank, (uuid, seconds, wait) in enumerate(((GPU0, 0.50, 0.02), (GPU1, 0.60, 0.09))):
-        text = trainer_exposition(rank, "gpu-node-1", uuid, seconds, wait)().decode()
-        ranks += ranks_from_samples(parse_exposition(text), f"http://10.0.0.1:{9500 + rank}/metrics", NOW)
-    history = LossHistory()
-    for step, loss in ((20, 7.1), (40, 5.2), (60, 4.1), (80, 3.4), (100, 3.1)):
-        history.add("llama-ft-7", step, loss)
-    return ClusterSnapshot(time_unix=NOW - 0.3, source=Offline.description, nodes=tuple(nodes),
-                           runs=build_runs(ranks, history), focus=focus, cycle_seconds=0.042)
 
 
 @pytest.fixture
@@ -65,39 +43,53 @@ def pinned(monkeypatch: pytest.MonkeyPatch):
     time.tzset()
 
 
-def app_showing(focus: str | None = None):
+def scene(snapshot, node: str | None = None, keys: tuple[str, ...] = ()):
+    """``(app, run_before)`` showing ``snapshot``, then ``node``'s screen, then ``keys``."""
     app = make_app(Offline(), interval=2.0, poll=False)
 
-    async def show(pilot) -> None:
-        app.show_snapshot(fixed_snapshot(focus))
+    async def run_before(pilot) -> None:
+        app.show_snapshot(snapshot)
         await pilot.pause()
+        if node is not None:
+            from observe.tui.screens.node import NodeScreen
 
-    return app, show
+            await app.push_screen(NodeScreen(node))
+            await pilot.pause()
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause()
 
-
-def test_cluster_screen(snap_compare, pinned) -> None:
-    app, show = app_showing()
-    assert snap_compare(app, terminal_size=(160, 16), run_before=show)
-
-
-def test_node_screen_with_lost_and_mig_gpus(snap_compare, pinned) -> None:
-    from observe.tui.screens.node import NodeScreen
-
-    app = make_app(Offline(), interval=2.0, poll=False)
-
-    async def open_node(pilot) -> None:
-        app.show_snapshot(fixed_snapshot("gpu-node-2"))
-        await app.push_screen(NodeScreen("gpu-node-2"))
-        await pilot.pause()
-
-    assert snap_compare(app, terminal_size=(160, 40), run_before=open_node)
+    return app, run_before
 
 
-def test_run_screen(snap_compare, pinned) -> None:
-    app, show = app_showing()
-    assert snap_compare(app, terminal_size=(130, 20), press=["2"], run_before=show)
+SCENES = {
+    "cluster": lambda: scene(fleet_snapshot()),
+    "node_8gpu": lambda: scene(fleet_snapshot("p5-node-8gpu"), "p5-node-8gpu"),
+    "node_16gpu": lambda: scene(fleet_snapshot("gb200-node-16gpu"), "gb200-node-16gpu"),
+    "node_partial_power": lambda: scene(fleet_snapshot("p5-node-nopower"), "p5-node-nopower"),
+    "node_lost_mig": lambda: scene(fleet_snapshot("gpu-node-2"), "gpu-node-2"),
+    "node_no_gpus": lambda: scene(fleet_snapshot("cpu-node-3"), "cpu-node-3"),
+    "run": lambda: scene(fleet_snapshot(), keys=("2",)),
+    "run_finished": lambda: scene(finished_snapshot(), keys=("2",)),
+    "alerts": lambda: scene(fleet_snapshot(), keys=("3",)),
+    "grid": lambda: scene(big_snapshot(1024), keys=("4",)),
+}
 
 
-def test_alerts_screen(snap_compare, pinned) -> None:
-    app, show = app_showing()
-    assert snap_compare(app, terminal_size=(160, 24), press=["3"], run_before=show)
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("name", list(SCENES))
+def test_screen(snap_compare, pinned, name: str, size: str) -> None:
+    app, run_before = SCENES[name]()
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+
+
+@pytest.mark.parametrize("name,keys", [("node_8gpu_detailed", ("c",)), ("grid_temperature", ("m", "m")),
+                                       ("sort_menu", ("s",)), ("help", ("question_mark",))])
+def test_screen_after_keys(snap_compare, pinned, name: str, keys: tuple[str, ...]) -> None:
+    if name.startswith("node"):
+        app, run_before = scene(fleet_snapshot("p5-node-8gpu"), "p5-node-8gpu", keys)
+    elif name.startswith("grid"):
+        app, run_before = scene(big_snapshot(1024), keys=("4", *keys))
+    else:
+        app, run_before = scene(fleet_snapshot(), keys=keys)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

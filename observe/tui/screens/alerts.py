@@ -14,14 +14,19 @@ from observe.tui.widgets.lines import Line, Lines
 from observe.tui.widgets.table import Column, VirtualTable
 from observe.xid import lookup
 
+#: Priorities: TIME, NODE, XID and MEANING never drop (the event under the cursor is in full
+#: below); then, first to last: ACTION, GPU, SEVERITY. NODE shrinks to 12 characters first.
 COLUMNS = (
     Column("time", "TIME", 11, lambda x: x.time_unix, text=lambda x: fmt.clock(x.time_unix)),
-    Column("node", "NODE", 20, lambda x: x.node, style=lambda x: "accent"),
-    Column("gpu", "GPU", 4, lambda x: x.gpu, text=lambda x: fmt.NA if x.gpu is None else str(x.gpu), right=True),
+    Column("node", "NODE", 20, lambda x: x.node, style=lambda x: "accent", min_width=12),
+    Column("gpu", "GPU", 4, lambda x: x.gpu, text=lambda x: fmt.NA if x.gpu is None else str(x.gpu), right=True,
+           priority=2),
     Column("xid", "XID", 5, lambda x: x.xid, right=True, style=lambda x: SEVERITY_STYLE.get(x.severity)),
-    Column("severity", "SEVERITY", 13, lambda x: x.severity, style=lambda x: SEVERITY_STYLE.get(x.severity)),
-    Column("meaning", "MEANING", 44, lambda x: x.name, text=lambda x: fmt.one_line(x.name)),
-    Column("action", "ACTION", 0, lambda x: x.action, text=lambda x: fmt.one_line(x.action)),
+    Column("severity", "SEVERITY", 13, lambda x: x.severity, style=lambda x: SEVERITY_STYLE.get(x.severity),
+           priority=1),
+    Column("meaning", "MEANING", 0, lambda x: x.name, text=lambda x: fmt.one_line(x.name), min_width=24),
+    Column("action", "ACTION", 60, lambda x: x.action, text=lambda x: fmt.one_line(x.action), priority=3,
+           min_width=30),
 )
 
 

@@ -2,64 +2,107 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
-from observe.sources.view import ClusterSnapshot
+from observe.sources.view import STATES, ClusterSnapshot
 from observe.tui import fmt
-from observe.tui.widgets.lines import Line, Lines
+from observe.tui.widgets.lines import Line, Lines, fit
 from observe.tui.widgets.table import VirtualTable
 
+#: Error lines shown under the status bar at most (``e`` shows them all).
+STATUS_ERRORS = 3
 
-def status_line(snapshot: ClusterSnapshot, title: str, interval: float) -> Line:
-    """The top bar: screen, source, node states, refresh interval, last refresh's duration and age."""
+
+def status_line(snapshot: ClusterSnapshot, title: str, interval: float, width: int = 200) -> Line:
+    """The top bar in ``width`` cells: screen, node count and states (always), then the refresh
+    timing and the source's description as room allows (never cut mid-word)."""
     counts: dict[str, int] = {}
     for node in snapshot.nodes:
         counts[node.state] = counts.get(node.state, 0) + 1
-    pieces: Line = [(f" {title} ", "title"), (f" {snapshot.source} ", "dim")]
-    pieces.append((f" {len(snapshot.nodes)} nodes", "value"))
-    for state in ("ok", "stale", "slow", "unreachable", "malformed", "waiting"):
+    pieces: list[tuple[str, str | None, int]] = [(f" {title} ", "title", 0), (f" {snapshot.source} ", "dim", 4),
+                                                 (f" {fmt.plural(len(snapshot.nodes), 'node')}", "value", 0)]
+    for state in STATES:
         if counts.get(state):
-            pieces.append((f" {counts[state]} {state}", "ok" if state == "ok" else "bad" if state in
-                           ("unreachable", "malformed") else "warn"))
+            pieces.append((f" {counts[state]:,} {state}", "ok" if state == "ok" else "bad" if state in
+                           ("unreachable", "malformed") else "warn", 0))
     if snapshot.time_unix:
         cycle = fmt.num(snapshot.cycle_seconds, 2, " s") if snapshot.cycle_seconds is not None else fmt.NA
         ago = fmt.now() - snapshot.time_unix
-        pieces.append((f"  every {interval:g} s, last took {cycle}, "
-                       f"{'just now' if ago < 1 else fmt.duration(ago) + ' ago'}", "dim"))
+        pieces.append((f"  every {interval:g} s", "dim", 2))
+        pieces.append((f", last took {cycle}", "dim", 3))
+        pieces.append((f", {'just now' if ago < 1 else fmt.duration(ago) + ' ago'}", "dim", 1))
     else:
-        pieces.append(("  waiting for the first refresh…", "dim"))
-    return pieces
+        pieces.append(("  waiting for the first refresh…", "dim", 1))
+    return fit(pieces, width)
+
+
+def error_lines(errors: tuple[str, ...], width: int) -> list[Line]:
+    """At most ``STATUS_ERRORS`` lines of ``errors``, each cut at a word boundary; when something
+    is left out the last line says ``e`` shows everything."""
+    shown = errors[:STATUS_ERRORS]
+    cut = len(errors) > len(shown) or any(len(e) + 3 > width for e in shown)
+    hint = f"  (e: all {fmt.plural(len(errors), 'message')})" if cut else ""
+    lines: list[Line] = []
+    for n, error in enumerate(shown):
+        tail = hint if n == len(shown) - 1 else ""
+        lines.append([(f" ! {fmt.shorten(error, max(8, width - 3 - len(tail)))}", "bad"), (tail, "dim")])
+    return lines
+
+
+if TYPE_CHECKING:
+    from observe.tui.app import TopApp
 
 
 class TopScreen(Screen):
     """A screen redrawn from each ``ClusterSnapshot`` (``update_snapshot``)."""
 
+    @property
+    def top(self) -> TopApp:
+        """The app, as the ``TopApp`` it is (its snapshot, poller and focus)."""
+        return cast("TopApp", self.app)
+
     TITLE = ""
-    BINDINGS = [Binding("escape", "back", "back")]
+    BINDINGS = [Binding("escape", "back", "back"), Binding("e", "messages", "messages", show=False)]
 
     def compose_status(self) -> ComposeResult:
         yield Lines(id="status", classes="status")
 
     def compose_footer(self) -> ComposeResult:
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_screen_resume(self) -> None:
-        self.update_snapshot(self.app.snapshot)
+        self.update_snapshot(self.top.snapshot)
 
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         """Redraw from ``snapshot`` (the status bar here; screens add their content)."""
-        lines = [status_line(snapshot, self.TITLE, self.app.poller.interval)]
-        lines += [[(f" ! {error}", "bad")] for error in snapshot.errors[:3]]
+        width = self.size.width or 80
+        lines = [status_line(snapshot, self.TITLE, self.top.poller.interval, width)]
+        lines += error_lines(snapshot.errors, width)
         self.query_one("#status", Lines).set_lines(lines)
+
+    def on_resize(self) -> None:
+        try:
+            self.update_snapshot(self.top.snapshot)
+        except NoMatches:  # still composing: on_mount draws it
+            pass
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
+
+    def action_messages(self) -> None:
+        """Every message of the source (the status bar shows the first few, cut to its width)."""
+        from observe.tui.screens.help import MessagesScreen
+
+        self.app.push_screen(MessagesScreen(self.top.snapshot.errors))
 
 
 class TableScreen(TopScreen):
@@ -81,7 +124,7 @@ class TableScreen(TopScreen):
 
     def on_mount(self) -> None:
         self.table.focus()
-        self.update_snapshot(self.app.snapshot)
+        self.update_snapshot(self.top.snapshot)
 
     def action_sort_menu(self) -> None:
         table = self.table

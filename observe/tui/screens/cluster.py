@@ -19,25 +19,37 @@ def _f(node: NodeStatus) -> NodeFigures:
     return node.figures or NodeFigures()
 
 
+#: The mark after a figure taken over only some of a node's GPUs (``NodeFigures.partial``); a
+#: complete figure gets a space instead, so right-aligned numbers line up.
+PARTIAL = "*"
+
+
+def mark(text: str, figures: NodeFigures, over: int) -> str:
+    """``text`` with ``PARTIAL`` (or a space) after it for a figure over ``over`` GPUs."""
+    return text + (PARTIAL if figures.partial(over) else " ")
+
+
+def _gpu_figure(node: NodeStatus, text: str, over: int) -> str:
+    """A per-GPU figure's cell: blank on a node without GPUs, ``N/A`` before any data."""
+    f = _f(node)
+    if node.figures is None:
+        return fmt.NA + " "
+    if not f.gpus:
+        return ""
+    return mark(text, f, over)
+
+
 def _util_text(node: NodeStatus) -> str:
     f = _f(node)
     if f.gpu_util_mean is None and f.mig:
-        return "N/A (MIG)"
-    return fmt.pct(f.gpu_util_mean) if f.gpus or node.figures is None else ""
-
-
-def _gpus_text(node: NodeStatus) -> str:
-    f = _f(node)
-    if node.figures is None:
-        return fmt.NA
-    return f"{f.gpus}" + (f" {f.gpus_lost} LOST" if f.gpus_lost else "")
+        return "N/A (MIG) "
+    return _gpu_figure(node, fmt.pct(f.gpu_util_mean), f.util_gpus)
 
 
 def _hot_text(node: NodeStatus) -> str:
     f = _f(node)
-    if f.hottest_celsius is None:
-        return fmt.NA if f.gpus or node.figures is None else ""
-    return f"{f.hottest_celsius:.0f}°C g{f.hottest_gpu}"
+    text = fmt.NA if f.hottest_celsius is None else f"{f.hottest_celsius:.0f}°C g{f.hottest_gpu}"
+    return _gpu_figure(node, text, f.temperature_gpus)
 
 
 def _note(node: NodeStatus) -> str:
@@ -56,32 +68,46 @@ def _level(ratio: float | None) -> str | None:
     return "bad" if ratio >= 0.9 else "warn" if ratio >= 0.75 else None
 
 
+def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str | None:
+    return "warn" if _f(node).partial(over) else base
+
+
+#: Priorities (``observe.tui.widgets.table.column_layout``): NODE, STATE, XID/1h and NOTE never
+#: drop; then, first to last, CPU% and MEM%, MAX UTIL and GPU POWER, AGE and GPU MEM, GPUS and
+#: HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first.
 COLUMNS = (
-    Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent"),
+    Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14),
     Column("state", "STATE", 11, lambda n: n.state, style=lambda n: STATE_STYLE.get(n.state)),
     Column("age", "AGE", 6, _age, text=lambda n: fmt.age(_age(n)), right=True,
-           style=lambda n: None if n.state == "ok" else "warn"),
+           style=lambda n: None if n.state == "ok" else "warn", priority=3),
     Column("cpu", "CPU%", 5, lambda n: _f(n).cpu_ratio, text=lambda n: fmt.pct(_f(n).cpu_ratio), right=True,
-           style=lambda n: _level(_f(n).cpu_ratio)),
+           style=lambda n: _level(_f(n).cpu_ratio), priority=5),
     Column("mem", "MEM%", 5, lambda n: _f(n).memory_ratio, text=lambda n: fmt.pct(_f(n).memory_ratio), right=True,
-           style=lambda n: _level(_f(n).memory_ratio)),
-    Column("gpus", "GPUS", 8, lambda n: _f(n).gpus, text=_gpus_text, right=True,
-           style=lambda n: "lost" if _f(n).gpus_lost else None),
-    Column("util", "GPU UTIL", 9, lambda n: _f(n).gpu_util_mean, text=_util_text, right=True,
-           style=lambda n: "dim" if _f(n).gpu_util_mean is None else None),
-    Column("util_max", "MAX", 5, lambda n: _f(n).gpu_util_max, right=True,
-           text=lambda n: fmt.pct(_f(n).gpu_util_max) if _f(n).gpus or n.figures is None else ""),
-    Column("gpu_mem", "GMEM%", 5, lambda n: _f(n).gpu_memory_ratio, right=True,
-           text=lambda n: fmt.pct(_f(n).gpu_memory_ratio) if _f(n).gpus or n.figures is None else "",
-           style=lambda n: _level(_f(n).gpu_memory_ratio)),
-    Column("hot", "HOTTEST", 9, lambda n: _f(n).hottest_celsius, text=_hot_text, right=True,
-           style=lambda n: "bad" if (_f(n).hottest_celsius or 0) >= 85 else None),
-    Column("power", "POWER", 7, lambda n: _f(n).power_watts, right=True,
-           text=lambda n: fmt.num(_f(n).power_watts, 0, " W") if _f(n).gpus or n.figures is None else ""),
-    Column("xid", "XID/1h", 6, lambda n: _f(n).xids_recent, right=True,
+           style=lambda n: _level(_f(n).memory_ratio), priority=5),
+    Column("gpus", "GPUS", 5, lambda n: _f(n).gpus, right=True,
+           text=lambda n: fmt.NA if n.figures is None else str(_f(n).gpus), priority=2),
+    Column("lost", "LOST", 5, lambda n: _f(n).gpus_lost, right=True,
+           text=lambda n: str(_f(n).gpus_lost) if _f(n).gpus_lost else "",
+           style=lambda n: "lost" if _f(n).gpus_lost else None, priority=1),
+    Column("util", "UTIL AVG", 10, lambda n: _f(n).gpu_util_mean, text=_util_text, right=True,
+           style=lambda n: "dim" if _f(n).gpu_util_mean is None else _partial_style(n, _f(n).util_gpus),
+           priority=1, min_width=8),
+    Column("util_max", "UTIL MAX", 8, lambda n: _f(n).gpu_util_max, right=True,
+           text=lambda n: _gpu_figure(n, fmt.pct(_f(n).gpu_util_max), _f(n).util_gpus),
+           style=lambda n: _partial_style(n, _f(n).util_gpus), priority=4),
+    Column("gpu_mem", "GPU MEM", 7, lambda n: _f(n).gpu_memory_ratio, right=True,
+           text=lambda n: _gpu_figure(n, fmt.pct(_f(n).gpu_memory_ratio), _f(n).memory_gpus),
+           style=lambda n: _partial_style(n, _f(n).memory_gpus, _level(_f(n).gpu_memory_ratio)), priority=3),
+    Column("hot", "HOT GPU", 9, lambda n: _f(n).hottest_celsius, text=_hot_text, right=True,
+           style=lambda n: "bad" if (_f(n).hottest_celsius or 0) >= 85 else _partial_style(n, _f(n).temperature_gpus),
+           priority=2),
+    Column("power", "GPU POWER", 9, lambda n: _f(n).power_watts, right=True,
+           text=lambda n: _gpu_figure(n, fmt.num(_f(n).power_watts, 0, " W"), _f(n).power_gpus),
+           style=lambda n: _partial_style(n, _f(n).power_gpus), priority=4),
+    Column("xid", "XID/1h", 7, lambda n: _f(n).xids_recent, right=True,
            text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
-           style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity) if _f(n).xids_recent else "dim"),
-    Column("note", "NOTE", 0, _note, style=lambda n: "bad" if n.error else "dim"),
+           style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim"),
+    Column("note", "NOTE", 0, _note, style=lambda n: "bad" if n.error else "dim", min_width=14),
 )
 
 
@@ -100,7 +126,11 @@ class ClusterScreen(TableScreen):
 
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         super().update_snapshot(snapshot)
-        self.table.set_rows(snapshot.nodes)
+        table = self.table
+        if snapshot.time_unix and not snapshot.nodes:
+            table.empty = ("no nodes: " + ("the source reported problems (above; e shows them in full)"
+                                           if snapshot.errors else "no agents given or found"))
+        table.set_rows(snapshot.nodes)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:
         from observe.tui.screens.node import NodeScreen

@@ -1,4 +1,5 @@
-"""The ``?`` screen: every key, and what the states and colours mean."""
+"""The ``?`` screen (every key, and what the states and marks mean) and the ``e`` screen (every
+message of the source in full)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,25 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 
-from observe.tui.widgets.lines import Lines
+from observe.tui.fmt import one_line
+from observe.tui.widgets.lines import Line, Lines
 
+#: Every key of every screen (``tests/tui/test_keys.py`` checks each binding a footer shows is here).
 KEYS = (
-    ("q", "quit"),
+    ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes it)"),
-    ("1 2 3", "Cluster, Run and Alerts screens"),
-    ("Enter", "drill down: a node from the Cluster or Alerts screen"),
+    ("1 2 3 4", "Cluster, Run, Alerts and GPU grid screens"),
+    ("Enter", "drill down: the node of a row or of a grid cell; a GPU in full"),
     ("Esc", "back (or clear the filter)"),
-    ("s  F6", "sort by a column; the same column again reverses; I inverts"),
+    ("s  F6  I", "sort by a column (a menu); the same column again reverses; I inverts"),
     ("/", "filter rows by text (node name, state, command)"),
     ("r", "refresh now"),
-    ("↑ ↓ PgUp PgDn Home End", "move"),
+    ("e", "every message of the source in full (the status bar cuts them)"),
+    ("c", "Node screen: GPUs compact (a line each) or detailed (with history)"),
+    ("m", "GPU grid: colour by utilisation, memory, temperature or XID errors"),
+    ("n", "Run screen: the next run, when there are several"),
     ("Tab", "next table (Node screen: processes / GPUs)"),
+    ("↑ ↓ ← → PgUp PgDn Home End", "move"),
 )
 STATES = (
     ("ok", "ok", "fresh data from this refresh"),
@@ -27,9 +34,21 @@ STATES = (
     ("slow", "warn", "no answer within the timeout or the refresh deadline: last data shown with its age"),
     ("unreachable", "bad", "connection refused or failed: last data shown with its age"),
     ("malformed", "bad", "an answer that is not a snapshot (HTTP error, bad JSON, other schema)"),
+    ("finished", "ok", "a rank whose run is over (its last figures; it may have stopped serving since)"),
     ("N/A", "na", "the value could not be read (never shown as 0); N/A (MIG): MIG GPUs report no utilisation"),
+    ("*", "warn", "partial: a sum or mean over only the GPUs that could be read (a lost GPU, an N/A reading)"),
     ("LOST", "lost", "NVML reports the GPU fell off the bus: reset or reboot it"),
+    ("straggler", "bad", "a rank whose step takes 5 % or more longer than the median rank's"),
 )
+
+
+def help_lines() -> list[Line]:
+    """The help screen's text."""
+    lines: list[Line] = [[(" fsdp-observe top ", "title"), ("  keys follow htop and nvtop", "dim")], []]
+    lines += [[(f" {key:<27}", "accent"), (text, "value")] for key, text in KEYS]
+    lines += [[], [(" states and marks", "title")]]
+    lines += [[(f" {name:<12}", style), (text, "value")] for name, style, text in STATES]
+    return lines
 
 
 class HelpScreen(ModalScreen[None]):
@@ -38,11 +57,30 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "close")]
 
     def compose(self) -> ComposeResult:
-        lines = [[(" fsdp-observe top ", "title"), ("  keys follow htop and nvtop", "dim")], []]
-        lines += [[(f" {key:<24}", "accent"), (text, "value")] for key, text in KEYS]
-        lines += [[], [(" states and marks", "title")]]
-        lines += [[(f" {name:<12}", style), (text, "value")] for name, style, text in STATES]
-        help_lines = Lines(id="help-lines")
-        help_lines.set_lines(lines)
+        help_lines_widget = Lines(id="help-lines")
+        help_lines_widget.set_lines(help_lines())
         with VerticalScroll(id="help-box"):
-            yield help_lines
+            yield help_lines_widget
+
+
+class MessagesScreen(ModalScreen[None]):
+    """Every message of the source, each in full (wrapped at word boundaries)."""
+
+    BINDINGS = [Binding("escape,q,e", "app.pop_screen", "close")]
+
+    def __init__(self, messages: tuple[str, ...]) -> None:
+        super().__init__()
+        self.messages = messages
+
+    def compose(self) -> ComposeResult:
+        import textwrap
+
+        lines: list[Line] = [[(" messages ", "title"), ("  Esc closes", "dim")], []]
+        width = max(20, min(110, (self.app.size.width or 80) - 8))
+        for message in self.messages or ("no messages",):
+            for n, part in enumerate(textwrap.wrap(one_line(message), width - 4) or [""]):
+                lines.append([(" ! " if n == 0 else "   ", "bad"), (part, "value")])
+        box = Lines(id="messages-lines")
+        box.set_lines(lines)
+        with VerticalScroll(id="help-box"):
+            yield box

@@ -1,6 +1,12 @@
-"""The Node screen: htop on the left (CPU per core, memory, swap, load, tasks, uptime, processes),
-nvtop on the right (one block per GPU: utilisation and memory meters with their history,
-temperature, power, SM clock, PCIe, throttle reasons; LOST and N/A (MIG) shown as such)."""
+"""The Node screen: htop (CPU per core, memory, swap, load, tasks, uptime, processes) and nvtop (the
+node's GPUs, ``observe.tui.screens.gpus``).
+
+Layout follows the terminal: from ``SIDE_BY_SIDE_WIDTH`` columns htop and nvtop stand side by side;
+narrower, the GPUs go below the process table, full width. GPUs are a compact table (one line per
+GPU: 8 and 16 GPUs fit a 120x40 terminal) or detailed blocks with history; ``c`` switches, and by
+default the detailed blocks are used only where every GPU's block fits. A node without GPUs gives
+the GPU pane's room back to the process table.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +14,36 @@ import math
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 
-from observe.model import GpuInfo, NodeSnapshot
+from observe.model import NodeSnapshot
 from observe.sources.view import ClusterSnapshot, NodeStatus
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
 from observe.tui.screens.cluster import STATE_STYLE
-from observe.tui.widgets.lines import Line, Lines, bar, spark
+from observe.tui.screens.gpus import (
+    BLOCK_ROWS,
+    GPU_COLUMNS,
+    GpuDetailScreen,
+    GpuRow,
+    detail_lines,
+    gpu_block,
+    gpu_rows,
+    summary_line,
+    uuid_tails,
+)
+from observe.tui.widgets.lines import Line, Lines, bar, fit, spark
 from observe.tui.widgets.table import Column, VirtualTable
 
-#: Above this many cores the CPU meters collapse into one average meter (as the issue asks).
+#: Above this many cores the CPU meters collapse into one average meter and a strip of cores.
 MAX_CORE_METERS = 128
+#: From this many columns htop and nvtop stand side by side.
+SIDE_BY_SIDE_WIDTH = 160
+#: The narrowest a core meter gets (``  12 [||||   45.0%]``'s meter part).
+CORE_METER_MIN = 12
+#: htop's one-letter process states (``observe.model.ProcessInfo.state``).
+STATE_LETTERS = {"running": "R", "sleeping": "S", "disk_sleep": "D", "stopped": "T", "zombie": "Z", "idle": "I"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +59,12 @@ class ProcessRow:
     gpu_memory_bytes: int | None
     gpus: str
     command: str | None
+    rss_bytes: int | None = None
+
+    @property
+    def state_letter(self) -> str:
+        """htop's S column: R, S, D, T, Z, I; ``?`` when unknown."""
+        return STATE_LETTERS.get(self.state or "", "?")
 
 
 def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
@@ -47,7 +77,7 @@ def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
         gpu_mem[p.pid] = None if used is None and known is None else (known or 0) + (used or 0)
         gpus.setdefault(p.pid, []).append(str(p.gpu))
     rows = [ProcessRow(p.pid, p.user, p.state, p.cpu_cores, p.memory_ratio, p.cpu_seconds, gpu_mem.get(p.pid),
-                       ",".join(gpus.get(p.pid, [])), p.command or p.name) for p in snapshot.processes]
+                       ",".join(gpus.get(p.pid, [])), p.command or p.name, p.rss_bytes) for p in snapshot.processes]
     listed = {p.pid for p in snapshot.processes}
     for p in snapshot.gpu_processes:  # not in the agent's /proc: keep the row, user unknown
         if p.pid not in listed:
@@ -57,64 +87,105 @@ def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
     return rows
 
 
+#: The process table: PID, CPU% and COMMAND never drop, and COMMAND shrinks last (to 24
+#: characters before any column is dropped); then, first to last: TIME+, MEM% and GPU, USER (after
+#: shrinking to 6), S, RES and GPU MEM. htop's RES is resident memory, S the one-letter state.
 PROCESS_COLUMNS = (
     Column("pid", "PID", 7, lambda p: p.pid, right=True, style=lambda p: "accent"),
     Column("user", "USER", 9, lambda p: p.user, text=lambda p: p.user or "?",
-           style=lambda p: None if p.user else "dim"),
+           style=lambda p: None if p.user else "dim", priority=3, min_width=6),
+    Column("state", "S", 1, lambda p: p.state_letter, style=lambda p: "ok" if p.state == "running" else
+           "bad" if p.state in ("zombie", "disk_sleep") else None, priority=2),
     Column("cpu", "CPU%", 6, lambda p: p.cpu_ratio, right=True,
            text=lambda p: fmt.NA if p.cpu_ratio is None else f"{p.cpu_ratio * 100:.1f}",
            style=lambda p: "dim" if p.cpu_ratio is None else "warn" if p.cpu_ratio >= 0.9 else None),
     Column("mem", "MEM%", 5, lambda p: p.memory_ratio, right=True,
            text=lambda p: fmt.NA if p.memory_ratio is None else f"{p.memory_ratio * 100:.1f}",
-           style=lambda p: "dim" if p.memory_ratio is None else None),
-    Column("time", "TIME+", 9, lambda p: p.cpu_seconds, text=lambda p: fmt.cpu_time(p.cpu_seconds), right=True),
-    Column("gpu_mem", "GPU MEM", 8, lambda p: p.gpu_memory_bytes, right=True,
+           style=lambda p: "dim" if p.memory_ratio is None else None, priority=4),
+    Column("res", "RES", 6, lambda p: p.rss_bytes, right=True, text=lambda p: fmt.size(p.rss_bytes),
+           style=lambda p: "dim" if p.rss_bytes is None else None, priority=1),
+    Column("time", "TIME+", 9, lambda p: p.cpu_seconds, text=lambda p: fmt.cpu_time(p.cpu_seconds), right=True,
+           priority=5),
+    Column("gpu_mem", "GPU MEM", 7, lambda p: p.gpu_memory_bytes, right=True,
            text=lambda p: fmt.size(p.gpu_memory_bytes) if p.gpus else "",
-           style=lambda p: "accent" if p.gpus else None),
-    Column("gpus", "GPU", 4, lambda p: p.gpus or None, text=lambda p: p.gpus),
-    Column("command", "COMMAND", 0, lambda p: p.command, text=lambda p: fmt.one_line(p.command)),
+           style=lambda p: "accent" if p.gpus else None, priority=1),
+    Column("gpus", "GPU", 4, lambda p: p.gpus or None, text=lambda p: p.gpus, priority=4),
+    Column("command", "COMMAND", 0, lambda p: p.command, text=lambda p: fmt.one_line(p.command), min_width=24),
 )
+#: The process table of a node without GPUs: no GPU MEM and GPU columns.
+CPU_PROCESS_COLUMNS = tuple(c for c in PROCESS_COLUMNS if c.key not in ("gpu_mem", "gpus"))
 
 
-def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int) -> list[Line]:
-    """htop's header: one meter per core (two columns), Mem, Swp, then Tasks, Load, Uptime."""
+def core_rows_budget(height: int) -> int:
+    """Rows the per-core CPU meters may take on a screen ``height`` rows high (a quarter of what
+    is left after the bars, at least one)."""
+    return max(1, (height - 10) // 4)
+
+
+def cpu_lines(cores: tuple[float, ...], busy: float | None, cpu_count: int, width: int, rows: int) -> list[Line]:
+    """htop's CPU meters in ``width`` cells and at most ``rows`` rows: one meter per core in as
+    many columns as the rows need, while a meter keeps ``CORE_METER_MIN`` cells; otherwise (or
+    above ``MAX_CORE_METERS`` cores) one average meter and a strip with a mark per core."""
+    if cores and len(cores) <= MAX_CORE_METERS:
+        columns = max(2 if len(cores) > 1 else 1, math.ceil(len(cores) / rows))
+        cell = (width - 1) // columns
+        if cell - 6 >= CORE_METER_MIN or columns <= 2 and cell - 6 >= 8:
+            per_column = math.ceil(len(cores) / columns)
+            lines = []
+            for i in range(per_column):
+                line: Line = []
+                for c in range(columns):
+                    core = i + c * per_column
+                    if core < len(cores):
+                        line += [(f"{core:>4} ", "label"), *bar(cores[core], cell - 6), (" ", None)]
+                lines.append(line)
+            return lines
+    label = f"{cpu_count or len(cores)} CPUs" if cpu_count or cores else "CPU"
+    meter = max(12, min(60, width - 20))
+    lines = [[(f"{'Avg':>4} ", "label"), *bar(busy, meter), (f" {label}", "dim")]]
+    if cores:
+        room = max(8, width - 7)
+        strip = spark(cores, len(cores))
+        for start in range(0, len(strip), room):
+            lines.append([(" cores " if start == 0 else "       ", "label"), (strip[start:start + room], "spark")])
+    return lines
+
+
+def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int, height: int = 50) -> list[Line]:
+    """htop's header in ``width`` cells for a screen ``height`` rows high: the node's name, state and
+    age; CPU meters (``cpu_lines``); Mem and Swp meters side by side; tasks, load and uptime; the
+    agent's notices; ``GPUs: none`` with NVML's reason on a node without GPUs."""
     state = status.state
-    head: Line = [(f" {status.name} ", "title"), (f" {state} ", STATE_STYLE.get(state, "dim")),
-                  (f" {_updated(status.age(fmt.now()))}", "dim" if state == "ok" else "warn")]
-    if status.error:
-        head.append((f"  {status.error}", "bad"))
+    head: Line = fit([(f" {status.name} ", "title", 0), (f" {state} ", STATE_STYLE.get(state, "dim"), 0),
+                      (f" {_updated(status.age(fmt.now()))}", "dim" if state == "ok" else "warn", 1),
+                      (f"  {status.error}" if status.error else "", "bad", 0)], width)
     lines = [head]
     if snapshot is None:
         text = " loading this node's snapshot…" if status.figures is not None else " no data from this node yet"
         return lines + [[(text, "dim")]]
     host = snapshot.host
-    cores = host.cpu.core_busy_ratios
-    meter = max(12, (width - 2) // 2 - 6)
-    if cores and len(cores) <= MAX_CORE_METERS:
-        half = math.ceil(len(cores) / 2)
-        for i in range(half):
-            line: Line = [(f"{i:>4} ", "label"), *bar(cores[i], meter)]
-            if i + half < len(cores):
-                line += [(f" {i + half:>4} ", "label"), *bar(cores[i + half], meter)]
-            lines.append(line)
-    else:
-        label = f"{host.cpu_count} CPUs" if host.cpu_count else "CPU"
-        lines.append([(f"{'Avg':>4} ", "label"), *bar(host.cpu.busy_ratio, 2 * meter + 6), (f" {label}", "dim")])
+    lines += cpu_lines(host.cpu.core_busy_ratios, host.cpu.busy_ratio, host.cpu_count, width,
+                       core_rows_budget(height))
     mem = host.memory
-    big = 2 * meter + 6
-    lines.append([(" Mem ", "label"), *bar(_ratio(mem.used_bytes, mem.total_bytes), big,
-                                            f"{fmt.size(mem.used_bytes)}/{fmt.size(mem.total_bytes)}")])
-    lines.append([(" Swp ", "label"), *bar(_ratio(mem.swap_used_bytes, mem.swap_total_bytes), big,
-                                            f"{fmt.size(mem.swap_used_bytes)}/{fmt.size(mem.swap_total_bytes)}")])
+    half = max(14, (width - 12) // 2)
+    lines.append([(" Mem ", "label"), *bar(_ratio(mem.used_bytes, mem.total_bytes), half,
+                                            f"{fmt.size(mem.used_bytes)}/{fmt.size(mem.total_bytes)}"),
+                  ("  Swp ", "label"), *bar(_ratio(mem.swap_used_bytes, mem.swap_total_bytes), half,
+                                             f"{fmt.size(mem.swap_used_bytes)}/{fmt.size(mem.swap_total_bytes)}")])
     running = host.processes_by_state.get("running")
-    lines.append([(" Tasks: ", "label"), (f"{host.processes:,}", "value"), (", ", "label"),
-                  (f"{host.threads:,} thr", "value"),
-                  (f"; {running if running is not None else fmt.NA} running", "label"),
-                  ("   Load average: ", "label"),
-                  (" ".join(fmt.num(v, 2) for v in (host.load1, host.load5, host.load15)), "value"),
-                  ("   Uptime: ", "label"), (fmt.duration(host.uptime_seconds), "value")])
+    lines.append(fit([(" Tasks: ", "label", 0), (f"{host.processes:,}", "value", 0),
+                      (f", {host.threads:,} thr", "value", 3),
+                      (f"; {running if running is not None else fmt.NA} running", "label", 2),
+                      ("  Load average: ", "label", 0),
+                      (" ".join(fmt.num(v, 2) for v in (host.load1, host.load5, host.load15)), "value", 0),
+                      ("  Uptime: ", "label", 1), (fmt.duration(host.uptime_seconds), "value", 1)], width))
     for notice in snapshot.agent.notices:
-        lines.append([(f" ! {fmt.one_line(notice)}", "warn")])
+        lines.append([(" ! ", "warn"), (fmt.shorten(notice, max(8, width - 3)), "warn")])
+    if not snapshot.gpus:
+        reason = snapshot.agent.sources.get("nvml")
+        why = f" ({fmt.one_line(reason)})" if reason and reason != "ok" and reason not in " ".join(
+            snapshot.agent.notices) else ""
+        lines.append([(" GPUs: ", "label"), ("none", "dim"), (fmt.shorten(why, max(0, width - 12)), "dim")])
     return lines
 
 
@@ -129,58 +200,19 @@ def _ratio(part: float | None, whole: float | None) -> float | None:
     return None if part is None or not whole else part / whole
 
 
-def gpu_lines(gpu: GpuInfo, history: tuple[tuple, tuple], width: int) -> list[Line]:
-    """One nvtop block for ``gpu``: title, UTIL and MEM meters with sparklines, then the readings."""
-    title: Line = [(f" GPU{gpu.index} ", "title"), (f" {fmt.one_line(gpu.name) if gpu.name else fmt.NA}", "value"),
-                   (f"  {gpu.uuid or ''}", "dim")]
-    if gpu.lost:
-        return [title, [(" LOST ", "lost"), ("  NVML reports the GPU fell off the bus: no readings; reset the GPU "
-                                               "or reboot the node", "bad")], []]
-    meter = max(16, min(40, width // 2 - 6))
-    room = max(0, width - meter - 8)
-    util_hist, mem_hist = history
-    if gpu.utilization_ratio is None and gpu.mig_enabled:
-        util_line: Line = [(" UTIL ", "label"), *bar(None, meter, "N/A (MIG)")]
-    else:
-        util_line = [(" UTIL ", "label"), *bar(gpu.utilization_ratio, meter)]
-    util_line.append((" " + spark(util_hist, room), "spark"))
-    mem_ratio = _ratio(gpu.memory_used_bytes, gpu.memory_total_bytes)
-    mem_line: Line = [(" MEM  ", "label"), *bar(mem_ratio, meter,
-                                                f"{fmt.size(gpu.memory_used_bytes)}/{fmt.size(gpu.memory_total_bytes)}"),
-                      (" " + spark(mem_hist, room), "spark")]
-    temp = gpu.temperature_celsius
-    power = f"{fmt.num(gpu.power_watts, 0)}/{fmt.num(gpu.power_limit_watts, 0)} W"
-    readings: Line = [(" TEMP ", "label"), (fmt.num(temp, 0, "°C"), "bad" if (temp or 0) >= 85 else "value"),
-                      ("  POW ", "label"), (power, "value"),
-                      ("  SM ", "label"), (fmt.hertz(gpu.sm_clock_hertz), "value"),
-                      ("  FAN ", "label"),
-                      (fmt.pct(gpu.fan_speed_ratio), "value" if gpu.fan_speed_ratio is not None else "na")]
-    pcie: Line = [(" PCIe ", "label"), ("RX ", "label"), (fmt.rate(gpu.pcie_rx_bytes_per_second), "value"),
-                  ("  TX ", "label"), (fmt.rate(gpu.pcie_tx_bytes_per_second), "value"),
-                  ("  ECC ", "label"),
-                  (f"{fmt.num(gpu.ecc_corrected_total, 0)}/{fmt.num(gpu.ecc_uncorrected_total, 0)}",
-                   "bad" if gpu.ecc_uncorrected_total else "value")]
-    reasons = gpu.throttle_reasons
-    throttle: Line = [(" THROTTLE ", "label"),
-                      (fmt.NA if reasons is None else ", ".join(reasons) or "none",
-                       "na" if reasons is None else "warn" if any(r not in ("gpu_idle",) for r in reasons) else "dim")]
-    lines = [title, util_line, mem_line, readings, pcie, throttle]
-    for mig in gpu.mig_instances:
-        lines.append([(f"   MIG {mig.index} ", "label"),
-                      (f"GI {mig.gpu_instance_id} CI {mig.compute_instance_id} ", "dim"),
-                      (f"{fmt.size(mig.memory_used_bytes)}/{fmt.size(mig.memory_total_bytes)}", "value")])
-    lines.append([])
-    return lines
-
-
 class NodeScreen(TableScreen):
-    """One node, htop and nvtop side by side."""
+    """One node: htop and nvtop, side by side or stacked (``SIDE_BY_SIDE_WIDTH``); ``c`` switches
+    the GPUs between compact lines and detailed blocks."""
 
     TITLE = "Node"
+    BINDINGS = [*TableScreen.BINDINGS, Binding("c", "toggle_gpu_view", "compact/detail")]
 
     def __init__(self, node: str) -> None:
         super().__init__()
         self.node = node
+        #: ``None`` chooses: detailed blocks only where all of them fit; ``True``/``False`` by ``c``.
+        self.compact: bool | None = None
+        self._gpu_count = -1
 
     def compose(self) -> ComposeResult:
         yield from self.compose_status()
@@ -190,42 +222,100 @@ class NodeScreen(TableScreen):
                 yield VirtualTable(PROCESS_COLUMNS, row_key=lambda p: p.pid,
                                    search_text=lambda p: f"{p.pid} {p.user or ''} {p.command or ''}",
                                    sort_key="cpu", reverse=True, empty="processes: loading…", id="processes")
-            with VerticalScroll(id="nvtop"):
-                yield Lines(id="gpus")
+            with Vertical(id="nvtop"):
+                yield Lines(id="gpu-summary")
+                yield VirtualTable(GPU_COLUMNS, row_key=lambda r: r.gpu.index, sort_key="gpu",
+                                   empty="GPUs: loading…", id="gpu-table")
+                with VerticalScroll(id="gpu-blocks"):
+                    yield Lines(id="gpus")
         yield from self.compose_filter()
         yield from self.compose_footer()
 
+    @property
+    def table(self) -> VirtualTable:
+        """The table sorting and filtering act on: the GPU table while it has the focus, else
+        the process table."""
+        focused = self.focused
+        if isinstance(focused, VirtualTable) and focused.id == "gpu-table":
+            return focused
+        return self.query_one("#processes", VirtualTable)
+
     def on_mount(self) -> None:  # TableScreen.on_mount runs next (Textual calls both)
-        self.app.set_focus_node(self.node)
+        self.top.set_focus_node(self.node)
 
     def on_unmount(self) -> None:
-        self.app.set_focus_node(None)
+        self.top.set_focus_node(None)
+
+    def action_toggle_gpu_view(self) -> None:
+        self.compact = not self._is_compact(self._gpu_count)
+        self.update_snapshot(self.top.snapshot)
+
+    def _side_by_side(self) -> bool:
+        return (self.size.width or 80) >= SIDE_BY_SIDE_WIDTH
+
+    def _is_compact(self, gpus: int) -> bool:
+        if self.compact is not None:
+            return self.compact
+        height = (self.size.height or 24) - 2
+        room = height if self._side_by_side() else height // 2
+        return gpus * BLOCK_ROWS > room
+
+    def _arrange(self, gpus: int, compact: bool) -> None:
+        """Lay the panes out for this terminal and this node (classes read by top.tcss)."""
+        body = self.query_one("#node-body")
+        wide = self._side_by_side()
+        body.set_class(wide, "wide")
+        body.set_class(not wide, "stacked")
+        body.set_class(gpus == 0, "no-gpus")
+        body.set_class(compact, "compact")
+        nvtop = self.query_one("#nvtop")
+        if not wide:
+            height = (self.size.height or 24) - 2
+            want = (gpus + 2) if compact else gpus * BLOCK_ROWS + 1
+            nvtop.styles.height = max(3, min(want + 1, height // 2))
+        else:
+            nvtop.styles.height = "1fr"
 
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         super().update_snapshot(snapshot)
         status = snapshot.node(self.node) or NodeStatus(name=self.node, source="", state="waiting")
         snap = status.snapshot
-        width = self.query_one("#htop").size.width or 80
-        self.query_one("#host", Lines).set_lines(host_lines(status, snap, width))
-        table = self.table
+        gpus = len(snap.gpus) if snap is not None else (status.figures.gpus if status.figures else 0)
+        compact = self._is_compact(gpus)
+        self._gpu_count = gpus
+        self._arrange(gpus, compact)
+        wide = self._side_by_side()
+        width = self.size.width or 80
+        htop_width = (width * 3 // 5 if gpus else width) if wide else width
+        self.query_one("#host", Lines).set_lines(host_lines(status, snap, htop_width, self.size.height or 24))
+        table = self.query_one("#processes", VirtualTable)
+        columns = list(PROCESS_COLUMNS if gpus else CPU_PROCESS_COLUMNS)
+        if [c.key for c in table.columns] != [c.key for c in columns]:
+            table.set_columns(columns)
         if snap is not None:
             table.empty = "no processes"
             table.set_rows(process_rows(snap))
         else:
             table.empty = "processes: loading…" if status.figures is not None else "no data from this node yet"
             table.set_rows([])
-        gpu_width = self.query_one("#nvtop").size.width or 80
+        gpu_width = width - htop_width - 1 if wide else width
+        self.query_one("#gpu-summary", Lines).set_lines([summary_line(status.figures, gpu_width)])
+        gpu_table = self.query_one("#gpu-table", VirtualTable)
+        severities = status.figures.gpu_xid_severities if status.figures else ()
+        gpu_table.set_rows(gpu_rows(snap.gpus, severities) if snap is not None else [])
         if snap is None:
-            lines: list[Line] = [[(" GPUs: loading…" if status.figures is not None else " GPUs: no data yet", "dim")]]
-        elif not snap.gpus:
-            reason = snap.agent.sources.get("nvml")
-            why = f" {fmt.one_line(reason)}" if reason and reason != "ok" else ""
-            lines = [[(" no GPUs", "title")], [(why, "dim")]]
-        else:
-            history = self.app.poller.history
-            lines = [line for gpu in snap.gpus
-                     for line in gpu_lines(gpu, history.get(status.name, gpu.index), gpu_width)]
-        self.query_one("#gpus", Lines).set_lines(lines)
+            gpu_table.empty = " GPUs: loading…" if status.figures is not None else " GPUs: no data yet"
+        if not compact and snap is not None:
+            history = self.top.poller.history
+            tails = uuid_tails([g.uuid for g in snap.gpus])
+            lines = [line for gpu, tail in zip(snap.gpus, tails, strict=False)
+                     for line in gpu_block(gpu, history.get(status.name, gpu.index), gpu_width, tail)]
+            self.query_one("#gpus", Lines).set_lines(lines)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:
-        event.stop()  # a process has nowhere further to go
+        event.stop()
+        row = event.row
+        if isinstance(row, GpuRow):  # a GPU in full: the whole UUID, PCI bus, driver, history
+            history = self.top.poller.history.get(self.node, row.gpu.index)
+            width = min(100, (self.size.width or 80) - 8)
+            self.app.push_screen(GpuDetailScreen(detail_lines(row.gpu, history, width)))

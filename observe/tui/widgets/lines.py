@@ -20,7 +20,10 @@ Piece = tuple[str, "str | None"]
 Line = list[Piece]
 #: Style names a piece may carry.
 STYLES = ("label", "value", "low", "mid", "high", "empty", "na", "ok", "warn", "bad", "dim", "accent", "lost",
-          "title", "spark")
+          "title", "spark",
+          # the GPU grid's legend (``observe.tui.widgets.grid``): its scales and XID classes
+          *(f"s{i}" for i in range(8)), *(f"heat{i}" for i in range(8)),
+          "x-none", "x-info", "x-app", "x-reset", "x-reboot", "g-na", "g-lost")
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
@@ -71,6 +74,38 @@ def spark(values: Sequence[float | None], width: int, top: float | None = 1.0) -
         else:
             out.append(_SPARKS[max(0, min(len(_SPARKS) - 1, int((v - low) / span * (len(_SPARKS) - 1) + 0.5)))])
     return "".join(out)
+
+
+def width_of(line: Line) -> int:
+    """Cells ``line`` takes (one per character: the TUI writes no wide characters)."""
+    return sum(len(text) for text, _ in line)
+
+
+def fit(pieces: Sequence[tuple[str, str | None, int]], width: int) -> Line:
+    """The pieces ``(text, style, priority)`` that fit in ``width`` cells, in their order: pieces
+    with the highest priority number are left out first (``0``: kept), a run of neighbouring
+    pieces of one priority (a label and its value) together, the rightmost run first. A kept piece
+    that still does not fit is cut at a word boundary (``observe.tui.fmt.shorten``), never mid-word."""
+    from observe.tui.fmt import shorten
+
+    kept = list(pieces)
+    while sum(len(t) for t, _, _ in kept) > width and any(p > 0 for _, _, p in kept):
+        end = max(range(len(kept)), key=lambda i: (kept[i][2], i)) + 1
+        start = end - 1
+        while start > 0 and kept[start - 1][2] == kept[end - 1][2]:
+            start -= 1
+        del kept[start:end]
+    line: Line = []
+    room = width
+    for text, style, _ in kept:
+        if room <= 0:
+            break
+        if len(text) > room:
+            lead = len(text) - len(text.lstrip(" "))
+            text = " " * min(lead, room) + shorten(text.strip(" "), room - min(lead, room))
+        line.append((text, style))
+        room -= len(text)
+    return line
 
 
 class Lines(Widget):

@@ -8,6 +8,11 @@ the ``.tcss`` file. Text is drawn as plain segments, never parsed as markup.
 
 Keys: up/down/page up/page down/home/end move the cursor; Enter posts ``VirtualTable.Selected``.
 The cursor stays on the same row (by key) across refreshes and re-sorts.
+
+Narrow terminals: columns have a ``priority`` and a ``min_width``; when they do not fit, the table
+first shrinks the fill column to its ``min_width``, then shrinks the other shrinkable columns to
+theirs, then drops columns, the highest ``priority`` number first (``0`` never drops), and only
+then shrinks the fill column further (``column_layout``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class Column:
         text: row -> the cell text (default: ``str(value)``).
         style: row -> a style name from ``STYLES`` or ``None``.
         right: right-align (numbers).
+        priority: ``0`` never dropped; on a narrow terminal columns with higher numbers are
+            dropped first (ties: the rightmost first).
+        min_width: the column may shrink to this many characters before any column is dropped
+            (default: ``width``; for the fill column, the room it keeps before others drop).
     """
 
     key: str
@@ -49,6 +58,51 @@ class Column:
     text: Callable[[Any], str] | None = None
     style: Callable[[Any], str | None] | None = None
     right: bool = False
+    priority: int = 0
+    min_width: int | None = None
+
+    @property
+    def least(self) -> int:
+        """The narrowest this column gets before columns are dropped."""
+        return self.min_width if self.min_width is not None else (self.width or 8)
+
+
+#: The fill column never gets narrower than this, whatever the terminal.
+FILL_FLOOR = 4
+
+
+def column_layout(columns: Sequence[Column], total: int) -> list[tuple[Column, int]]:
+    """The columns shown in ``total`` characters and their widths (one space between columns).
+
+    Order of giving way: the fill column (``width == 0``) shrinks to its ``min_width``; other
+    columns shrink to their ``min_width``; columns are dropped, highest ``priority`` first
+    (``0`` never); the fill column shrinks to ``FILL_FLOOR``. The fill column takes what is left.
+    """
+    shown = list(columns)
+    widths = {id(c): (c.least if c.width == 0 else c.width) for c in shown}
+
+    def used() -> int:
+        return sum(widths[id(c)] for c in shown) + max(0, len(shown) - 1)
+
+    excess = used() - total
+    for column in sorted((c for c in shown if c.width and c.least < c.width),
+                         key=lambda c: (-c.priority, -shown.index(c))):
+        if excess <= 0:
+            break
+        cut = min(excess, widths[id(column)] - column.least)
+        widths[id(column)] -= cut
+        excess -= cut
+    while used() > total:
+        droppable = [c for c in shown if c.priority > 0]
+        if not droppable:
+            break
+        drop = max(droppable, key=lambda c: (c.priority, shown.index(c)))
+        shown.remove(drop)
+    fill = next((c for c in shown if c.width == 0), None)
+    if fill is not None:
+        others = sum(widths[id(c)] for c in shown if c is not fill) + max(0, len(shown) - 1)
+        widths[id(fill)] = max(FILL_FLOOR, total - others)
+    return [(c, widths[id(c)]) for c in shown]
 
 
 class _RowMessage(Message):
@@ -110,12 +164,21 @@ class VirtualTable(Widget, can_focus=True):
         self.rows: list[Any] = []
         self._top = 0
         self._styles: dict[str, Style] = {}
+        self._layouts: dict[int, list[tuple[Column, int]]] = {}
 
     # -- data -----------------------------------------------------------------------------------
 
     def set_rows(self, rows: Sequence[Any]) -> None:
         """Replace the rows (re-sorted and re-filtered; the cursor stays on its row)."""
         self._all = list(rows)
+        self._apply()
+
+    def set_columns(self, columns: Sequence[Column]) -> None:
+        """Replace the columns (the sort column stays when it is still there)."""
+        self.columns = list(columns)
+        self._layouts = {}
+        if self._column(self.sort_key) is None:
+            self.sort_key = self.columns[0].key
         self._apply()
 
     def sort_by(self, key: str, reverse: bool | None = None) -> None:
@@ -217,7 +280,7 @@ class VirtualTable(Widget, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
             x = 0
-            for column, width in zip(self.columns, self._widths(self.size.width), strict=False):
+            for column, width in self.column_widths(self.size.width):
                 if x <= event.x < x + width + 1:
                     self.sort_by(column.key)
                     return
@@ -234,15 +297,23 @@ class VirtualTable(Widget, can_focus=True):
 
     # -- drawing ------------------------------------------------------------------------------
 
-    def _widths(self, total: int) -> list[int]:
-        fixed = sum(c.width for c in self.columns) + len(self.columns) - 1
-        return [c.width if c.width else max(4, total - fixed) for c in self.columns]
+    def column_widths(self, total: int) -> list[tuple[Column, int]]:
+        """The columns shown at ``total`` characters and their widths (``column_layout``, cached)."""
+        layout = self._layouts.get(total)
+        if layout is None:
+            layout = self._layouts[total] = column_layout(self.columns, total)
+        return layout
+
+    @property
+    def shown_columns(self) -> list[Column]:
+        """The columns drawn at the table's current width."""
+        return [c for c, _ in self.column_widths(self.size.width or 80)]
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        widths = self._widths(width)
+        layout = self.column_widths(width)
         if y == 0:
-            return self._header(widths, width)
+            return self._header(layout, width)
         index = self._top + y - 1
         if index >= len(self.rows):
             if index == 0:
@@ -254,7 +325,8 @@ class VirtualTable(Widget, can_focus=True):
         selected = index == self.cursor
         cursor_style = self._style("cursor") if selected else None
         segments = []
-        for n, (column, cell_width) in enumerate(zip(self.columns, widths, strict=False)):
+        last = len(layout) - 1
+        for n, (column, cell_width) in enumerate(layout):
             try:
                 value = column.value(row)
                 text = column.text(row) if column.text else ("" if value is None else str(value))
@@ -267,22 +339,23 @@ class VirtualTable(Widget, can_focus=True):
             if cursor_style is not None:
                 style = style + cursor_style
             segments.append(Segment(text, style))
-            if n < len(self.columns) - 1:
+            if n < last:
                 segments.append(Segment(" ", cursor_style or base))
         return Strip(segments).adjust_cell_length(width, cursor_style or base)
 
-    def _header(self, widths: list[int], width: int) -> Strip:
+    def _header(self, layout: list[tuple[Column, int]], width: int) -> Strip:
         header = self._style("header")
         sorted_style = self._style("sorted")
         segments = []
-        for n, (column, cell_width) in enumerate(zip(self.columns, widths, strict=False)):
+        last = len(layout) - 1
+        for n, (column, cell_width) in enumerate(layout):
             title = column.title
-            if column.key == self.sort_key:
-                title = f"{title}{'▼' if self.reverse else '▲'}"
+            if column.key == self.sort_key:  # the arrow stays when the title is cut
+                title = f"{title[: max(0, cell_width - 1)]}{'▼' if self.reverse else '▲'}"
             title = title[:cell_width]
             title = title.rjust(cell_width) if column.right else title.ljust(cell_width)
             segments.append(Segment(title, sorted_style if column.key == self.sort_key else header))
-            if n < len(self.columns) - 1:
+            if n < last:
                 segments.append(Segment(" ", header))
         return Strip(segments).adjust_cell_length(width, header)
 

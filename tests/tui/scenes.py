@@ -1,0 +1,122 @@
+"""Fixed cluster snapshots for the screen tests, built from the recorded agent answers
+(tests/tui/recorded) and the trainer's real exporter at a pinned time.
+
+- ``fleet_snapshot``: the three recorded nodes, an unreachable and a malformed endpoint, an 8-GPU
+  node (GPU UUIDs that differ only in their last characters, GPU 7 the hottest), a 16-GPU node, a
+  node whose GPU 5 power NVML cannot read (its power sum is partial), and a two-rank run with a
+  straggler.
+- ``finished_snapshot``: the same run after its last step (``phase="finished"``); rank 1 stopped
+  answering after it said so.
+- ``big_snapshot``: ``n`` nodes of 8 GPUs for the GPU grid, with an idle GPU, a hot one, a lost
+  one, an XID and an unreachable node among them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from observe.model import GpuInfo, NodeSnapshot, XidEvent
+from observe.sources.direct import LossHistory, build_runs
+from observe.sources.trainer import parse_exposition, ranks_from_samples
+from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, node_status
+from tests.tui.conftest import GPU0, GPU1
+from tests.tui.fleet import NODES, recorded, trainer_exposition
+
+NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+SOURCE = "3 agents, 2 trainer endpoints"
+
+
+def many_gpus(base: NodeSnapshot, name: str, count: int, seed: int = 1) -> NodeSnapshot:
+    """``base`` renamed ``name`` with ``count`` GPUs (readings varied; UUIDs differ at the tail)."""
+    template = base.gpus[0]
+    r = random.Random(seed)
+    gpus = tuple(replace(template, index=i, uuid=f"GPU-abc00000-1111-2222-3333-00dea{i:07x}",
+                         pci_bus=base.gpus[i].pci_bus if i < len(base.gpus) else f"0000:{0x80 + 0x08 * i:02x}:00", utilization_ratio=round(r.uniform(0.85, 1.0), 2),
+                         memory_used_bytes=(60 + i) << 30, temperature_celsius=float(55 + i * (26 // max(1, count - 1))),
+                         power_watts=float(600 + 10 * i)) for i in range(count))
+    return replace(base, node=name, gpus=gpus)
+
+
+def no_power_reading(base: NodeSnapshot, name: str, gpu: int) -> NodeSnapshot:
+    """``base`` with 8 GPUs, one of which NVML reports no power for (``None``)."""
+    snap = many_gpus(base, name, 8, seed=3)
+    gpus = tuple(replace(g, power_watts=None) if g.index == gpu else g for g in snap.gpus)
+    return replace(snap, gpus=gpus)
+
+
+def _ranks(phase: str | None = None, step: int = 120) -> list[RankStatus]:
+    ranks = []
+    for rank, (uuid, seconds, wait) in enumerate(((GPU0, 0.50, 0.02), (GPU1, 0.60, 0.09))):
+        text = trainer_exposition(rank, "gpu-node-1", uuid, seconds, wait, step=step)().decode()
+        ranks += ranks_from_samples(parse_exposition(text), f"http://10.0.0.1:{9500 + rank}/metrics", NOW)
+    if phase is not None:
+        ranks = [replace(r, phase=phase) for r in ranks]
+    return ranks
+
+
+def _history() -> LossHistory:
+    history = LossHistory()
+    for step, loss in ((20, 7.1), (40, 5.2), (60, 4.1), (80, 3.4), (100, 3.1)):
+        history.add("llama-ft-7", step, loss)
+    return history
+
+
+def fleet_nodes(focus: str | None) -> list[NodeStatus]:
+    """The fleet's nodes (``focus`` keeps its whole snapshot)."""
+    snaps = [recorded(n, NOW, age=0.4) for n in NODES]
+    base = snaps[0]
+    snaps += [many_gpus(base, "p5-node-8gpu", 8), many_gpus(base, "gb200-node-16gpu", 16, seed=2),
+              no_power_reading(base, "p5-node-nopower", 5)]
+    nodes = [node_status(s.node, f"http://10.0.0.{i + 1}:9401", s, NOW, keep=s.node == focus)
+             for i, s in enumerate(snaps)]
+    nodes.append(NodeStatus(name="10.0.0.9:9401", source="http://10.0.0.9:9401", state="unreachable",
+                            error="connection refused", checked_unix=NOW))
+    nodes.append(NodeStatus(name="10.0.0.8:9401", source="http://10.0.0.8:9401", state="malformed",
+                            error="not a snapshot: snapshot schema_version 2 is not 1; upgrade fsdp-observe on the "
+                                  "reading side", checked_unix=NOW))
+    return nodes
+
+
+def fleet_snapshot(focus: str | None = None) -> ClusterSnapshot:
+    """The fleet with a two-rank run in progress (rank 1 on GPU 1 is the straggler)."""
+    return ClusterSnapshot(time_unix=NOW - 0.3, source=SOURCE, nodes=tuple(fleet_nodes(focus)),
+                           runs=build_runs(_ranks(), _history()), focus=focus, cycle_seconds=0.042, trainers=2)
+
+
+def finished_snapshot() -> ClusterSnapshot:
+    """The run after its last step: both ranks said ``finished``; rank 1 has stopped answering since."""
+    ranks = _ranks("finished", step=200)
+    ranks[1] = replace(ranks[1], state="finished")
+    return ClusterSnapshot(time_unix=NOW - 0.3, source=SOURCE, nodes=tuple(fleet_nodes(None)),
+                           runs=build_runs(ranks, _history()), cycle_seconds=0.042, trainers=2)
+
+
+def big_snapshot(n: int) -> ClusterSnapshot:
+    """``n`` nodes of 8 GPUs (H100-like readings) with the odd ones out the grid must show."""
+    r = random.Random(7)
+    template = recorded("gpu-node-1", NOW, age=0.4)
+    gpu = template.gpus[0]
+    nodes = []
+    for i in range(n):
+        gpus = tuple(replace(gpu, index=g, uuid=f"GPU-{i:08x}-{g:04x}", pci_bus=f"0000:{0x18 + 0x10 * g:02x}:00",
+                             utilization_ratio=round(r.uniform(0.88, 1.0), 2),
+                             memory_used_bytes=r.randrange(55 << 30, 70 << 30),
+                             temperature_celsius=float(r.randrange(50, 70))) for g in range(8))
+        if i == 37:
+            gpus = tuple(replace(x, utilization_ratio=0.02) if x.index == 3 else x for x in gpus)  # idle
+        if i == 200:
+            gpus = tuple(replace(x, temperature_celsius=91.0) if x.index == 6 else x for x in gpus)  # hot
+        if i == 451:
+            gpus = tuple(GpuInfo(index=x.index, uuid=x.uuid, lost=True) if x.index == 1 else x for x in gpus)
+        xids: tuple[XidEvent, ...] = ()
+        if i == 612:
+            xids = (XidEvent(xid=79, name="GPU has fallen off the bus", severity="node_reboot", action="RESTART_BM",
+                             node=f"gpu-node-{i:04d}", gpu=5, time_unix=NOW - 300),)
+        snap = replace(template, node=f"gpu-node-{i:04d}", gpus=gpus, xid_events=xids)
+        status = node_status(snap.node, f"http://10.1.{i // 250}.{i % 250}:9401", snap, NOW, keep=False)
+        if i == 800:
+            status = replace(status, state="unreachable", error="connection refused")
+        nodes.append(status)
+    return ClusterSnapshot(time_unix=NOW - 0.3, source=f"{n} agents, 0 trainer endpoints", nodes=tuple(nodes),
+                           cycle_seconds=0.31, trainers=0)

@@ -1,0 +1,48 @@
+"""The fan-in's fast path (``observe.sources.summary``) gives the same node status as building the
+whole ``NodeSnapshot``, for every recorded node and a simulated 8-GPU node, and refuses the same
+bad answers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from observe.agent.server import summary
+from observe.model import NodeSnapshot
+from observe.sources.direct import decode_node
+from observe.sources.summary import read_summary
+from observe.sources.view import NodeStatus, node_status
+from tests.tui.fleet import NODES, recorded
+
+NOW = 1_800_000_000.0
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+
+def answers() -> list[bytes]:
+    from fleet import make_node  # benchmarks/fleet.py: the simulated fleet's node
+
+    snaps = [summary(recorded(n, NOW, xid_age=60)) for n in NODES]
+    snaps.append(summary(make_node(3, NOW - 1, seed=5)))
+    return [s.to_json().encode() for s in snaps]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_the_fast_path_gives_the_same_status(index: int) -> None:
+    body = answers()[index]
+    slow = node_status("x", "u", NodeSnapshot.from_json(body), NOW, keep=False)
+    fast = node_status("x", "u", read_summary(body), NOW, keep=False)
+    assert fast == slow and fast.figures is not None
+    assert fast.xid_events == slow.xid_events and fast.notices == slow.notices
+
+
+@pytest.mark.parametrize(("body", "reason"), [(b'{"schema_version": 2}', "schema_version 2 is not 1"),
+                                              (b'{"schema_version": 1, "gpus": "lots"', "Expecting"),
+                                              (b'{"schema_version": 1, "time_unix": 1}', "wrong shape"),
+                                              (b'[1, 2]', "schema_version None")])
+def test_bad_answers_are_malformed_on_both_paths(body: bytes, reason: str) -> None:
+    previous = NodeStatus(name="n", source="u")
+    for keep in (False, True):
+        status = decode_node(previous, body, NOW, keep=keep)
+        assert status.state == "malformed" and reason in status.error
