@@ -21,6 +21,7 @@ from typing import TypeVar
 from observe.agent.gpu import GpuCollector, Nvml
 from observe.agent.host import HostCollector
 from observe.agent.procs import ProcessTable
+from observe.agent.xid_cursor import XidCursor, read_boot_id
 from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
 from observe.model import (
     AgentHealth,
@@ -55,6 +56,8 @@ class Settings:
         max_processes: processes kept in a snapshot (busiest first; GPU processes are added).
         interval_seconds: the collection period (reported in the snapshot).
         version: the agent's version string.
+        state_dir: where the XID cursor and counts are kept across restarts
+            (``observe.agent.xid_cursor``); ``None`` keeps nothing.
     """
 
     node: str
@@ -64,6 +67,7 @@ class Settings:
     max_processes: int = 100
     interval_seconds: float = 1.0
     version: str = ""
+    state_dir: str | None = None
 
 
 def own_usage() -> tuple[float | None, int | None]:
@@ -100,21 +104,40 @@ class Sampler:
         self.nvml = Nvml()
         self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root))
         self.xids = XidStore()
+        self.cursor: XidCursor | None = None
+        if settings.state_dir:
+            self.cursor = XidCursor(settings.state_dir, settings.kernel_log or settings.kmsg,
+                                    follow_file=settings.kernel_log is not None,
+                                    boot_id=read_boot_id(settings.proc_root), snapshot=self._xid_state)
         self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
-                                        boot_time=self.host.boot_time)
+                                        boot_time=self.host.boot_time, cursor=self.cursor)
         self.errors: Counter[str] = Counter()
         self.collections = 0
         self._logged: set[str] = set()
         self._procfs = "ok"
 
+    def _xid_state(self) -> tuple[dict[tuple[str | None, int, str], int], dict[str | None, str]]:
+        """What the cursor saves: the counts, and every PCI bus -> UUID learnt (events and driver lines)."""
+        _, counts, uuids = self.xids.view()
+        learnt: dict[str | None, str] = {bus: uuid for bus, uuid in self.watcher.parser.bus_uuids.items()}
+        return counts, {**learnt, **uuids}
+
     def start(self) -> None:
-        """Open the kernel log, then NVML (XID events from NVML only when the kernel log is unreadable)."""
+        """Take over the saved XID counts (with ``state_dir``), open the kernel log, then NVML (XID
+        events from NVML only when the kernel log is unreadable)."""
+        if self.cursor is not None:
+            restored = self.cursor.load()
+            self.xids.restore(restored.counts, restored.uuids)
+            self.watcher.parser.bus_uuids.update({bus: uuid for bus, uuid in restored.uuids.items() if bus})
+            log.info("XID state: %s (%d counts taken over)", restored.why, sum(restored.counts.values()))
         self.watcher.start()
         self.gpus.start(xid_events=not self.watcher.up)
 
     def stop(self) -> None:
         """Stop the watcher, shut NVML down, close the process table."""
         self.watcher.stop()
+        if self.cursor is not None:
+            self.cursor.close()
         self.nvml.shutdown()
         self.table.close()
 
@@ -138,6 +161,8 @@ class Sampler:
         processes, gpu_procs, notices = self._guard(
             "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), ((), tuple(gpu_procs), []))
         events, counts = self._guard("xid", lambda: self._xids(gpus), ((), ()))
+        if self.cursor is not None:
+            self.cursor.flush()
         self.collections += 1
         return NodeSnapshot(
             node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
@@ -183,10 +208,17 @@ class Sampler:
         for index, code in self.gpus.xid_events():
             gpu = self.gpus.by_index(index)
             info = lookup(code)
-            self.xids.add(XidEvent(
+            self._count(XidEvent(
                 xid=code, name=info.name, severity=info.severity, action=info.action, node=self.settings.node,
                 gpu=index, gpu_uuid=gpu.uuid if gpu else None, pci_bus=gpu.pci_bus if gpu else None,
                 time_unix=time.time(), source="nvml"))
+
+    def _count(self, event: XidEvent) -> None:
+        """Count an XID (through the cursor when there is one, so its count is saved)."""
+        if self.cursor is None:
+            self.xids.add(event)
+        else:
+            self.cursor.record(self.xids.add, event)
 
     def _xids(self, gpus: list[GpuInfo]) -> tuple[tuple[XidEvent, ...], tuple[XidCount, ...]]:
         """Recent events and counts, with GPU index and UUID matched by PCI bus."""
@@ -213,6 +245,8 @@ class Sampler:
             errors["xid_parse"] = self.watcher.parse_errors
         if self.watcher.overruns:
             errors["kmsg_overrun"] = self.watcher.overruns
+        if self.cursor is not None and self.cursor.errors:
+            errors["xid_state_write"] = self.cursor.errors
         kernel_log = self.watcher.status
         if not self.watcher.up and self.nvml.available:
             kernel_log += "; XIDs from NVML events"
@@ -223,7 +257,9 @@ class Sampler:
             collection_seconds=seconds, collections=self.collections, cpu_seconds=cpu_seconds,
             resident_memory_bytes=rss,
             sources={"procfs": self._procfs, "nvml": "ok" if self.nvml.available else (self.nvml.reason or ""),
-                     "kernel_log": kernel_log},
+                     "kernel_log": kernel_log,
+                     **({"xid_state": "ok" if self.cursor.enabled else "not kept (see the agent's log)"}
+                        if self.cursor is not None else {})},
             errors=dict(sorted(errors.items())), dropped=dict(sorted(self.gpus.dropped.items())),
             notices=tuple(all_notices),
         )

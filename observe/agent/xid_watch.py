@@ -11,6 +11,10 @@ used together, so one XID is never counted twice.
 
 Text in an event that a process controls (its name, the message, the raw line) is made safe by
 ``observe.agent.redact`` before it is stored.
+
+With a cursor (``observe.agent.xid_cursor``, ``--state-dir``) a restart resumes where the last
+run stopped: ``/dev/kmsg`` records already counted in this boot are skipped by sequence number, a
+file is read on from the last whole line, and the counts continue from the saved ones.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from observe.agent.redact import safe_text
+from observe.agent.xid_cursor import XidCursor, kmsg_sequence
 from observe.model import XidEvent
 from observe.xid import KernelLogParser
 
@@ -72,6 +77,13 @@ class XidStore:
         with self._lock:
             return list(self._recent), dict(self._counts), dict(self._uuids)
 
+    def restore(self, counts: dict[tuple[str | None, int, str], int], uuids: dict[str | None, str]) -> None:
+        """Start from counts a previous run of the agent saved (``observe.agent.xid_cursor``)."""
+        with self._lock:
+            self._counts.update(counts)
+            for bus, uuid in uuids.items():
+                self._uuids.setdefault(bus, uuid)
+
 
 class KernelLogWatcher:
     """Follows the kernel log on a daemon thread and adds every XID it finds to ``store``.
@@ -83,6 +95,7 @@ class KernelLogWatcher:
         kmsg: the kernel ring buffer device.
         boot_time: Unix time of boot, to date ``/dev/kmsg`` records.
         poll_seconds: how often to look for new lines when there are none.
+        cursor: resume from and save to this (``None``: read everything, keep nothing).
 
     Attributes:
         status: ``ok`` while reading, else why the kernel log cannot be read.
@@ -90,8 +103,9 @@ class KernelLogWatcher:
     """
 
     def __init__(self, store: XidStore, node: str = "", path: str | None = None, kmsg: str = KMSG,
-                 boot_time: float | None = None, poll_seconds: float = 0.5) -> None:
+                 boot_time: float | None = None, poll_seconds: float = 0.5, cursor: XidCursor | None = None) -> None:
         self.store = store
+        self.cursor = cursor
         self.parser = KernelLogParser(node)
         self.source = path or kmsg
         self.follow_file = path is not None
@@ -147,10 +161,19 @@ class KernelLogWatcher:
                 os.close(self._fd)
                 self._fd = None
 
-    def _feed(self, line: str) -> None:
+    def _feed(self, line: str, file_offset: int | None = None) -> None:
+        """Parse one line; count its XID (through the cursor, with the position after the line)."""
+        if self.cursor is None:
+            event = self.parser.feed(line, now=time.time(), boot_time=self.boot_time)
+            if event is not None:
+                self.store.add(event)
+            return
+        seq = None if self.follow_file else kmsg_sequence(line)
+        if self.cursor.seen(seq):
+            return  # counted before this agent restarted
         event = self.parser.feed(line, now=time.time(), boot_time=self.boot_time)
-        if event is not None:
-            self.store.add(event)
+        self.cursor.record(self.store.add, event, kmsg_seq=seq, file_fd=self._fd if self.follow_file else None,
+                           file_offset=file_offset)
 
     def _follow_kmsg(self) -> None:
         """One ``read`` per record; EAGAIN means none yet, EPIPE that the ring overwrote some."""
@@ -175,14 +198,21 @@ class KernelLogWatcher:
     def _follow_file(self) -> None:
         """Read to the end, then poll for appended lines; reopen when rotated or truncated."""
         pending = b""
-        position = 0
+        fd = self._fd
+        if fd is None:
+            return
+        if self.cursor is not None:
+            os.lseek(fd, self.cursor.resume_offset(fd), os.SEEK_SET)
+        position = os.lseek(fd, 0, os.SEEK_CUR)
         while not self._stop.is_set():
             chunk = os.read(self._fd, 65536)
             if chunk:
+                line_end = position - len(pending)  # offset just past the last whole line
                 position += len(chunk)
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
-                    self._feed(line.decode("utf-8", "replace"))
+                    line_end += len(line) + 1
+                    self._feed(line.decode("utf-8", "replace"), line_end)
                 continue
             if self._stop.wait(self.poll_seconds):
                 break

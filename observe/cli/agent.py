@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="procfs to read (default /proc; the host's when mounted elsewhere, e.g. /host/proc)")
     ap.add_argument("--kernel-log", metavar="FILE",
                     help="follow this file for XID errors instead of /dev/kmsg (e.g. /var/log/kern.log)")
+    ap.add_argument("--state-dir", metavar="DIR", default=os.environ.get("FSDP_OBSERVE_STATE_DIR") or None,
+                    help="keep the kernel-log position and XID counts here, so a restart counts no XID twice "
+                         "(default $FSDP_OBSERVE_STATE_DIR, else nothing is kept; the DaemonSet uses "
+                         "/var/lib/fsdp-observe)")
     ap.add_argument("--max-processes", type=int, default=100, metavar="N",
                     help="processes kept in /snapshot, busiest first (default 100; the full count is always reported)")
     ap.add_argument("--process-series", type=int, default=20, metavar="N",
@@ -71,6 +75,15 @@ def validate(ns: argparse.Namespace) -> None:
                              "give a readable file, or leave the flag out to read /dev/kmsg") from None
     if not ns.node:
         raise UserError("--node", "the node name is empty", "pass --node NAME or set NODE_NAME")
+    if ns.state_dir is not None:
+        try:
+            os.makedirs(ns.state_dir, exist_ok=True)
+        except OSError as exc:
+            raise UserError("--state-dir", f"cannot create {ns.state_dir} ({exc.strerror})",
+                            "pass a writable directory (on Kubernetes a hostPath, so it outlives the pod)") from None
+        if not os.access(ns.state_dir, os.W_OK | os.X_OK):
+            raise UserError("--state-dir", f"{ns.state_dir} is not writable",
+                            "pass a directory this user can write, or leave the flag out")
 
 
 def _version() -> str:
@@ -95,7 +108,8 @@ def main(argv: list[str]) -> int:
     # A request waiting for the GIL behind the collection thread gets it within 1 ms (default 5 ms).
     sys.setswitchinterval(0.001)
     settings = Settings(node=ns.node, proc_root=ns.proc_root, kernel_log=ns.kernel_log,
-                        max_processes=ns.max_processes, interval_seconds=ns.interval, version=_version())
+                        max_processes=ns.max_processes, interval_seconds=ns.interval, version=_version(),
+                        state_dir=ns.state_dir)
     try:
         agent = Agent(settings, ns.address, ns.port, ns.process_series)
     except OSError as exc:

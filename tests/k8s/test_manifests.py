@@ -208,6 +208,9 @@ def test_the_agent_matches_the_contract_in_names_py(built) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     assert {"name": "kmsg", "mountPath": names.KMSG_PATH, "readOnly": True} in agent["volumeMounts"]
     assert {"name": "kmsg", "hostPath": {"path": names.KMSG_PATH, "type": "CharDevice"}} in spec["volumes"]
+    state = names.AGENT_COMMAND[names.AGENT_COMMAND.index("--state-dir") + 1]
+    assert {"name": "state", "mountPath": state} in agent["volumeMounts"]  # writable: the XID cursor
+    assert {"name": "state", "hostPath": {"path": state, "type": "DirectoryOrCreate"}} in spec["volumes"]
     assert "hostNetwork" not in spec  # the agent serves on the pod IP
     assert "nvidia.com/gpu" not in agent["resources"]["limits"]  # it must not take GPUs from training
 
