@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from observe.agent.gpu import GpuCollector, Nvml
 from observe.agent.host import HostCollector
+from observe.agent.node_health import KubeNodeApi, NodeHealthReporter
 from observe.agent.procs import ProcessTable
 from observe.agent.xid_cursor import XidCursor, read_boot_id
 from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
@@ -58,6 +59,9 @@ class Settings:
         version: the agent's version string.
         state_dir: where the XID cursor and counts are kept across restarts
             (``observe.agent.xid_cursor``); ``None`` keeps nothing.
+        node_condition, node_taint: write GPU health on the Kubernetes Node
+            (``observe.agent.node_health``); kubeconfig: the credentials for it (``None``: the
+            pod's service account, else kubectl's search).
     """
 
     node: str
@@ -68,6 +72,9 @@ class Settings:
     interval_seconds: float = 1.0
     version: str = ""
     state_dir: str | None = None
+    node_condition: bool = False
+    node_taint: bool = False
+    kubeconfig: str | None = None
 
 
 def own_usage() -> tuple[float | None, int | None]:
@@ -111,6 +118,12 @@ class Sampler:
                                     boot_id=read_boot_id(settings.proc_root), snapshot=self._xid_state)
         self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
                                         boot_time=self.host.boot_time, cursor=self.cursor)
+        self._by_bus: dict[str, GpuInfo] = {}
+        self.health: NodeHealthReporter | None = None
+        if settings.node_condition or settings.node_taint:
+            self.health = NodeHealthReporter(settings.node, KubeNodeApi(settings.kubeconfig), settings.node_condition,
+                                             settings.node_taint, gpu_of=self._gpu_of)
+            self.xids.listeners.append(self.health.offer)
         self.errors: Counter[str] = Counter()
         self.collections = 0
         self._logged: set[str] = set()
@@ -130,6 +143,8 @@ class Sampler:
             self.xids.restore(restored.counts, restored.uuids)
             self.watcher.parser.bus_uuids.update({bus: uuid for bus, uuid in restored.uuids.items() if bus})
             log.info("XID state: %s (%d counts taken over)", restored.why, sum(restored.counts.values()))
+        if self.health is not None:
+            self.health.start()
         self.watcher.start()
         self.gpus.start(xid_events=not self.watcher.up)
 
@@ -138,6 +153,8 @@ class Sampler:
         self.watcher.stop()
         if self.cursor is not None:
             self.cursor.close()
+        if self.health is not None:
+            self.health.stop()
         self.nvml.shutdown()
         self.table.close()
 
@@ -168,6 +185,7 @@ class Sampler:
             node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
             gpu_processes=gpu_procs, xid_events=events, xid_counts=counts,
             agent=self._health(time.perf_counter() - started, notices),
+            node_health=self.health.state() if self.health is not None else None,
         )
 
     # -- sections -----------------------------------------------------------------------------
@@ -213,6 +231,11 @@ class Sampler:
                 gpu=index, gpu_uuid=gpu.uuid if gpu else None, pci_bus=gpu.pci_bus if gpu else None,
                 time_unix=time.time(), source="nvml"))
 
+    def _gpu_of(self, bus: str | None) -> tuple[int | None, str | None]:
+        """NVML index and UUID of the GPU at PCI ``bus`` in the latest collection (node health's messages)."""
+        gpu = self._by_bus.get(bus or "")
+        return (gpu.index, gpu.uuid) if gpu is not None else (None, None)
+
     def _count(self, event: XidEvent) -> None:
         """Count an XID (through the cursor when there is one, so its count is saved)."""
         if self.cursor is None:
@@ -224,6 +247,7 @@ class Sampler:
         """Recent events and counts, with GPU index and UUID matched by PCI bus."""
         events, counts, uuids = self.xids.view()
         by_bus = {g.pci_bus: g for g in gpus if g.pci_bus}
+        self._by_bus = by_bus
 
         def where(bus: str | None) -> tuple[int | None, str | None]:
             gpu = by_bus.get(bus)
@@ -247,6 +271,8 @@ class Sampler:
             errors["kmsg_overrun"] = self.watcher.overruns
         if self.cursor is not None and self.cursor.errors:
             errors["xid_state_write"] = self.cursor.errors
+        if self.health is not None:
+            errors.update(self.health.error_counts())
         kernel_log = self.watcher.status
         if not self.watcher.up and self.nvml.available:
             kernel_log += "; XIDs from NVML events"

@@ -62,6 +62,8 @@ class XidStore:
         self._recent: deque[XidEvent] = deque(maxlen=keep)
         self._counts: Counter[tuple[str | None, int, str]] = Counter()
         self._uuids: dict[str | None, str] = {}
+        #: Called with each event as it is counted (outside the lock; must not block).
+        self.listeners: list[Callable[[XidEvent], None]] = []
 
     def add(self, event: XidEvent) -> None:
         """Count ``event`` (the same XID twice counts twice) and keep it among the recent ones."""
@@ -71,6 +73,8 @@ class XidStore:
             self._counts[(event.pci_bus, event.xid, event.severity)] += 1
             if event.gpu_uuid:
                 self._uuids.setdefault(event.pci_bus, event.gpu_uuid)
+        for listener in self.listeners:
+            listener(event)
 
     def view(self) -> tuple[list[XidEvent], dict[tuple[str | None, int, str], int], dict[str | None, str]]:
         """Copies of (recent events oldest first, counts, PCI bus -> UUID the events named)."""

@@ -15,6 +15,7 @@ import socket
 import sys
 from importlib import metadata
 
+from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY
 from observe.catalog import AGENT_PORT
 from observe.cli.parser import OneLineParser
 from observe.errors import UserError, bind_error
@@ -41,12 +42,46 @@ def build_parser() -> argparse.ArgumentParser:
                     help="keep the kernel-log position and XID counts here, so a restart counts no XID twice "
                          "(default $FSDP_OBSERVE_STATE_DIR, else nothing is kept; the DaemonSet uses "
                          "/var/lib/fsdp-observe)")
+    ap.add_argument("--node-condition", action="store_true", default=_env_flag("FSDP_OBSERVE_NODE_CONDITION"),
+                    help=f"set the node condition {CONDITION_TYPE}=True on a critical XID (needs --state-dir and "
+                         "patch on nodes/status; default $FSDP_OBSERVE_NODE_CONDITION, else off)")
+    ap.add_argument("--node-taint", action="store_true", default=_env_flag("FSDP_OBSERVE_NODE_TAINT"),
+                    help=f"taint the node {TAINT_KEY}=NodeReboot:NoSchedule on a reboot-class XID (needs --state-dir "
+                         "and get/patch on nodes; default $FSDP_OBSERVE_NODE_TAINT, else off)")
+    ap.add_argument("--kubeconfig", metavar="FILE",
+                    help="credentials for --node-condition/--node-taint (default: the pod's service account, "
+                         "else $KUBECONFIG or ~/.kube/config)")
     ap.add_argument("--max-processes", type=int, default=100, metavar="N",
                     help="processes kept in /snapshot, busiest first (default 100; the full count is always reported)")
     ap.add_argument("--process-series", type=int, default=20, metavar="N",
                     help="processes with per-process series in /metrics (default 20; GPU processes always)")
     ap.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return ap
+
+
+def _env_flag(name: str) -> bool:
+    """An on/off switch from the environment (``1``, ``true``, ``yes``, ``on``), so kustomize
+    components can switch flags on by merging ``env`` entries."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _check_kube_credentials(kubeconfig: str | None) -> None:
+    """Fail at start-up, not on the first XID, when no credentials can be found.
+
+    Raises:
+        UserError: no kubeconfig and not in a pod (named as ``fsdp-observe job`` names it).
+    """
+    from kubernetes.config.config_exception import ConfigException
+
+    from observe.k8s.kubeconfig import explain, load
+
+    try:
+        load(kubeconfig)
+    except (ConfigException, OSError, ValueError) as exc:
+        field, problem, fix = explain(exc, kubeconfig, None)
+        raise UserError("--node-condition/--node-taint", f"{field}: {problem}",
+                        f"{fix}; in a pod, mount the service-account token (daemonsets/components/node-condition)"
+                        ) from None
 
 
 def validate(ns: argparse.Namespace) -> None:
@@ -75,6 +110,12 @@ def validate(ns: argparse.Namespace) -> None:
                              "give a readable file, or leave the flag out to read /dev/kmsg") from None
     if not ns.node:
         raise UserError("--node", "the node name is empty", "pass --node NAME or set NODE_NAME")
+    if (ns.node_condition or ns.node_taint) and ns.state_dir is None:
+        raise UserError("--node-condition" if ns.node_condition else "--node-taint",
+                        "needs --state-dir (without it a restarted agent re-reads old XIDs and sets again what a "
+                        "person cleared after the repair)", "pass --state-dir DIR")
+    if ns.node_condition or ns.node_taint:
+        _check_kube_credentials(ns.kubeconfig)
     if ns.state_dir is not None:
         try:
             os.makedirs(ns.state_dir, exist_ok=True)
@@ -109,7 +150,8 @@ def main(argv: list[str]) -> int:
     sys.setswitchinterval(0.001)
     settings = Settings(node=ns.node, proc_root=ns.proc_root, kernel_log=ns.kernel_log,
                         max_processes=ns.max_processes, interval_seconds=ns.interval, version=_version(),
-                        state_dir=ns.state_dir)
+                        state_dir=ns.state_dir, node_condition=ns.node_condition, node_taint=ns.node_taint,
+                        kubeconfig=ns.kubeconfig)
     try:
         agent = Agent(settings, ns.address, ns.port, ns.process_series)
     except OSError as exc:

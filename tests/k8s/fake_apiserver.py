@@ -45,6 +45,7 @@ class Request:
     query: dict[str, list[str]]
     authorization: str | None
     body: bytes
+    content_type: str | None = None
 
 
 @dataclass
@@ -62,7 +63,8 @@ class RecordedAPIServer:
                 url = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 server.requests.append(Request(self.command, url.path, parse_qs(url.query),
-                                               self.headers.get("Authorization"), self.rfile.read(length)))
+                                               self.headers.get("Authorization"), self.rfile.read(length),
+                                               self.headers.get("Content-Type")))
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     reply = Reply(401, json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                                    "status": "Failure", "message": "Unauthorized",
