@@ -32,6 +32,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -150,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-seconds", type=float, default=20, help="length of the latency phase (default 20)")
     ap.add_argument("--processes", type=int, default=1000, help="extra sleeping processes (default 1000)")
     ap.add_argument("--scrapers", type=int, default=20, help="concurrent scrapers in the latency phase (default 20)")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "agent_cost.json")
+    scratch = Path(tempfile.gettempdir()) / "fsdp-observe-benchmarks"
+    ap.add_argument("--out", type=Path, default=scratch / "agent_cost.json",
+                    help="JSON output (default %(default)s; the committed figures: benchmarks/results/agent_cost.json)")
     ns = ap.parse_args(argv)
     if not shutil.which(NODE_EXPORTER):
         print(f"error: {NODE_EXPORTER} not found; apt-get install prometheus-node-exporter", file=sys.stderr)

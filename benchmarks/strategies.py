@@ -27,9 +27,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from trainer.runspec.config import DataConfig, MetricsConfig, ModelConfig, OptimConfig, ParallelConfig, TrainConfig
 from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
-REPO = Path(__file__).resolve().parents[1]
+#: Where the JSON goes unless --out says otherwise (never over the committed benchmarks/results/).
+SCRATCH = Path(tempfile.gettempdir()) / "fsdp-observe-benchmarks"
 
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 CHECKPOINTING = ("none", "full")
@@ -59,24 +61,26 @@ def setups(ranks_cuda: int) -> dict[str, Setup]:
     }
 
 
-def trainer_args(setup: Setup, strategy: str, checkpointing: str, log_json: Path) -> list[str]:
-    """The trainer's flags for one configuration. HYBRID_SHARD gets two replicas when there are
+def trainer_config(setup: Setup, strategy: str, checkpointing: str, log_json: Path) -> TrainConfig:
+    """The trainer's settings for one configuration. HYBRID_SHARD gets two replicas when there are
     4 or more ranks (on one node its default, 1 x ranks, would be FULL_SHARD's layout)."""
-    hybrid = (["--replicate-degree", "2"] if strategy == "HYBRID_SHARD" and setup.ranks >= 4
-              and setup.ranks % 2 == 0 else [])
-    return ["--preset", setup.preset, "--sharding-strategy", strategy, *hybrid,
-            "--activation-checkpointing", checkpointing,
-            "--mixed-precision", setup.mixed_precision, "--seq-len", str(setup.seq_len),
-            "--batch-size", str(setup.batch_size), "--steps", str(setup.steps), "--log-every", str(setup.log_every),
-            "--warmup-steps", "2", "--metrics", "off", "--log-json", str(log_json)]
+    hybrid = 2 if strategy == "HYBRID_SHARD" and setup.ranks >= 4 and setup.ranks % 2 == 0 else None
+    return TrainConfig(
+        model=ModelConfig(preset=setup.preset),
+        data=DataConfig(seq_len=setup.seq_len, batch_size=setup.batch_size),
+        optim=OptimConfig(warmup_steps=2),
+        parallel=ParallelConfig(sharding_strategy=strategy, replicate_degree=hybrid,
+                                activation_checkpointing=checkpointing, mixed_precision=setup.mixed_precision),
+        metrics=MetricsConfig(enabled=False, log_every=setup.log_every, log_json=str(log_json)),
+        steps=setup.steps)
 
 
 def run_one(setup: Setup, strategy: str, checkpointing: str, workdir: Path) -> dict:
     """Run one configuration; return its row (figures from the trainer's JSON log)."""
     log_json = workdir / f"{strategy}-{checkpointing}.jsonl"
-    args = trainer_args(setup, strategy, checkpointing, log_json)
+    cfg = trainer_config(setup, strategy, checkpointing, log_json)
     started = time.monotonic()
-    proc = subprocess.run(torchrun_command(args, setup.ranks), env=torchrun_env(setup.ranks),
+    proc = subprocess.run(torchrun_command(cfg, setup.ranks), env=torchrun_env(setup.ranks),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"error: {strategy}/{checkpointing} failed:\n{proc.stdout[-3000:]}")
@@ -132,7 +136,8 @@ def main() -> int:
     mode.add_argument("--cuda", action="store_true", help="the GPU benchmark (Llama 3.2 1B shape, bf16)")
     ap.add_argument("--nproc-per-node", type=int, help="ranks (default: 2 on CPU, every visible GPU with --cuda)")
     ap.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
-    ap.add_argument("--out", help="JSON output (default benchmarks/results/strategies[_quick|_cuda].json)")
+    ap.add_argument("--out", help=f"JSON output (default {SCRATCH}/strategies[_quick|_cuda].json; the committed "
+                    "figures are benchmarks/results/strategies*.json)")
     ns = ap.parse_args()
     name = "cuda" if ns.cuda else "quick" if ns.quick else "cpu"
     gpus = ns.nproc_per_node or (_gpu_count() if ns.cuda and not ns.dry_run else 8)
@@ -141,16 +146,16 @@ def main() -> int:
         setup = Setup(**{**asdict(setup), "ranks": ns.nproc_per_node, "grid": setup.grid})
     if name == "cuda":
         os.environ.setdefault("OMP_NUM_THREADS", "4")
-    out = Path(ns.out or REPO / "benchmarks" / "results" / f"strategies{'' if name == 'cpu' else '_' + name}.json")
+    out = Path(ns.out or SCRATCH / f"strategies{'' if name == 'cpu' else '_' + name}.json")
     print(f"strategies benchmark ({name}): {setup.ranks} ranks, preset {setup.preset}, {setup.mixed_precision}, "
           f"seq {setup.seq_len} x batch {setup.batch_size} per rank, {setup.steps} steps per configuration")
     with tempfile.TemporaryDirectory() as tmp:
         for strategy, checkpointing in setup.grid:  # every command is validated before the first run
-            prepare(trainer_args(setup, strategy, checkpointing, Path(tmp) / "x.jsonl"), setup.ranks)
+            prepare(trainer_config(setup, strategy, checkpointing, Path(tmp) / "x.jsonl"), setup.ranks)
         if ns.dry_run:
             for strategy, checkpointing in setup.grid:
-                args = trainer_args(setup, strategy, checkpointing, Path("LOG.jsonl"))
-                print(" ".join(torchrun_command(args, setup.ranks)))
+                cfg = trainer_config(setup, strategy, checkpointing, Path("LOG.jsonl"))
+                print(" ".join(torchrun_command(cfg, setup.ranks)))
             return 0
         rows = []
         for strategy, checkpointing in setup.grid:

@@ -5,7 +5,10 @@ as a busy Prometheus would) and ``--metrics off``, alternating which goes first 
 The figure is the median over pairs of (median step time on / median step time off); target
 <= 1.01. A micro-measurement of ``TrainerMetrics.on_step`` shows the per-step cost directly.
 
-    python benchmarks/trainer_overhead.py [--pairs 5] [--steps 80] [--out benchmarks/results/trainer_overhead.json]
+    python benchmarks/trainer_overhead.py [--pairs 5] [--steps 80] [--out FILE]
+
+The JSON goes to ``--out`` (default: a scratch folder); the committed figures are
+``benchmarks/results/trainer_overhead.json``, rewritten only when asked with ``--out``.
 """
 
 from __future__ import annotations
@@ -25,24 +28,25 @@ from pathlib import Path
 import httpx
 
 from observe.training.collector import TrainerMetrics
+from trainer.runspec.config import DataConfig, MetricsConfig, TrainConfig
 from trainer.runspec.launch import check_ports_free, torchrun_command
 
-REPO = Path(__file__).resolve().parents[1]
+#: Where the JSON goes unless --out says otherwise (never over the committed benchmarks/results/).
+SCRATCH = Path(tempfile.gettempdir()) / "fsdp-observe-benchmarks"
 
 
 def run_once(metrics_on: bool, steps: int, port: int, workdir: Path) -> float:
     """One run; returns rank 0's median step time (seconds)."""
     log_json = workdir / f"run-{metrics_on}-{time.monotonic_ns()}.jsonl"
-    args = ["--steps", str(steps), "--log-every", "10", "--log-json", str(log_json), "--seq-len", "256",
-            "--batch-size", "8", "--metrics", "on" if metrics_on else "off",
-            "--metrics-port", str(port), "--metrics-address", "127.0.0.1"]
+    cfg = TrainConfig(steps=steps, data=DataConfig(seq_len=256, batch_size=8), metrics=MetricsConfig(
+        enabled=metrics_on, log_every=10, log_json=str(log_json), port_base=port, address="127.0.0.1"))
     env = dict(os.environ, OMP_NUM_THREADS="1")
     stop = threading.Event()
     scraper = threading.Thread(target=scrape_loop, args=(port, stop), daemon=True)
     if metrics_on:
         scraper.start()
     try:
-        subprocess.run(torchrun_command(args, 2), env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(torchrun_command(cfg, 2), env=env, check=True, stdout=subprocess.DEVNULL)
     finally:
         stop.set()
     end = [json.loads(line) for line in log_json.read_text().splitlines()][-1]
@@ -72,7 +76,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--port", type=int, default=9580)
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "trainer_overhead.json"))
+    ap.add_argument("--out", default=str(SCRATCH / "trainer_overhead.json"), help="JSON output (default %(default)s)")
     ns = ap.parse_args()
     check_ports_free("127.0.0.1", ns.port, 2)
     ratios, on_medians, off_medians = [], [], []

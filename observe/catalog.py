@@ -21,8 +21,6 @@ MetricKind = Literal["counter", "gauge", "histogram"]
 #: Default ports, in one place. A trainer rank serves on ``TRAINER_PORT_BASE + LOCAL_RANK``.
 TRAINER_PORT_BASE = 9500
 AGENT_PORT = 9401
-#: NVIDIA dcgm-exporter's default port (not ours; named so dashboards and docs agree).
-DCGM_EXPORTER_PORT = 9400
 
 #: Labels on every trainer series. ``gpu_uuid`` (the ``GPU-…`` string NVML and DCGM print) is
 #: added on CUDA ranks so trainer series join with DCGM's by GPU.
@@ -249,7 +247,7 @@ NODE_CPU_CORE_BUSY = Metric(
 NODE_MEMORY_TOTAL = Metric("fsdp_node_memory_total_bytes", "gauge", "Physical memory (MemTotal).")
 NODE_MEMORY_USED = Metric(
     "fsdp_node_memory_used_bytes", "gauge",
-    "Memory in use by processes and the kernel: total - free - buffers - cache (as htop and free).",
+    "Memory in use by processes and the kernel: total - available (as free and psutil count it).",
 )
 NODE_MEMORY_AVAILABLE = Metric(
     "fsdp_node_memory_available_bytes", "gauge",
@@ -294,6 +292,15 @@ GPU_INFO = Metric(
 GPU_LOST = Metric(
     "fsdp_gpu_lost", "gauge",
     "1 when NVML reports the GPU lost (fallen off the bus; reset or reboot needed), else 0.",
+)
+GPU_READING_STALE = Metric(
+    "fsdp_gpu_reading_stale", "gauge",
+    "1 when the agent's NVML reading of this GPU did not finish within its deadline (a driver call "
+    "that hangs): the GPU's figures are left out of this scrape, not repeated; else 0.",
+)
+GPU_READING_AGE = Metric(
+    "fsdp_gpu_reading_age_seconds", "gauge",
+    "Seconds since the agent's last complete NVML reading of this GPU (grows while it is stale or lost).",
 )
 GPU_UTILIZATION = Metric(
     "fsdp_gpu_utilization_ratio", "gauge",
@@ -396,7 +403,8 @@ AGENT_METRICS: tuple[Metric, ...] = (
     NODE_MEMORY_BUFFERS, NODE_MEMORY_CACHED, NODE_SWAP_TOTAL, NODE_SWAP_USED, NODE_LOAD1, NODE_LOAD5,
     NODE_LOAD15, NODE_UPTIME, NODE_PROCESSES, NODE_THREADS, NODE_GPUS, NODE_PROCESS_INFO,
     NODE_PROCESS_CPU_SECONDS, NODE_PROCESS_RESIDENT_MEMORY,
-    GPU_INFO, GPU_LOST, GPU_UTILIZATION, GPU_MEMORY_UTILIZATION, GPU_MEMORY_TOTAL, GPU_MEMORY_USED,
+    GPU_INFO, GPU_LOST, GPU_READING_STALE, GPU_READING_AGE, GPU_UTILIZATION, GPU_MEMORY_UTILIZATION,
+    GPU_MEMORY_TOTAL, GPU_MEMORY_USED,
     GPU_MEMORY_RESERVED, GPU_TEMPERATURE, GPU_POWER, GPU_POWER_LIMIT, GPU_SM_CLOCK, GPU_MEMORY_CLOCK,
     GPU_FAN_SPEED, GPU_PCIE_RX, GPU_PCIE_TX, GPU_ENCODER_UTILIZATION, GPU_DECODER_UTILIZATION,
     GPU_ECC_ERRORS, GPU_CLOCK_THROTTLE, GPU_MIG_MODE, GPU_MIG_MEMORY_TOTAL, GPU_MIG_MEMORY_USED,

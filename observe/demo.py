@@ -149,6 +149,7 @@ def start_agent(port: int, log_path: Path, timeout: float = 30.0) -> tuple[subpr
         proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--address", "127.0.0.1",
                                  "--port", str(port), "--interval", "1"],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    assert proc.stdout is not None  # stdout=PIPE
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     line = proc.stdout.readline().decode() if ready else ""
     proc.stdout.close()

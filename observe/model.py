@@ -129,7 +129,12 @@ class GpuInfo:
     Attributes:
         index: NVML index. uuid: ``GPU-…``. pci_bus: ``dddd:bb:dd`` (``observe.xid.normalise_bus``).
         driver_version: the NVIDIA driver's version.
-        lost: NVML said GPU_IS_LOST; the agent stopped reading it (every figure below is ``None``).
+        lost: NVML said GPU_IS_LOST; every figure below is ``None`` (the agent tries it again
+            every few seconds and reads it as before once it answers, e.g. after a reset).
+        stale: its NVML reading did not finish within the agent's deadline (a call that hangs);
+            every figure below is ``None`` rather than the previous reading served as fresh.
+        reading_age_seconds: seconds from the end of its last complete reading to this snapshot
+            (``None`` before the first).
         utilization_ratio: ``None`` under MIG (NVML does not report it); see ``mig_enabled``.
         throttle_reasons: NVML clock event reasons active now (e.g. ``sw_power_cap``).
         ecc_corrected_total, ecc_uncorrected_total: volatile ECC counts since the driver loaded.
@@ -141,6 +146,8 @@ class GpuInfo:
     pci_bus: str | None = None
     driver_version: str | None = None
     lost: bool = False
+    stale: bool = False
+    reading_age_seconds: float | None = None
     utilization_ratio: float | None = None
     memory_utilization_ratio: float | None = None
     memory_total_bytes: int | None = None
@@ -360,26 +367,34 @@ def _converter(tp: Any) -> _Convert | None:
     return _CONVERTERS[tp]
 
 
-def _to_float(value: Any) -> Any:
-    return float(value) if type(value) is int else value
-
-
 def _make_converter(tp: Any) -> _Convert | None:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         inner = _converter(next(a for a in typing.get_args(tp) if a is not type(None)))
-        return None if inner is None else (lambda v: None if v is None else inner(v))
-    if dataclasses.is_dataclass(tp):
+        return None if inner is None else _optional_of(inner)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_converter(tp)
     if origin is tuple:
         item = _converter(typing.get_args(tp)[0])
-        return tuple if item is None else (lambda v: tuple([item(x) for x in v]))
+        return tuple if item is None else _tuple_of(item)
     if origin is dict:
         item = _converter(typing.get_args(tp)[1])
-        return dict if item is None else (lambda v: {k: item(x) for k, x in v.items()})
+        return dict if item is None else _dict_of(item)
     if tp is float:
         return lambda v: float(v) if type(v) is int else v
     return None
+
+
+def _optional_of(inner: _Convert) -> _Convert:
+    return lambda v: None if v is None else inner(v)
+
+
+def _tuple_of(item: _Convert) -> _Convert:
+    return lambda v: tuple([item(x) for x in v])
+
+
+def _dict_of(item: _Convert) -> _Convert:
+    return lambda v: {k: item(x) for k, x in v.items()}
 
 
 def _non_optional(tp: Any) -> Any:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from observe.ports import free_port_block
+from tests.support.env import child_env
 from tests.support.fake_nvml import FakeNvml
 from tests.support.native import build_fake_nvml, build_sleeper
 from tests.support.processes import spawn_sleeper
@@ -29,16 +29,9 @@ def port_block():
 
 @pytest.fixture
 def subprocess_env() -> dict[str, str]:
-    """Environment for child processes: this interpreter's bin first, one thread per rank."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.pop("FSDP_OBSERVE_RUN_ID", None)
-    return env
+    """Environment for child processes (``tests.support.env.child_env``), one per test."""
+    return child_env()
 
-#: The in-repo copy of the shared field cases (``../shared/cases``), so a clean clone has them.
-CASES = Path(__file__).resolve().parent / "cases"
 
 
 @dataclass(frozen=True)

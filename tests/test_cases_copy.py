@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CASES
+from tests.support.cases import CASES
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "cases"
 

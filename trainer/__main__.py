@@ -1,4 +1,7 @@
-"""``python -m trainer``: one rank of a training run (start it with torchrun).
+"""``fsdp-observe-trainer``: one rank of a training run (start it with ``torchrun --no-python``).
+
+The console script runs ``entry`` (``python -m trainer`` runs it too, but a ``trainer.py`` in
+the working directory would shadow the package there; the console script's path never does).
 
 Exit status: 0 on success, 2 for a user mistake (one line naming the flag and the fix), 143
 after SIGTERM (checkpoint saved when ``--checkpoint-dir`` is set), 1 for any other failure (one
@@ -15,15 +18,15 @@ import sys
 import traceback
 
 from observe.errors import UserError
-from trainer.runspec.config import build_parser, config_from_args
+from trainer.runspec.config import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, validate, train; return the exit status."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    cfg = config_from_args(build_parser().parse_args(argv))
     rank = os.environ.get("RANK", "0")
     try:
+        cfg = TrainConfig.from_argv(sys.argv[1:] if argv is None else argv, environ=os.environ)
         world = os.environ.get("WORLD_SIZE")
         local = os.environ.get("LOCAL_WORLD_SIZE", world)
         files = cfg.validate(int(world) if world else 1, int(local) if local else 1)
@@ -47,8 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The console script: ``main()``, flush, then ``os._exit`` with its status."""
     status = main()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+if __name__ == "__main__":
+    entry()

@@ -29,6 +29,7 @@ import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from transformers import LlamaForCausalLM
 
 from trainer.runspec.config import ParallelConfig
 
@@ -44,7 +45,7 @@ def build_mesh(parallel: ParallelConfig, device_type: str, world_size: int, loca
     return init_device_mesh(device_type, shape, mesh_dim_names=names)
 
 
-def apply_activation_checkpointing(model: torch.nn.Module, every: int) -> list[int]:
+def apply_activation_checkpointing(model: LlamaForCausalLM, every: int) -> list[int]:
     """Wrap every ``every``-th decoder layer (0-based layers ``every-1, 2*every-1, ...``) with
     ``checkpoint_wrapper``, so its activations are recomputed in backward instead of kept.
 
@@ -73,16 +74,16 @@ def mixed_precision_policy(name: str) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy()
 
 
-def parallelize(model: torch.nn.Module, mesh: DeviceMesh, parallel: ParallelConfig) -> torch.nn.Module:
+def parallelize(model: LlamaForCausalLM, mesh: DeviceMesh, parallel: ParallelConfig) -> LlamaForCausalLM:
     """Activation checkpointing, then FSDP2, in the order the module docstring gives; returns ``model``."""
     apply_activation_checkpointing(model, parallel.checkpoint_every())
     return apply_fsdp(model, mesh, parallel)
 
 
-def apply_fsdp(model: torch.nn.Module, mesh: DeviceMesh, parallel: ParallelConfig) -> torch.nn.Module:
+def apply_fsdp(model: LlamaForCausalLM, mesh: DeviceMesh, parallel: ParallelConfig) -> LlamaForCausalLM:
     """Shard ``model`` in place with FSDP2 as the module docstring describes; returns it."""
     if parallel.mixed_precision == "pure-bf16":
-        model.to(torch.bfloat16)
+        torch.nn.Module.to(model, torch.bfloat16)  # transformers wraps .to in a decorator mypy misreads
     policy = mixed_precision_policy(parallel.mixed_precision)
     reshard = parallel.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
     for layer in model.model.layers:

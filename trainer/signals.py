@@ -117,6 +117,7 @@ class StopRequest:
             if signal.SIGTERM in data:
                 self._mark()
                 break
+        assert self.requested_at is not None  # set by _mark() before the loop above ends
         deadline = self.requested_at + self.grace_seconds
         time.sleep(max(0.0, deadline - time.monotonic()))
         print(f"rank {self.rank}: SIGTERM grace period of {self.grace_seconds:g} s ran out before the "

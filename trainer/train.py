@@ -15,6 +15,7 @@ SIGTERM vote (a CPU all-reduce on a side group, read one step later: see ``train
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ from trainer.data import BatchIterator, ByteTokenizer, HFTokenizer
 from trainer.model import build_model, materialize
 from trainer.parallelize import build_mesh, parallelize
 from trainer.report import Reporter
-from trainer.runspec.checkpoint_files import TrainerState, resolve_resume
+from trainer.runspec.checkpoint_files import TrainerState, resolve_resume, resume_candidates
 from trainer.runspec.config import TrainConfig
 from trainer.signals import SIGTERM_EXIT_STATUS, StopRequest
 from trainer.validation import evaluate, token_loss_sum, validation_batches
@@ -107,7 +108,8 @@ class Trainer:
         self.rt = rt = distributed.init(cfg.parallel)
         self.mesh_shape = cfg.parallel.mesh_shape(rt.world_size, rt.local_world_size)
         mesh = build_mesh(cfg.parallel, rt.device.type, rt.world_size, rt.local_world_size)
-        resume_from = self._agreed_resume_path()
+        candidates = self._agreed_resume_paths()
+        resume_from = candidates[0] if candidates else None
         self.run_id = distributed.resolve_run_id(
             cfg.metrics.run_id or (TrainerState.read(resume_from).run_id if resume_from else None))
         self.phases = PhaseClock("restarting" if resume_from or rt.restart_count else "loading_weights",
@@ -137,7 +139,7 @@ class Trainer:
                                           self.run_id) if cfg.checkpoint.dir else None)
         self.position = RunPosition(step=0, batches_consumed=0)
         if resume_from is not None:
-            self._resume(resume_from)
+            resume_from = self._resume(candidates)
 
         held_out = cfg.validation.fraction if cfg.validation.every else 0.0
         self.batches = BatchIterator(files, tokenizer, cfg.data.seq_len, cfg.data.batch_size, rt.rank,
@@ -152,19 +154,28 @@ class Trainer:
 
     # -- build helpers ---------------------------------------------------------------------
 
-    def _agreed_resume_path(self) -> Path | None:
-        """Rank 0 picks the checkpoint (``--resume``) and tells the others, so all load the same."""
-        box = [None]
+    def _agreed_resume_paths(self) -> list[Path]:
+        """Rank 0 picks the checkpoints to try (``--resume``), newest first, and tells the others,
+        so all load the same; it says in one line which damaged ones it skipped."""
+        box: list[list[str] | None] = [None]
         if self.rt.is_main:
-            path = resolve_resume(self.cfg.checkpoint.dir, self.cfg.checkpoint.resume)
-            box = [None if path is None else str(path)]
+            ck = self.cfg.checkpoint
+            skipped: list[str] = []
+            path = resolve_resume(ck.dir, ck.resume, lambda p, why: skipped.append(f"{p.name} ({why})"))
+            paths = [] if path is None else [path]
+            if path is not None and ck.resume in ("auto", "latest") and ck.dir:
+                paths = resume_candidates(ck.dir)
+            if skipped:
+                print(f"resume: skipping damaged checkpoint {'; '.join(skipped)}; resuming from "
+                      f"{path.name if path else 'the start'}", file=sys.stderr, flush=True)
+            box = [[str(p) for p in paths]]
         dist.broadcast_object_list(box, src=0)
-        return None if box[0] is None else Path(box[0])
+        return [Path(p) for p in box[0] or []]
 
     def _start_exporter(self) -> TrainerMetrics:
         rt, cfg = self.rt, self.cfg
         label_names = TRAINER_CUDA_LABELS if rt.gpu_uuid else TRAINER_LABELS
-        label_values = (self.run_id, str(rt.rank), str(rt.local_rank), rt.node, rt.gpu_uuid)
+        label_values = (self.run_id, str(rt.rank), str(rt.local_rank), rt.node, rt.gpu_uuid or "")  # "" cut by zip
         p = cfg.parallel
         metrics = TrainerMetrics(
             labels=dict(zip(label_names, label_values, strict=False)),
@@ -179,8 +190,28 @@ class Trainer:
         serve(metrics, cfg.metrics.address, cfg.metrics.port_base + rt.local_rank)
         return metrics
 
-    def _resume(self, path: Path) -> None:
-        state, self.load_seconds = self.checkpointer.load(path, self.model, self.optimizer, self.scheduler)
+    def _resume(self, candidates: list[Path]) -> Path:
+        """Load the first of ``candidates`` that loads (a failed load fails on every rank alike, so
+        all ranks move to the next one together); return it.
+
+        Raises:
+            RuntimeError: the last candidate failed too.
+        """
+        assert self.checkpointer is not None  # resuming needs --checkpoint-dir (the launcher checks)
+        for i, path in enumerate(candidates):
+            try:
+                state, self.load_seconds = self.checkpointer.load(path, self.model, self.optimizer, self.scheduler)
+            except RuntimeError as exc:
+                if i + 1 == len(candidates):
+                    raise
+                if self.rt.is_main:
+                    print(f"resume: {exc}; falling back to {candidates[i + 1].name}", file=sys.stderr, flush=True)
+                continue
+            self._restored(state)
+            return path
+        raise AssertionError("no candidates")  # pragma: no cover - callers pass at least one
+
+    def _restored(self, state: TrainerState) -> None:
         self.position = RunPosition(state.step, state.batches_consumed)
         self.goodput.run_started, self.goodput.productive_seconds = state.run_started, state.productive_seconds
         if self.metrics is not None:
@@ -249,7 +280,7 @@ class Trainer:
         grad_norm = clip_grad_norm(self.params, self.cfg.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])  # LambdaLR's rates are Python floats
         self.scheduler.step()
         return data_wait, labelled, samples, grad_norm, lr
 
@@ -271,6 +302,7 @@ class Trainer:
     def _validate(self, step: int) -> None:
         self.phases.enter("validating")
         started = time.perf_counter()
+        assert self.val_batches is not None  # validation runs only with --val-every, which holds batches out
         loss, perplexity = evaluate(self.model, self.val_batches, self.rt.device)
         if self.metrics is not None:
             self.metrics.on_validation(loss, perplexity)
@@ -280,6 +312,7 @@ class Trainer:
 
     def _save(self, reason: str) -> None:
         self.phases.enter("checkpointing")
+        assert self.checkpointer is not None  # saves happen only with --checkpoint-dir
         path, seconds = self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.position,
                                                self.goodput, reason)
         if self.metrics is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -23,6 +23,7 @@ def full_weights_sha256(model: torch.nn.Module) -> str:
     digest = hashlib.sha256()
     for name, tensor in get_model_state_dict(model).items():
         full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        assert isinstance(full, torch.Tensor)  # a model's state dict holds tensors only
         digest.update(name.encode())
         digest.update(full.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
@@ -30,6 +31,6 @@ def full_weights_sha256(model: torch.nn.Module) -> str:
 
 def gather_from_ranks(value: T) -> list[T]:
     """``value`` of every rank, in rank order (``all_gather_object``; a collective)."""
-    out = [None] * dist.get_world_size()
+    out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, value)
     return out

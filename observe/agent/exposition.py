@@ -11,6 +11,11 @@ the bytes. The agent's own CPU and memory are ``fsdp_node_agent_*`` series from 
 (prometheus_client's ``ProcessCollector`` would list the agent's ~1,000 open descriptors on
 every render).
 Label values are escaped by prometheus_client; label names pass through ``label_name``.
+
+Command lines are not label values by default: ``fsdp_node_process_info`` carries an empty
+``command`` label (Prometheus drops empty labels) unless ``command_label`` is set. A command line
+changes with every new pid and would sit in the TSDB for its whole retention; the redacted
+command lines stay in ``/snapshot``, which is served from memory and never stored.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ class _Families:
     """Metric families built up sample by sample, in catalogue order."""
 
     def __init__(self) -> None:
-        self._families: dict[str, Family] = {}
+        self._families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
 
     def add(self, metric: c.Metric, base: tuple[str, ...], value: float | None, *extra: str) -> None:
         """One sample of ``metric`` with label values ``base + extra``; ``None`` adds nothing."""
@@ -58,7 +63,8 @@ class _Families:
         family = self._families.get(metric.name)
         if family is None:
             names = [label_name(n) for n in (*_base_labels(metric), *metric.labels)]
-            kind = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+            kind: type[CounterMetricFamily | GaugeMetricFamily] = (
+                CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily)
             family = self._families[metric.name] = kind(metric.family, metric.help, labels=names)
         family.add_metric([*base, *extra], value)
 
@@ -74,11 +80,14 @@ class SnapshotCollector(Collector):
         snapshot: what to expose.
         process_series: how many of the snapshot's processes (busiest first) get per-process
             series; processes using a GPU always do.
+        command_label: put each process's (redacted) command line in the ``command`` label of
+            ``fsdp_node_process_info``; otherwise the label is empty.
     """
 
-    def __init__(self, snapshot: NodeSnapshot, process_series: int) -> None:
+    def __init__(self, snapshot: NodeSnapshot, process_series: int, command_label: bool = False) -> None:
         self.snapshot = snapshot
         self.process_series = process_series
+        self.command_label = command_label
 
     def collect(self) -> Iterable[Family]:
         """The families, in catalogue order."""
@@ -117,7 +126,8 @@ class SnapshotCollector(Collector):
             if rank >= self.process_series and p.pid not in on_gpu:
                 continue
             pid = str(p.pid)
-            f.add(c.NODE_PROCESS_INFO, node, 1, pid, str(p.ppid), p.user or "", p.name, p.command or "",
+            command = (p.command or "") if self.command_label else ""
+            f.add(c.NODE_PROCESS_INFO, node, 1, pid, str(p.ppid), p.user or "", p.name, command,
                   p.pod_uid or "", p.container_id or "")
             f.add(c.NODE_PROCESS_CPU_SECONDS, node, p.cpu_seconds, pid)
             f.add(c.NODE_PROCESS_RESIDENT_MEMORY, node, p.rss_bytes, pid)
@@ -126,6 +136,8 @@ class SnapshotCollector(Collector):
         base = (self.snapshot.node, str(g.index), g.uuid or "")
         f.add(c.GPU_INFO, base, 1, g.name or "", g.pci_bus or "", g.driver_version or "")
         f.add(c.GPU_LOST, base, 1 if g.lost else 0)
+        f.add(c.GPU_READING_STALE, base, 1 if g.stale else 0)
+        f.add(c.GPU_READING_AGE, base, g.reading_age_seconds)
         for metric, value in ((c.GPU_UTILIZATION, g.utilization_ratio),
                               (c.GPU_MEMORY_UTILIZATION, g.memory_utilization_ratio),
                               (c.GPU_MEMORY_TOTAL, g.memory_total_bytes), (c.GPU_MEMORY_USED, g.memory_used_bytes),
@@ -177,8 +189,8 @@ class SnapshotCollector(Collector):
             f.add(c.AGENT_DROPPED, node, count, kind)
 
 
-def render(snapshot: NodeSnapshot, process_series: int = 20) -> bytes:
-    """The Prometheus text exposition (format 0.0.4) of ``snapshot``."""
+def render(snapshot: NodeSnapshot, process_series: int = 20, command_label: bool = False) -> bytes:
+    """The Prometheus text exposition (format 0.0.4) of ``snapshot`` (arguments as ``SnapshotCollector``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot, process_series))
+    registry.register(SnapshotCollector(snapshot, process_series, command_label))
     return generate_latest(registry)

@@ -5,11 +5,21 @@ Every NVML call goes through ``Nvml.call``:
 - NOT_SUPPORTED becomes ``None`` (absent; the TUI shows N/A, never 0);
 - a function the driver's library lacks (FUNCTION_NOT_FOUND, or pynvml's library-mismatch error)
   is logged once and never called again, so that field is absent from then on;
-- GPU_IS_LOST raises ``GpuLost``: the collector marks that GPU lost, logs it once and stops
-  calling it, while the other GPUs go on (it stays lost until the agent restarts: a GPU that fell
-  off the bus needs a reset or a reboot, NVIDIA XID 79);
+- GPU_IS_LOST raises ``GpuLost``: the collector marks that GPU lost and logs it once, while the
+  other GPUs go on; every ``REPROBE_SECONDS`` it asks for the GPU again (by PCI bus) and, once
+  it answers (after a reset, ``nvidia-smi -r``, or the driver's own recovery), reads it as before
+  without an agent restart (a GPU that fell off the bus, NVIDIA XID 79, needs that reset);
 - any other NVML error is counted by kind (``nvml_<error>``), logged once per kind, and the field
   is absent.
+
+Each GPU is read on its own worker thread (``observe.agent.deadline``) and every collection waits
+for all of them at most ``deadline_seconds``: a GPU whose reading is not finished by then (a
+driver call that hangs) is reported ``stale`` with the age of its last complete reading and no
+figures (its old values are never served again as fresh), and it is not asked again until the
+hung call returns; the other GPUs keep updating. Identity (PCI bus first, then UUID and name)
+is read at start with a longer deadline, each part on its own, so a GPU lost before its first
+reading still shows its PCI bus; when NVML cannot say even that, the bus comes from the
+driver's ``/proc/driver/nvidia/gpus/<bus>`` entries that no readable GPU claims.
 
 Readings a healthy GPU cannot produce are dropped for that collection and counted by kind
 (``dropped``), never replaced by the previous value: a temperature above ``MAX_TEMPERATURE_CELSIUS``
@@ -26,13 +36,20 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import re
+import threading
+import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import pynvml
 
+from observe.agent.deadline import Job, Worker
+from observe.logonce import OnceLog
 from observe.model import GpuInfo, GpuProcess, MigInstance
 from observe.xid import normalise_bus
 
@@ -42,6 +59,12 @@ log = logging.getLogger(__name__)
 MAX_TEMPERATURE_CELSIUS = 150
 #: Bytes in NVML's "KB" (PCIe throughput).
 KIB = 1024
+#: Seconds a collection waits for each GPU's reading (the agent's ``--nvml-timeout``).
+DEADLINE_SECONDS = 0.5
+#: Seconds start-up waits for the GPUs' identities (UUID, name, PCI bus) and event registration.
+START_DEADLINE_SECONDS = 5.0
+#: Seconds between two tries to read a lost GPU again.
+REPROBE_SECONDS = 10.0
 
 #: NVML clock event (throttle) reason bits (nvml.h ``nvmlClocksEventReason*``) -> label value.
 THROTTLE_REASONS: dict[int, str] = {
@@ -80,7 +103,8 @@ class Nvml:
         self.reason: str | None = "not started"
         self.errors: Counter[str] = Counter()
         self.missing: set[str] = set()
-        self._logged: set[str] = set()
+        self._once = OnceLog(log, self.errors)
+        self._lock = threading.Lock()  # calls come from one worker thread per GPU
 
     def start(self) -> bool:
         """``nvmlInit``; on failure (no library, no driver: a CPU-only node) say so once and return False."""
@@ -122,30 +146,50 @@ class Nvml:
         except pynvml.NVMLError_GpuIsLost:
             raise GpuLost(function) from None
         except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
-            self.missing.add(function)
-            log.warning("the NVIDIA driver's NVML has no %s; that field is absent from now on "
-                        "(reported once)", function)
+            with self._lock:
+                first = function not in self.missing
+                self.missing.add(function)
+            if first:
+                log.warning("the NVIDIA driver's NVML has no %s; that field is absent from now on "
+                            "(reported once)", function)
             return None
         except expected:
             return None
         except pynvml.NVMLError as exc:
             kind = "nvml_" + _snake(type(exc).__name__.partition("_")[2] or "unknown")
-            self.errors[kind] += 1
-            if kind not in self._logged:
-                self._logged.add(kind)
-                log.warning("NVML %s failed: %s (reported once per kind)", function, exc)
+            with self._lock:  # OnceLog is not locked; several GPU threads report here
+                self._once.report(kind, "NVML %s failed: %s (reported once per kind)", function, exc)
             return None
 
 
 @dataclass
 class _Gpu:
     index: int
-    handle: Any
+    worker: Worker
+    handle: Any = None
     uuid: str | None = None
     name: str | None = None
     pci_bus: str | None = None
+    identified: bool = False  # its identity read finished (a hung one is tried again)
     lost: bool = False
     last_sample_us: int = 0
+    read_at: float | None = None  # Unix time its last complete reading ended
+    next_probe: float = 0.0  # monotonic time of the next try to read it again while lost
+    stale_logged: bool = False
+
+
+#: What one GPU's reading job returns: the GPU, its processes, the implausible readings it dropped.
+_Reading = tuple[GpuInfo, list[GpuProcess], Counter[str]]
+
+
+def driver_buses(proc_root: str) -> list[str]:
+    """PCI buses (``dddd:bb:dd``) of the GPUs the NVIDIA driver lists in ``/proc/driver/nvidia/gpus``."""
+    try:
+        names = os.listdir(os.path.join(proc_root, "driver", "nvidia", "gpus"))
+    except OSError:
+        return []
+    return sorted({normalise_bus(n) for n in names if re.fullmatch(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+                                                                  r"(\.[0-7])?", n)})
 
 
 def _ratio(percent: float | None, dropped: Counter[str], kind: str) -> float | None:
@@ -168,11 +212,13 @@ def _text(value: Any) -> str | None:
 
 
 class GpuCollector:
-    """Reads every GPU NVML sees, each collection.
+    """Reads every GPU NVML sees, each collection, each GPU on its own worker thread.
 
     Args:
         nvml: the wrapper (started by ``start``).
         pid_max: the kernel's ``/proc/sys/kernel/pid_max`` (larger GPU-process pids are dropped).
+        deadline_seconds: how long a collection waits for the GPUs' readings.
+        proc_root: the procfs holding ``driver/nvidia/gpus`` (PCI buses of GPUs NVML cannot read).
 
     Attributes:
         gpus: GPUs found at start, by NVML index.
@@ -180,13 +226,17 @@ class GpuCollector:
         driver_version: the NVIDIA driver's version, or ``None``.
     """
 
-    def __init__(self, nvml: Nvml, pid_max: int) -> None:
+    def __init__(self, nvml: Nvml, pid_max: int, deadline_seconds: float = DEADLINE_SECONDS,
+                 proc_root: str = "/proc") -> None:
         self.nvml = nvml
         self.pid_max = pid_max
+        self.deadline_seconds = deadline_seconds
+        self.proc_root = proc_root
         self.gpus: list[_Gpu] = []
         self.dropped: Counter[str] = Counter()
         self.driver_version: str | None = None
         self._events: Any = None
+        self._event_worker: Worker | None = None
 
     def start(self, xid_events: bool = True) -> bool:
         """Start NVML and find the GPUs; return whether NVML is available.
@@ -197,63 +247,193 @@ class GpuCollector:
         if not self.nvml.start():
             return False
         self.driver_version = _text(self.nvml.call("nvmlSystemGetDriverVersion"))
-        for index in range(self.nvml.call("nvmlDeviceGetCount") or 0):
-            gpu = _Gpu(index, None)
+        self.gpus = [_Gpu(i, Worker(f"nvml-gpu{i}")) for i in range(self.nvml.call("nvmlDeviceGetCount") or 0)]
+        jobs = [(gpu, gpu.worker.submit(partial(self._identify, gpu))) for gpu in self.gpus]
+        self._settle(jobs, START_DEADLINE_SECONDS)
+        self._buses_from_driver()
+        self.gpus = [g for g in self.gpus if g.handle is not None or g.lost or not g.identified]
+        if xid_events:
+            self._event_worker = Worker("nvml-events")
+            job = self._event_worker.submit(self._register_xid_events)
+            if job is not None and not job.wait(START_DEADLINE_SECONDS):
+                log.warning("registering for NVML XID events took over %g s; going on without waiting",
+                            START_DEADLINE_SECONDS)
+        return True
+
+    def stop(self) -> None:
+        """End the worker threads and shut NVML down (skipped while a call still hangs: it could block)."""
+        stuck = [g.index for g in self.gpus if g.worker.busy]
+        for worker in [g.worker for g in self.gpus] + ([self._event_worker] if self._event_worker else []):
+            worker.close()
+        if stuck:
+            log.warning("not calling nvmlShutdown: NVML calls for GPU(s) %s never returned", stuck)
+            self.nvml.available = False
+        else:
+            self.nvml.shutdown()
+
+    def _settle(self, jobs: list[tuple[_Gpu, Job[None] | None]], seconds: float) -> None:
+        """Wait for start-up identity jobs; a lost GPU is marked, a slow one is tried again later."""
+        end = time.monotonic() + seconds
+        for gpu, job in jobs:
+            if job is None or not job.wait(end - time.monotonic()):
+                log.warning("GPU %d did not tell its identity within %g s; trying again at the next collections",
+                            gpu.index, seconds)
+                continue
             try:
-                gpu.handle = self.nvml.call("nvmlDeviceGetHandleByIndex", index)
-                gpu.uuid = _text(self.nvml.call("nvmlDeviceGetUUID", gpu.handle))
-                gpu.name = _text(self.nvml.call("nvmlDeviceGetName", gpu.handle))
-                pci = self.nvml.call("nvmlDeviceGetPciInfo", gpu.handle)
-                gpu.pci_bus = normalise_bus(_text(pci.busId)) if pci is not None else None
+                job.result()
             except GpuLost:
                 self._lose(gpu)
-            if gpu.handle is not None or gpu.lost:  # no handle and not lost: the error is logged
-                self.gpus.append(gpu)
-        if xid_events:
-            self._register_xid_events()
-        return True
+
+    def _identify(self, gpu: _Gpu) -> None:
+        """Handle, then PCI bus, UUID and name, each on its own (GpuLost raised after all were tried)."""
+        call = self.nvml.call
+        lost = False
+        try:
+            gpu.handle = call("nvmlDeviceGetHandleByIndex", gpu.index)
+        except GpuLost:
+            gpu.identified = True
+            raise
+        if gpu.handle is not None:
+            try:
+                pci = call("nvmlDeviceGetPciInfo", gpu.handle)
+                bus = _text(pci.busId) if pci is not None else None
+                gpu.pci_bus = normalise_bus(bus) if bus else None
+            except GpuLost:
+                lost = True
+            for field, function in (("uuid", "nvmlDeviceGetUUID"), ("name", "nvmlDeviceGetName")):
+                try:
+                    setattr(gpu, field, _text(call(function, gpu.handle)))
+                except GpuLost:
+                    lost = True
+        gpu.identified = True
+        if lost:
+            raise GpuLost("identity")
+
+    def _buses_from_driver(self) -> None:
+        """Give GPUs without a PCI bus (lost before NVML said it) the driver's unclaimed buses, in order."""
+        unknown = [g for g in self.gpus if g.pci_bus is None]
+        if not unknown:
+            return
+        claimed = {g.pci_bus for g in self.gpus}
+        spare = [bus for bus in driver_buses(self.proc_root) if bus not in claimed]
+        for gpu, bus in zip(unknown, spare, strict=False):
+            gpu.pci_bus = bus
+            log.warning("GPU %d: PCI bus %s from the driver's /proc/driver/nvidia/gpus (NVML could not say)",
+                        gpu.index, bus)
 
     def _register_xid_events(self) -> None:
         self._events = self.nvml.call("nvmlEventSetCreate")
         if self._events is None:
             return
         for gpu in self.gpus:
-            if gpu.lost:
-                continue
-            try:
-                self.nvml.call("nvmlDeviceRegisterEvents", gpu.handle,
-                               pynvml.nvmlEventTypeXidCriticalError, self._events)
-            except GpuLost:
-                self._lose(gpu)
+            if not gpu.lost and gpu.handle is not None:
+                self._register(gpu)
+
+    def _register(self, gpu: _Gpu) -> None:
+        if self._events is None:
+            return
+        try:
+            self.nvml.call("nvmlDeviceRegisterEvents", gpu.handle, pynvml.nvmlEventTypeXidCriticalError, self._events)
+        except GpuLost:
+            self._lose(gpu)
 
     def _lose(self, gpu: _Gpu) -> None:
         if not gpu.lost:
             gpu.lost = True
+            gpu.next_probe = time.monotonic() + REPROBE_SECONDS
             log.error("GPU %d (%s, PCI %s) is lost (NVML GPU_IS_LOST): it has fallen off the bus or "
-                      "stopped answering and needs a reset or a reboot; the other GPUs are still read",
-                      gpu.index, gpu.uuid or "uuid unknown", gpu.pci_bus or "bus unknown")
+                      "stopped answering and needs a reset or a reboot; the other GPUs are still read, and "
+                      "this one is tried again every %g s", gpu.index, gpu.uuid or "uuid unknown",
+                      gpu.pci_bus or "bus unknown", REPROBE_SECONDS)
 
     # -- per collection -----------------------------------------------------------------------
 
     def collect(self) -> tuple[list[GpuInfo], list[GpuProcess]]:
-        """One reading of every GPU and the processes on them (user and command not filled in)."""
+        """One reading of every GPU and the processes on them (user and command not filled in),
+        waiting at most ``deadline_seconds`` for them all."""
+        started = time.monotonic()
+        jobs: dict[int, Job[_Reading] | None] = {}
+        for gpu in self.gpus:
+            task = self._task(gpu, started)
+            jobs[gpu.index] = gpu.worker.submit(task) if task is not None else None
+        end = started + self.deadline_seconds
         infos: list[GpuInfo] = []
         procs: list[GpuProcess] = []
+        now = time.time()
         for gpu in self.gpus:
-            if not gpu.lost:
+            job = jobs[gpu.index]
+            if job is not None and job.wait(end - time.monotonic()):
                 try:
-                    info, on_gpu = self._read(gpu)
-                    infos.append(info)
-                    procs.extend(on_gpu)
-                    continue
+                    info, on_gpu, dropped = job.result()
                 except GpuLost:
                     self._lose(gpu)
-            infos.append(GpuInfo(index=gpu.index, uuid=gpu.uuid, name=gpu.name, pci_bus=gpu.pci_bus,
-                                 driver_version=self.driver_version, lost=True))
+                else:
+                    self._found(gpu)
+                    gpu.read_at = time.time()
+                    self.dropped.update(dropped)
+                    infos.append(replace(info, reading_age_seconds=0.0))
+                    procs.extend(on_gpu)
+                    continue
+            infos.append(self._unread(gpu, job is None and not gpu.lost, now))
         return infos, procs
 
-    def _read(self, gpu: _Gpu) -> tuple[GpuInfo, list[GpuProcess]]:
-        call, h, dropped = self.nvml.call, gpu.handle, self.dropped
+    def _task(self, gpu: _Gpu, now: float) -> Callable[[], _Reading] | None:
+        """What to run for ``gpu`` this collection (``None``: nothing, it is lost and not due)."""
+        if gpu.lost:
+            if now < gpu.next_probe:
+                return None
+            gpu.next_probe = now + REPROBE_SECONDS
+            return partial(self._revive, gpu)
+        if not gpu.identified:
+            return partial(self._identify_and_read, gpu)
+        return partial(self._read, gpu)
+
+    def _identify_and_read(self, gpu: _Gpu) -> _Reading:
+        """For a GPU whose identity read timed out at start."""
+        self._identify(gpu)
+        return self._read(gpu)
+
+    def _revive(self, gpu: _Gpu) -> _Reading:
+        """Ask for a lost GPU again (by PCI bus, else by index) and read it; ``GpuLost`` if it still is."""
+        if gpu.pci_bus:
+            handle = self.nvml.call("nvmlDeviceGetHandleByPciBusId", f"{gpu.pci_bus}.0")
+        else:
+            handle = self.nvml.call("nvmlDeviceGetHandleByIndex", gpu.index)
+        if handle is None:
+            raise GpuLost("no handle")
+        uuid = _text(self.nvml.call("nvmlDeviceGetUUID", handle))
+        gpu.handle, gpu.uuid = handle, gpu.uuid or uuid
+        reading = self._read(gpu)
+        self._register(gpu)
+        return reading
+
+    def _found(self, gpu: _Gpu) -> None:
+        """A reading finished: a lost or stale GPU answers again."""
+        if gpu.lost:
+            gpu.lost = False
+            log.warning("GPU %d (%s, PCI %s) answers NVML again; reading it as before", gpu.index,
+                        gpu.uuid or "uuid unknown", gpu.pci_bus or "bus unknown")
+        gpu.stale_logged = False
+
+    def _unread(self, gpu: _Gpu, still_busy: bool, now: float) -> GpuInfo:
+        """A GPU without a reading this collection: lost, or stale (its reading is late)."""
+        age = None if gpu.read_at is None else max(0.0, now - gpu.read_at)
+        info = GpuInfo(index=gpu.index, uuid=gpu.uuid, name=gpu.name, pci_bus=gpu.pci_bus,
+                       driver_version=self.driver_version, reading_age_seconds=age)
+        if gpu.lost:
+            return replace(info, lost=True)
+        if not gpu.stale_logged:
+            gpu.stale_logged = True
+            log.warning("GPU %d (%s): its NVML reading did not finish within %g s%s; it is shown stale, the "
+                        "other GPUs go on (reported once until it answers again)", gpu.index,
+                        gpu.uuid or "uuid unknown", self.deadline_seconds,
+                        " (the previous call still has not returned)" if still_busy else "")
+        return replace(info, stale=True)
+
+    def _read(self, gpu: _Gpu) -> _Reading:
+        """One GPU's figures and processes, on its worker thread (drops counted in its own Counter)."""
+        call, h = self.nvml.call, gpu.handle
+        dropped: Counter[str] = Counter()
         util = call("nvmlDeviceGetUtilizationRates", h)
         memory = call("nvmlDeviceGetMemoryInfo", h, pynvml.nvmlMemory_v2)
         reserved = getattr(memory, "reserved", None)
@@ -296,7 +476,7 @@ class GpuCollector:
             throttle_reasons=self._throttle_reasons(h), mig_enabled=mig_enabled,
             mig_instances=self._mig_instances(h) if mig_enabled else (),
         )
-        return info, self._processes(gpu, total)
+        return info, self._processes(gpu, total, dropped), dropped
 
     def _throttle_reasons(self, handle: Any) -> tuple[str, ...] | None:
         bits = self.nvml.call("nvmlDeviceGetCurrentClocksEventReasons", handle)
@@ -321,8 +501,8 @@ class GpuCollector:
             ))
         return tuple(out)
 
-    def _processes(self, gpu: _Gpu, total: int | None) -> list[GpuProcess]:
-        call, dropped = self.nvml.call, self.dropped
+    def _processes(self, gpu: _Gpu, total: int | None, dropped: Counter[str]) -> list[GpuProcess]:
+        call = self.nvml.call
         rows: dict[int, int | None] = {}
         for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
             for proc in call(function, gpu.handle) or ():
@@ -332,11 +512,11 @@ class GpuCollector:
                     dropped["process_memory"] += 1
                 elif proc.pid not in rows or rows[proc.pid] is None:
                     rows[proc.pid] = proc.usedGpuMemory
-        sm = self._sm_utilization(gpu)
+        sm = self._sm_utilization(gpu, dropped)
         return [GpuProcess(gpu=gpu.index, gpu_uuid=gpu.uuid, pid=pid, used_memory_bytes=used,
                            sm_utilization_ratio=sm.get(pid)) for pid, used in rows.items()]
 
-    def _sm_utilization(self, gpu: _Gpu) -> dict[int, float]:
+    def _sm_utilization(self, gpu: _Gpu, dropped: Counter[str]) -> dict[int, float]:
         """pid -> SM share from the samples newer than the last read (implausible ones dropped)."""
         samples = self.nvml.call("nvmlDeviceGetProcessUtilization", gpu.handle, gpu.last_sample_us,
                                  expected=(pynvml.NVMLError_NotFound,))
@@ -344,9 +524,9 @@ class GpuCollector:
         newest = gpu.last_sample_us
         for s in samples or ():
             if s.timeStamp <= gpu.last_sample_us:
-                self.dropped["process_sample_stale"] += 1
+                dropped["process_sample_stale"] += 1
             elif s.smUtil > 100 or s.memUtil > 100:
-                self.dropped["process_sm_utilization"] += 1
+                dropped["process_sm_utilization"] += 1
             else:
                 out[s.pid] = max(out.get(s.pid, 0.0), s.smUtil / 100)
                 newest = max(newest, s.timeStamp)
@@ -354,9 +534,16 @@ class GpuCollector:
         return out
 
     def xid_events(self) -> list[tuple[int | None, int]]:
-        """``(gpu index or None, xid)`` for every NVML XidCriticalError event waiting (never blocks)."""
-        if self._events is None:
+        """``(gpu index or None, xid)`` for every NVML XidCriticalError event waiting, read on the
+        events worker within ``deadline_seconds`` (none this time when the call hangs)."""
+        if self._events is None or self._event_worker is None:
             return []
+        job = self._event_worker.submit(self._drain_events)
+        if job is None or not job.wait(self.deadline_seconds):
+            return []
+        return job.result()
+
+    def _drain_events(self) -> list[tuple[int | None, int]]:
         by_address = {ctypes.addressof(g.handle.contents): g.index for g in self.gpus if g.handle is not None}
         out: list[tuple[int | None, int]] = []
         try:
@@ -364,7 +551,7 @@ class GpuCollector:
                                           expected=(pynvml.NVMLError_Timeout,))) is not None:
                 if data.eventType == pynvml.nvmlEventTypeXidCriticalError:
                     device = ctypes.addressof(data.device.contents) if data.device else None
-                    out.append((by_address.get(device), int(data.eventData)))
+                    out.append((by_address.get(device) if device is not None else None, int(data.eventData)))
         except GpuLost:
             pass  # the GPU shows up lost on its own next read
         return out

@@ -1,9 +1,9 @@
 """The node's process table, read from ``/proc`` like htop: state, CPU, memory, owner, command, pod.
 
 This is the agent's hot path: every collection reads every process (about 1,100 on a busy node).
-psutil needs 60-90 ms of CPU for that on this project's reference machine (2 cores), which is
-more than the agent's whole budget, so the table reads procfs itself and keeps the work per
-process to one system call:
+psutil's ``process_iter`` needs more CPU for that than the agent's whole budget on this project's
+reference machine (2 cores), so the table reads procfs itself and keeps the work per process to
+one system call:
 
 - ``/proc/<pid>/stat`` is opened once per process and re-read with ``pread(fd, …, 0)`` (procfs
   regenerates the text at offset 0); a process whose ``stat`` text did not change since the last
@@ -12,8 +12,8 @@ process to one system call:
   state) is read again only every ``IDLE_EVERY`` collections, staggered by pid, while busy
   processes are read every time. Most of a node's processes sleep, so this cuts the reads about
   fivefold; a process that wakes up shows its CPU within ``IDLE_EVERY`` collections, averaged
-  over the time since its previous read (measured on the reference machine, 1,100 processes:
-  about 7 ms of CPU per collection reading all, about 2 ms with this);
+  over the time since its previous read (the agent's CPU per collection is measured by
+  ``benchmarks/agent_cost.py``, figures in ``benchmarks/results/agent_cost.json``);
 - command line, owner and cgroup are read only for the processes a snapshot shows, and cached
   until the process's name (``comm``) changes, which it does on ``exec``.
 
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from observe.agent.redact import MAX_NAME_CHARS, safe_command, safe_text
+from observe.logonce import OnceLog
 from observe.model import ProcessInfo
 
 log = logging.getLogger(__name__)
@@ -133,10 +134,10 @@ class ProcessTable:
         self.ticks_per_second = os.sysconf("SC_CLK_TCK")
         self.page_size = os.sysconf("SC_PAGE_SIZE")
         self.errors: Counter[str] = Counter()
+        self._once = OnceLog(log, self.errors)
         self.count = self.threads = 0
         self.by_state: dict[str, int] = {}
         self._procs: dict[int, _Proc] = {}
-        self._logged: set[str] = set()
         self._users: dict[int, str] = {}
         if keep_open:
             raise_fd_limit()
@@ -197,10 +198,11 @@ class ProcessTable:
             if proc is None:
                 return None
         if not data:
-            data = self._read_stat(proc, pid)
-            if data is None:
+            read = self._read_stat(proc, pid)
+            if read is None:
                 self._close(proc)
                 return None
+            data = read
         if data == proc.raw:
             proc.idle, proc.cpu_cores, proc.read_at = True, 0.0, now
             return proc
@@ -334,17 +336,12 @@ class ProcessTable:
     # -- reporting once -----------------------------------------------------------------------
 
     def _vanished(self, pid: int) -> None:
-        if "vanished" not in self._logged:
-            self._logged.add("vanished")
-            log.info("process %d exited while it was read; such processes are skipped "
-                     "(reported once)", pid)
+        self._once.report("vanished", "process %d exited while it was read; such processes are skipped "
+                          "(reported once)", pid, level=logging.INFO, count=False)
 
     def _error(self, kind: str, path: str, exc: BaseException) -> None:
-        self.errors[kind] += 1
-        if kind not in self._logged:
-            self._logged.add(kind)
-            log.warning("cannot read %s (%s); skipping it and others like it (reported once; "
-                        "counted in fsdp_node_agent_errors_total{kind=%r})", path, exc, kind)
+        self._once.report(kind, "cannot read %s (%s); skipping it and others like it (reported once; "
+                          "counted in fsdp_node_agent_errors_total{kind=%r})", path, exc, kind)
 
 
 def _read_bytes(path: str) -> bytes:

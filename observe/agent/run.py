@@ -15,7 +15,7 @@ from http.server import ThreadingHTTPServer
 
 from observe.agent.exposition import render
 from observe.agent.sampler import Sampler, Settings
-from observe.agent.server import Latest, Published, make_server
+from observe.agent.server import Latest, Published, ServerErrors, make_server
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +27,21 @@ class Agent:
         settings: what to collect (``observe.agent.sampler.Settings``).
         address, port: where to serve (``port`` 0 picks a free port; see ``port``).
         process_series: processes with per-process series in ``/metrics``.
+        command_label: put redacted command lines in ``/metrics`` labels (``exposition.render``).
 
     Raises:
         OSError: from the constructor, when ``address:port`` cannot be bound.
     """
 
-    def __init__(self, settings: Settings, address: str, port: int, process_series: int = 20) -> None:
+    def __init__(self, settings: Settings, address: str, port: int, process_series: int = 20,
+                 command_label: bool = False) -> None:
         self.settings = settings
         self.process_series = process_series
+        self.command_label = command_label
         self.latest = Latest(settings.interval_seconds)
-        self.server: ThreadingHTTPServer = make_server(address, port, self.latest)
-        self.sampler = Sampler(settings)
+        self.http_errors = ServerErrors()
+        self.server: ThreadingHTTPServer = make_server(address, port, self.latest, self.http_errors)
+        self.sampler = Sampler(settings, extra_errors=self.http_errors.counts)
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
         self._serving: threading.Thread | None = None
@@ -50,7 +54,7 @@ class Agent:
     def collect_once(self) -> Published:
         """Collect, render and publish one snapshot; return it."""
         snapshot = self.sampler.sample()
-        published = Published(snapshot, render(snapshot, self.process_series), time.monotonic())
+        published = Published(snapshot, render(snapshot, self.process_series, self.command_label), time.monotonic())
         self.latest.publish(published)
         return published
 

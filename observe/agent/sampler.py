@@ -14,16 +14,17 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from observe.agent.gpu import GpuCollector, Nvml
+from observe.agent.gpu import DEADLINE_SECONDS, GpuCollector, Nvml
 from observe.agent.host import HostCollector
 from observe.agent.node_health import KubeNodeApi, NodeHealthReporter
 from observe.agent.procs import ProcessTable
 from observe.agent.xid_cursor import XidCursor, read_boot_id
 from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
+from observe.logonce import OnceLog
 from observe.model import (
     AgentHealth,
     CpuStats,
@@ -45,6 +46,9 @@ T = TypeVar("T")
 PID_MAX_LIMIT = 4 * 1024 * 1024
 HOST_PID_NOTICE = ("GPU processes {pids} are not in this agent's /proc: run the agent in the host PID "
                    "namespace (Kubernetes: hostPID: true) to see their users and commands")
+OWN_PID_NAMESPACE_NOTICE = ("this agent sees only its own PID namespace (its container): the process list, counts "
+                            "and per-process series cover that alone; for the node's processes run it in the host "
+                            "PID namespace (Kubernetes: daemonsets/components/agent-host-processes)")
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,13 @@ class Settings:
 
     Attributes:
         node: node name on every series. proc_root: the procfs to read.
-        kernel_log: a file to follow instead of ``kmsg``. kmsg: the kernel ring buffer device.
+        kernel_log: a file to follow instead of the ring buffer. kmsg: the kernel ring buffer device.
+        kernel_log_source: how to read the ring buffer: ``kmsg`` (the device) or ``syslog`` (the
+            ``syslog(2)`` call, which needs only CAP_SYSLOG; ``observe.agent.klog``).
         max_processes: processes kept in a snapshot (busiest first; GPU processes are added).
         interval_seconds: the collection period (reported in the snapshot).
+        nvml_timeout_seconds: how long a collection waits for each GPU's NVML reading before it
+            reports the GPU stale (``observe.agent.gpu``).
         version: the agent's version string.
         state_dir: where the XID cursor and counts are kept across restarts
             (``observe.agent.xid_cursor``); ``None`` keeps nothing.
@@ -68,8 +76,10 @@ class Settings:
     proc_root: str = "/proc"
     kernel_log: str | None = None
     kmsg: str = KMSG
+    kernel_log_source: str = "kmsg"
     max_processes: int = 100
     interval_seconds: float = 1.0
+    nvml_timeout_seconds: float = DEADLINE_SECONDS
     version: str = ""
     state_dir: str | None = None
     node_condition: bool = False
@@ -88,6 +98,16 @@ def own_usage() -> tuple[float | None, int | None]:
         return None, None
 
 
+def in_host_pid_namespace(proc_root: str) -> bool:
+    """Whether ``proc_root`` shows the node's first PID namespace: only there is pid 2 ``kthreadd``,
+    the parent of the kernel's threads (a container's own namespace has no kernel threads)."""
+    try:
+        with open(f"{proc_root}/2/stat", "rb") as f:
+            return f.read().split(b" ", 2)[1] == b"(kthreadd)"
+    except (OSError, IndexError):
+        return False
+
+
 def read_pid_max(proc_root: str) -> int:
     """The kernel's ``pid_max`` (``PID_MAX_LIMIT`` when it cannot be read)."""
     try:
@@ -102,22 +122,27 @@ class Sampler:
 
     Args:
         settings: see ``Settings``.
+        extra_errors: more error counts for ``AgentHealth.errors`` (the HTTP server's).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, extra_errors: Callable[[], Mapping[str, int]] | None = None) -> None:
         self.settings = settings
+        self.extra_errors = extra_errors
         self.host = HostCollector(settings.proc_root)
         self.table = ProcessTable(settings.proc_root)
         self.nvml = Nvml()
-        self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root))
+        self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root),
+                                 deadline_seconds=settings.nvml_timeout_seconds, proc_root=settings.proc_root)
         self.xids = XidStore()
         self.cursor: XidCursor | None = None
+        syslog = settings.kernel_log_source == "syslog"
         if settings.state_dir:
-            self.cursor = XidCursor(settings.state_dir, settings.kernel_log or settings.kmsg,
+            self.cursor = XidCursor(settings.state_dir,
+                                    settings.kernel_log or ("syslog(2)" if syslog else settings.kmsg),
                                     follow_file=settings.kernel_log is not None,
                                     boot_id=read_boot_id(settings.proc_root), snapshot=self._xid_state)
         self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
-                                        boot_time=self.host.boot_time, cursor=self.cursor)
+                                        boot_time=self.host.boot_time, syslog=syslog, cursor=self.cursor)
         self._by_bus: dict[str, GpuInfo] = {}
         self.health: NodeHealthReporter | None = None
         if settings.node_condition or settings.node_taint:
@@ -125,9 +150,12 @@ class Sampler:
                                              settings.node_taint, gpu_of=self._gpu_of)
             self.xids.listeners.append(self.health.offer)
         self.errors: Counter[str] = Counter()
+        self._once = OnceLog(log, self.errors)
         self.collections = 0
-        self._logged: set[str] = set()
         self._procfs = "ok"
+        self._own_pid_namespace = not in_host_pid_namespace(settings.proc_root)
+        if self._own_pid_namespace:
+            log.warning("%s (reported once)", OWN_PID_NAMESPACE_NOTICE)
 
     def _xid_state(self) -> tuple[dict[tuple[str | None, int, str], int], dict[str | None, str]]:
         """What the cursor saves: the counts, and every PCI bus -> UUID learnt (events and driver lines)."""
@@ -149,23 +177,21 @@ class Sampler:
         self.gpus.start(xid_events=not self.watcher.up)
 
     def stop(self) -> None:
-        """Stop the watcher, shut NVML down, close the process table."""
+        """Stop the watcher and the GPU workers, shut NVML down, close the process table."""
         self.watcher.stop()
         if self.cursor is not None:
             self.cursor.close()
         if self.health is not None:
             self.health.stop()
-        self.nvml.shutdown()
+        self.gpus.stop()
         self.table.close()
 
     def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:
         try:
             return fn()
-        except Exception:
-            self.errors[f"collect_{section}"] += 1
-            if section not in self._logged:
-                self._logged.add(section)
-                log.exception("collecting %s failed; the snapshot carries the other sections (reported once)", section)
+        except Exception:  # noqa: BLE001 - a failing section must not cost the others (DESIGN.md, failure rules)
+            self._once.report(f"collect_{section}", "collecting %s failed; the snapshot carries the other sections "
+                              "(reported once)", section, level=logging.ERROR, exc_info=True)
             return default
 
     def sample(self) -> NodeSnapshot:
@@ -173,17 +199,20 @@ class Sampler:
         started = time.perf_counter()
         now = time.time()
         host = self._guard("host", lambda: self._host(now), HostStats())
-        gpus, gpu_procs = self._guard("gpu", self.gpus.collect, ([], []))
+        no_gpus: tuple[list[GpuInfo], list[GpuProcess]] = ([], [])
+        gpus, gpu_procs = self._guard("gpu", self.gpus.collect, no_gpus)
         self._guard("nvml_xid", self._nvml_xids, None)
-        processes, gpu_procs, notices = self._guard(
-            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), ((), tuple(gpu_procs), []))
-        events, counts = self._guard("xid", lambda: self._xids(gpus), ((), ()))
+        no_processes: tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]] = ((), tuple(gpu_procs), [])
+        processes, gpu_processes, notices = self._guard(
+            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), no_processes)
+        no_xids: tuple[tuple[XidEvent, ...], tuple[XidCount, ...]] = ((), ())
+        events, counts = self._guard("xid", lambda: self._xids(gpus), no_xids)
         if self.cursor is not None:
             self.cursor.flush()
         self.collections += 1
         return NodeSnapshot(
             node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
-            gpu_processes=gpu_procs, xid_events=events, xid_counts=counts,
+            gpu_processes=gpu_processes, xid_events=events, xid_counts=counts,
             agent=self._health(time.perf_counter() - started, notices),
             node_health=self.health.state() if self.health is not None else None,
         )
@@ -250,6 +279,8 @@ class Sampler:
         self._by_bus = by_bus
 
         def where(bus: str | None) -> tuple[int | None, str | None]:
+            if bus is None:
+                return None, None
             gpu = by_bus.get(bus)
             return (gpu.index, gpu.uuid or uuids.get(bus)) if gpu else (None, uuids.get(bus))
 
@@ -265,10 +296,14 @@ class Sampler:
 
     def _health(self, seconds: float, notices: list[str]) -> AgentHealth:
         errors = Counter(self.errors) + self.table.errors + self.nvml.errors
+        if self.extra_errors is not None:
+            errors.update(self.extra_errors())
         if self.watcher.parse_errors:
             errors["xid_parse"] = self.watcher.parse_errors
         if self.watcher.overruns:
             errors["kmsg_overrun"] = self.watcher.overruns
+        if self.watcher.long_lines:
+            errors["kernel_log_long_line"] = self.watcher.long_lines
         if self.cursor is not None and self.cursor.errors:
             errors["xid_state_write"] = self.cursor.errors
         if self.health is not None:
@@ -277,6 +312,8 @@ class Sampler:
         if not self.watcher.up and self.nvml.available:
             kernel_log += "; XIDs from NVML events"
         all_notices = [n for n in (self.nvml.reason, None if self.watcher.up else kernel_log) if n] + notices
+        if self._own_pid_namespace:
+            all_notices.append(OWN_PID_NAMESPACE_NOTICE)
         cpu_seconds, rss = own_usage()
         return AgentHealth(
             version=self.settings.version, interval_seconds=self.settings.interval_seconds,

@@ -5,7 +5,22 @@ Prometheus text rendered once, on the collection thread), and a request copies t
 latest one. The JSON and the gzip form of the exposition are made on the first request that
 wants them and kept with that snapshot. The server is the standard library's threaded HTTP/1.1
 server (a thread per connection, keep-alive), which answers a cached body in well under a
-millisecond of CPU.
+millisecond of CPU, with these bounds:
+
+- a listen backlog of ``LISTEN_BACKLOG`` (the standard library's 5 made 17 % of a 200-connection
+  burst wait a second for a SYN retry);
+- at most ``MAX_CONNECTIONS`` connections served at once (one thread each); one more is answered
+  ``503`` with ``Retry-After`` and closed at once (counted as ``http_rejected``);
+- each request has ``REQUEST_SECONDS`` in total, from the end of the previous answer (or the
+  connection's start) to the end of its own answer, however the client spaces its bytes: a client
+  sending a byte a second holds a thread at most that long (counted as ``http_timeout``);
+- a client that goes away mid-answer is one counted ``http_aborted`` (logged once), never a
+  traceback; any other error while serving is counted as ``http_error`` and logged once with
+  its traceback.
+
+``Accept-Encoding`` is read with its q-values (``gzip;q=0`` means no gzip) and every ``/metrics``
+answer says ``Vary: Accept-Encoding``. Counts go to ``ServerErrors``, which the agent merges into
+``fsdp_node_agent_errors_total``.
 
 Endpoints:
     GET /metrics   Prometheus text format 0.0.4 (gzip when the scraper accepts it)
@@ -18,12 +33,17 @@ Endpoints:
 from __future__ import annotations
 
 import gzip
+import io
+import logging
 import socket
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs
 
 from observe.model import NodeSnapshot
@@ -32,6 +52,16 @@ from observe.model import NodeSnapshot
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 JSON_TYPE = "application/json; charset=utf-8"
 TEXT_TYPE = "text/plain; charset=utf-8"
+#: Pending connections the kernel queues before ``accept`` (Linux caps it at ``net.core.somaxconn``).
+LISTEN_BACKLOG = 1024
+#: Connections served at once (a thread each): Prometheus replicas, a few TUIs and probes need far fewer.
+MAX_CONNECTIONS = 64
+#: Seconds a request may take in total: waiting for it on a kept-alive connection, reading it,
+#: writing the answer. Prometheus' default scrape interval (15 s, or 60 s) then costs one
+#: reconnect per scrape at worst.
+REQUEST_SECONDS = 30.0
+
+log = logging.getLogger(__name__)
 
 
 class Published:
@@ -105,12 +135,97 @@ class Latest:
         return current is not None and time.monotonic() - current.published_at < 3 * self.interval_seconds + 5
 
 
+class ServerErrors:
+    """Counts of what went wrong serving (``http_rejected``, ``http_timeout``, ``http_aborted``,
+    ``http_error``), safe to update from every connection thread; each kind is logged once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, kind: str, message: str, exc_info: bool = False) -> None:
+        """Count one ``kind``; log ``message`` the first time."""
+        with self._lock:
+            self._counts[kind] += 1
+            first = self._counts[kind] == 1
+        if first:
+            log.warning('%s (reported once; counted in fsdp_node_agent_errors_total{kind="%s"})', message, kind,
+                        exc_info=exc_info)
+
+    def counts(self) -> dict[str, int]:
+        """A copy of the counts."""
+        with self._lock:
+            return dict(self._counts)
+
+
+def accepts_gzip(header: str | None) -> bool:
+    """Whether an ``Accept-Encoding`` value accepts gzip (RFC 9110 section 12.5.3).
+
+    ``gzip`` or ``x-gzip`` with a q-value above 0, or ``*`` above 0 when gzip is not named;
+    ``gzip;q=0`` refuses it. A q-value that is not a number counts as 0.
+    """
+    named: float | None = None
+    star: float | None = None
+    for item in (header or "").split(","):
+        coding, _, params = item.partition(";")
+        coding = coding.strip().lower()
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if coding in ("gzip", "x-gzip"):
+            named = max(named or 0.0, q)
+        elif coding == "*":
+            star = q
+    return named > 0 if named is not None else (star or 0.0) > 0
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reading side that gives up when the request's deadline has passed (``TimeoutError``)."""
+
+    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
+        self.sock, self.handler = sock, handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self.sock.settimeout(self.handler.remaining())
+        return self.sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fsdp-observe-agent"
-    timeout = 60  # an idle keep-alive connection is closed after this many seconds
+    sys_version = ""  # no Python version in the Server header
     disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
     latest: Latest
+    errors: ServerErrors
+    _deadline = 0.0
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
+
+    def remaining(self) -> float:
+        """Seconds this request has left (``TimeoutError`` when none)."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request deadline passed")
+        return left
+
+    def handle_one_request(self) -> None:
+        self._deadline = time.monotonic() + REQUEST_SECONDS
+        super().handle_one_request()
+
+    def log_error(self, format: str, *args: object) -> None:
+        if format.startswith("Request timed out"):
+            self.errors.add("http_timeout", f"a request from {self.client_address[0]} took over "
+                            f"{REQUEST_SECONDS:g} s; its connection was closed")
 
     def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
@@ -121,10 +236,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif current is None:
             self._send(503, TEXT_TYPE, b"no snapshot yet\n")
         elif path == "/metrics":
-            if "gzip" in (self.headers.get("Accept-Encoding") or ""):
-                self._send(200, METRICS_TYPE, current.metrics_gzip(), encoding="gzip")
+            if accepts_gzip(self.headers.get("Accept-Encoding")):
+                self._send(200, METRICS_TYPE, current.metrics_gzip(), encoding="gzip", vary=True)
             else:
-                self._send(200, METRICS_TYPE, current.metrics)
+                self._send(200, METRICS_TYPE, current.metrics, vary=True)
         elif path == "/snapshot":
             view = parse_qs(query).get("view", ["full"])[-1]
             if view not in VIEWS:
@@ -137,10 +252,15 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, TEXT_TYPE, b"not found: try /metrics, /snapshot or /healthz\n")
 
-    def _send(self, status: int, content_type: str, body: bytes, encoding: str | None = None) -> None:
+    def _send(self, status: int, content_type: str, body: bytes, encoding: str | None = None,
+              vary: bool = False) -> None:
+        self.connection.settimeout(self.remaining())
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        if vary:
+            self.send_header("Vary", "Accept-Encoding")
         if encoding:
             self.send_header("Content-Encoding", encoding)
         self.end_headers()
@@ -150,21 +270,67 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+_REJECT = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\n"
+           b"Connection: close\r\nContent-Length: 37\r\n\r\ntoo many connections; try again later\n")
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
+    errors: ServerErrors
+
+    def __init__(self, address: tuple[str, int], handler: type[_Handler]) -> None:
+        self.errors = handler.errors
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve on a new thread if a slot is free; else answer 503 and close at once."""
+        if not self._slots.acquire(blocking=False):
+            self.errors.add("http_rejected", f"more than {MAX_CONNECTIONS} connections at once; "
+                            f"answered 503 to {client_address[0]}")
+            try:
+                request.settimeout(1.0)
+                request.sendall(_REJECT)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One counted line for a client that went away; a counted traceback (logged once) otherwise."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            self.errors.add("http_aborted", f"a client ({client_address[0]}) went away mid-request: "
+                            f"{type(exc).__name__}: {exc}")
+        else:
+            self.errors.add("http_error", f"serving {client_address[0]} failed", exc_info=True)
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-def make_server(address: str, port: int, latest: Latest) -> ThreadingHTTPServer:
-    """A threaded HTTP/1.1 server bound to ``address:port`` (``port`` 0 picks a free one), not yet serving.
+def make_server(address: str, port: int, latest: Latest, errors: ServerErrors | None = None) -> _Server:
+    """A threaded HTTP/1.1 server bound to ``address:port`` (``port`` 0 picks a free one), not yet
+    serving, with the bounds of the module docstring; what goes wrong is counted in ``errors``
+    (the server's ``errors`` attribute; a new one when ``None``).
 
     Raises:
         OSError: the address cannot be bound (``errno.EADDRINUSE`` when the port is taken).
     """
-    handler = type("Handler", (_Handler,), {"latest": latest})
+    handler = type("Handler", (_Handler,), {"latest": latest, "errors": errors or ServerErrors()})
     cls = _Server6 if ":" in address else _Server
     return cls((address, port), handler)

@@ -6,10 +6,11 @@ some, the count even goes down, which Prometheus takes for a counter reset and `
 turns into a fresh XID: a re-page. With ``--state-dir`` the agent keeps one JSON file there,
 written atomically (a temporary file renamed over it), holding:
 
-- for ``/dev/kmsg``: the boot id (``/proc/sys/kernel/random/boot_id``) and the sequence number of
-  the last record read (the second field of every ``/dev/kmsg`` record, Documentation/ABI/testing/
-  dev-kmsg); a restart within the same boot skips records up to it, a new boot starts afresh (the
-  ring buffer is new, and so are the counts);
+- for the ring buffer: the boot id (``/proc/sys/kernel/random/boot_id``) and the place of the last
+  record read: through ``/dev/kmsg`` its sequence number (the second field of every record,
+  Documentation/ABI/testing/dev-kmsg), through ``syslog(2)`` its ``[seconds.micro]`` timestamp and
+  how many lines before it had the same one; a restart within the same boot skips records up to
+  there, a new boot starts afresh (the ring buffer is new, and so are the counts);
 - for a file: its device, inode, the offset of the last whole line read and a hash of the bytes
   before it; a restart resumes there if the same file still holds those bytes, else (rotated,
   truncated or replaced) it reads the file from the start and keeps the counts;
@@ -76,14 +77,14 @@ class Restored:
 
     Attributes:
         counts: (PCI bus, code, severity) → count. uuids: PCI bus → GPU UUID.
-        kmsg_seq: skip ``/dev/kmsg`` records up to this sequence number (``None``: skip none).
+        ring_position: skip ring-buffer records up to this place (``None``: skip none).
         file: ``{"dev", "ino", "offset", "tail"}`` of the file last read (``None``: read from the start).
         why: one line on what was taken over, or why nothing was.
     """
 
     counts: Counts = field(default_factory=dict)
     uuids: dict[str | None, str] = field(default_factory=dict)
-    kmsg_seq: int | None = None
+    ring_position: tuple[float, ...] | None = None
     file: dict[str, Any] | None = None
     why: str = "no state yet"
 
@@ -93,8 +94,8 @@ class XidCursor:
 
     Args:
         state_dir: where ``xid-state.json`` lives (created if missing).
-        source: the kernel log being read (``/dev/kmsg`` or the ``--kernel-log`` file).
-        follow_file: ``source`` is a file (positions are byte offsets), not ``/dev/kmsg``.
+        source: the kernel log being read (``/dev/kmsg``, ``syslog(2)`` or the ``--kernel-log`` file).
+        follow_file: ``source`` is a file (positions are byte offsets), not the ring buffer.
         boot_id: this boot's id (``read_boot_id``).
         snapshot: returns the counts and UUID map to save (the store's, taken under ``lock``).
         min_interval: seconds between two saves at most one.
@@ -117,10 +118,11 @@ class XidCursor:
         self.enabled = True
         self.errors = 0
         self._lock_fd: int | None = None
-        self._kmsg_seq: int | None = None
+        self._ring: tuple[float, ...] | None = None
         self._file: dict[str, Any] | None = None
         self._dirty = False
         self._saved_at = 0.0
+        self._resume: tuple[float, ...] | None = None  # where the saved run stopped in the ring
 
     # -- start ------------------------------------------------------------------------------
 
@@ -166,8 +168,11 @@ class XidCursor:
                 return Restored(counts, uuids, file=self._file, why=f"resuming {self.source}")
             if not self.boot_id or data.get("boot_id") != self.boot_id:
                 return Restored(why="a new boot: the kernel ring buffer starts afresh")
-            self._kmsg_seq = None if data.get("kmsg_seq") is None else int(data["kmsg_seq"])
-            return Restored(counts, uuids, kmsg_seq=self._kmsg_seq, why=f"resuming after record {self._kmsg_seq}")
+            saved = data.get("ring_position")
+            self._ring = self._resume = None if saved is None else tuple(float(x) for x in saved)
+            where = ("the start" if self._ring is None else
+                     f"ring-buffer position {' '.join(f'{x:g}' for x in self._ring)}")
+            return Restored(counts, uuids, ring_position=self._ring, why=f"resuming after {where}")
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             log.warning("XID state %s has the wrong shape (%s); counting afresh", self.path, exc)
             return Restored(why="state has the wrong shape")
@@ -186,8 +191,9 @@ class XidCursor:
 
     # -- while reading ------------------------------------------------------------------------
 
-    def record(self, add: Callable[[XidEvent], None], event: XidEvent | None, kmsg_seq: int | None = None,
-               file_fd: int | None = None, file_offset: int | None = None) -> None:
+    def record(self, add: Callable[[XidEvent], None], event: XidEvent | None,
+               ring_position: tuple[float, ...] | None = None, file_fd: int | None = None,
+               file_offset: int | None = None) -> None:
         """Count ``event`` (if any) with ``add`` and advance the position past its line, atomically
         with respect to saving; save when ``min_interval`` has passed since the last save.
 
@@ -199,8 +205,8 @@ class XidCursor:
             if event is not None:
                 add(event)
                 self._dirty = True
-            if kmsg_seq is not None:
-                self._kmsg_seq = kmsg_seq
+            if ring_position is not None:
+                self._ring = ring_position
                 self._dirty = True
             if file_fd is not None and file_offset is not None and (event is not None or due):
                 st = os.fstat(file_fd)
@@ -210,9 +216,9 @@ class XidCursor:
             if self._dirty and due:
                 self._save()
 
-    def seen(self, kmsg_seq: int | None) -> bool:
-        """Whether a ``/dev/kmsg`` record was already counted before this start."""
-        return kmsg_seq is not None and self._kmsg_seq is not None and kmsg_seq <= self._kmsg_seq
+    def seen(self, ring_position: tuple[float, ...] | None) -> bool:
+        """Whether a ring-buffer record was already counted before this start (in this boot)."""
+        return ring_position is not None and self._resume is not None and ring_position <= self._resume
 
     def flush(self) -> None:
         """Save now if anything changed since the last save."""
@@ -232,7 +238,8 @@ class XidCursor:
         if not self.enabled:
             return
         counts, uuids = self.snapshot()
-        data = {"version": STATE_VERSION, "source": self.source, "boot_id": self.boot_id, "kmsg_seq": self._kmsg_seq,
+        data = {"version": STATE_VERSION, "source": self.source, "boot_id": self.boot_id,
+                "ring_position": None if self._ring is None else list(self._ring),
                 "file": self._file, "counts": [[bus, code, severity, n] for (bus, code, severity), n in
                                                sorted(counts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))],
                 "uuids": {str(bus): uuid for bus, uuid in uuids.items()}}

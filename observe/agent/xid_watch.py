@@ -1,20 +1,25 @@
 """XID errors as they happen: a kernel-log follower on its own thread, and the store it feeds.
 
-The watcher reads ``/dev/kmsg`` (the kernel ring buffer, from its oldest record, so XIDs logged
-before the agent started are counted too) or, with ``--kernel-log``, a file it follows like
-``tail -F`` (it reopens a rotated or truncated file). Each line goes through
+The watcher reads the kernel ring buffer from its oldest record, so XIDs logged before the agent
+started are counted too: through ``/dev/kmsg`` (the default; needs CAP_SYSLOG where
+``kernel.dmesg_restrict=1``, and in a container a privileged one, as the device cgroup refuses
+the device otherwise) or through the ``syslog(2)`` call (``--kernel-log-source syslog``,
+``observe.agent.klog``: CAP_SYSLOG is enough, the unprivileged DaemonSet's way). With
+``--kernel-log`` it follows a file like ``tail -F`` instead (``observe.agent.logfile``: bounded
+lines, rotation and copytruncate detected; a deleted, vanished or unreadable file makes the
+source report not ok until it can be read again). Each line goes through
 ``observe.xid.KernelLogParser``; a malformed line is a parse error, never a stop. When the kernel
-log cannot be opened (``/dev/kmsg`` needs CAP_SYSLOG where ``kernel.dmesg_restrict=1``), the
-watcher says so once and the agent falls back to NVML's XidCriticalError events, which carry
-fewer XIDs (79, 119 and 120, among others, only reach the kernel log). Both sources are never
-used together, so one XID is never counted twice.
+log cannot be opened, the watcher says so once and the agent falls back to NVML's
+XidCriticalError events, which carry fewer XIDs (79, 119 and 120, among others, only reach the
+kernel log). Both sources are never used together, so one XID is never counted twice.
 
 Text in an event that a process controls (its name, the message, the raw line) is made safe by
 ``observe.agent.redact`` before it is stored.
 
 With a cursor (``observe.agent.xid_cursor``, ``--state-dir``) a restart resumes where the last
-run stopped: ``/dev/kmsg`` records already counted in this boot are skipped by sequence number, a
-file is read on from the last whole line, and the counts continue from the saved ones.
+run stopped: ring-buffer records already counted in this boot are skipped (``/dev/kmsg`` by
+sequence number, ``syslog(2)`` by timestamp), a file is read on from the last whole line, and the
+counts continue from the saved ones.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
+from observe.agent.klog import KernelRing, permission_hint, timestamp
+from observe.agent.logfile import FollowedFile
 from observe.agent.redact import safe_text
 from observe.agent.xid_cursor import XidCursor, kmsg_sequence
 from observe.model import XidEvent
@@ -37,6 +44,8 @@ from observe.xid import KernelLogParser
 log = logging.getLogger(__name__)
 
 KMSG = "/dev/kmsg"
+#: Ways to read the kernel ring buffer (``--kernel-log-source``).
+SOURCES = ("kmsg", "syslog")
 #: Recent events kept for ``/snapshot``.
 RECENT_EVENTS = 100
 #: Longest exported kernel message / raw line, in characters.
@@ -95,24 +104,29 @@ class KernelLogWatcher:
     Args:
         store: where events go.
         node: node name put on events.
-        path: a log file to follow instead of ``kmsg``.
+        path: a log file to follow instead of the ring buffer.
         kmsg: the kernel ring buffer device.
-        boot_time: Unix time of boot, to date ``/dev/kmsg`` records.
+        syslog: read the ring buffer through ``syslog(2)`` instead of ``kmsg``.
+        boot_time: Unix time of boot, to date ``/dev/kmsg`` records and ``syslog(2)`` lines.
         poll_seconds: how often to look for new lines when there are none.
+        ring: the ``syslog(2)`` reader to use (tests pass a ``KernelRing`` over a crafted buffer).
         cursor: resume from and save to this (``None``: read everything, keep nothing).
 
     Attributes:
         status: ``ok`` while reading, else why the kernel log cannot be read.
-        source: the path being read.
+        source: the path being read (``syslog(2)`` for the system call).
+        long_lines: file mode: lines cut at ``observe.agent.logfile.MAX_LINE_BYTES``.
     """
 
     def __init__(self, store: XidStore, node: str = "", path: str | None = None, kmsg: str = KMSG,
-                 boot_time: float | None = None, poll_seconds: float = 0.5, cursor: XidCursor | None = None) -> None:
+                 boot_time: float | None = None, poll_seconds: float = 0.5, syslog: bool = False,
+                 ring: KernelRing | None = None, cursor: XidCursor | None = None) -> None:
         self.store = store
         self.cursor = cursor
         self.parser = KernelLogParser(node)
-        self.source = path or kmsg
         self.follow_file = path is not None
+        self.syslog = (syslog or ring is not None) and not self.follow_file
+        self.source = path or ("syslog(2)" if self.syslog else kmsg)
         self.boot_time = boot_time
         self.poll_seconds = poll_seconds
         self.status = "not started"
@@ -120,6 +134,10 @@ class KernelLogWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._fd: int | None = None
+        self._file: FollowedFile | None = None
+        self._ring = ring
+        self._last_stamp: float | None = None
+        self._same_stamp = 0
 
     @property
     def up(self) -> bool:
@@ -131,19 +149,39 @@ class KernelLogWatcher:
         """Lines that looked like an XID report but could not be read."""
         return self.parser.parse_errors
 
+    @property
+    def long_lines(self) -> int:
+        """File mode: lines cut at their first ``MAX_LINE_BYTES``."""
+        return self._file.long_lines if self._file is not None else 0
+
     def start(self) -> bool:
         """Open the log and start following it; on failure log once why and return False."""
+        target: Callable[[], None]
         try:
-            self._fd = os.open(self.source, os.O_RDONLY | os.O_CLOEXEC | (0 if self.follow_file else os.O_NONBLOCK))
+            if self.follow_file:
+                self._file = FollowedFile(self.source)
+                self._file.open()
+                if self.cursor is not None and self._file.fd is not None:
+                    self._file.seek(self.cursor.resume_offset(self._file.fd))
+                target = self._follow_file
+            elif self.syslog:
+                self._ring = self._ring or KernelRing()
+                target = self._follow_syslog
+            else:
+                self._fd = os.open(self.source, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+                target = self._follow_kmsg
         except OSError as exc:
-            hint = ("give the agent CAP_SYSLOG (or run it privileged), or pass --kernel-log FILE"
-                    if exc.errno in (errno.EACCES, errno.EPERM) else "pass --kernel-log FILE")
-            self.status = f"cannot open {self.source}: {exc.strerror}"
+            if self.syslog:
+                hint = permission_hint(exc)
+            elif exc.errno in (errno.EACCES, errno.EPERM):
+                hint = "give the agent CAP_SYSLOG (or run it privileged), or pass --kernel-log FILE"
+            else:
+                hint = "pass --kernel-log FILE"
+            self.status = f"cannot {'read' if self.syslog else 'open'} {self.source}: {exc.strerror}"
             log.warning("%s; XIDs come from NVML events only, which miss some codes (79, 119, 120); "
                         "%s (reported once)", self.status, hint)
             return False
         self.status = "ok"
-        target = self._follow_file if self.follow_file else self._follow_kmsg
         self._thread = threading.Thread(target=self._run, args=(target,), name="xid-watch", daemon=True)
         self._thread.start()
         return True
@@ -164,28 +202,33 @@ class KernelLogWatcher:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            if self._file is not None:
+                self._file.close()
 
-    def _feed(self, line: str, file_offset: int | None = None) -> None:
-        """Parse one line; count its XID (through the cursor, with the position after the line)."""
+    def _feed(self, line: str, now: float | None = None, position: tuple[float, ...] | None = None,
+              file_offset: int | None = None) -> None:
+        """Parse one line and count its XID; with a cursor, skip a line counted before a restart
+        (``position``: the record's place in this boot's ring buffer) and save the place after it."""
+        if self.cursor is not None and self.cursor.seen(position):
+            return
+        event = self.parser.feed(line, now=time.time() if now is None else now, boot_time=self.boot_time)
         if self.cursor is None:
-            event = self.parser.feed(line, now=time.time(), boot_time=self.boot_time)
             if event is not None:
                 self.store.add(event)
             return
-        seq = None if self.follow_file else kmsg_sequence(line)
-        if self.cursor.seen(seq):
-            return  # counted before this agent restarted
-        event = self.parser.feed(line, now=time.time(), boot_time=self.boot_time)
-        self.cursor.record(self.store.add, event, kmsg_seq=seq, file_fd=self._fd if self.follow_file else None,
-                           file_offset=file_offset)
+        fd = self._file.fd if self._file is not None else None
+        self.cursor.record(self.store.add, event, ring_position=position, file_fd=fd, file_offset=file_offset)
 
     def _follow_kmsg(self) -> None:
         """One ``read`` per record; EAGAIN means none yet, EPIPE that the ring overwrote some."""
+        fd = self._fd
+        assert fd is not None
         while not self._stop.is_set():
+            assert self._fd is not None  # opened by start(); this thread closes it when it ends (_run)
             try:
-                record = os.read(self._fd, 16384)
+                record = os.read(fd, 16384)
             except BlockingIOError:
-                select.select([self._fd], [], [], self.poll_seconds)
+                select.select([fd], [], [], self.poll_seconds)
                 continue
             except OSError as exc:
                 if exc.errno != errno.EPIPE:
@@ -197,35 +240,61 @@ class KernelLogWatcher:
                 continue
             for line in record.decode("utf-8", "replace").split("\n"):
                 if line and not line.startswith(" "):  # " KEY=value" lines continue a record
-                    self._feed(line)
+                    seq = kmsg_sequence(line)
+                    self._feed(line, position=None if seq is None else (float(seq),))
 
     def _follow_file(self) -> None:
-        """Read to the end, then poll for appended lines; reopen when rotated or truncated."""
-        pending = b""
-        fd = self._fd
-        if fd is None:
-            return
-        if self.cursor is not None:
-            os.lseek(fd, self.cursor.resume_offset(fd), os.SEEK_SET)
-        position = os.lseek(fd, 0, os.SEEK_CUR)
+        """Read to the end, then poll for appended lines; follow rotation and truncation
+        (``FollowedFile.check``) and report a file that cannot be read as not ok."""
+        assert self._file is not None
         while not self._stop.is_set():
-            chunk = os.read(self._fd, 65536)
-            if chunk:
-                line_end = position - len(pending)  # offset just past the last whole line
-                position += len(chunk)
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    line_end += len(line) + 1
-                    self._feed(line.decode("utf-8", "replace"), line_end)
-                continue
+            if self.status == "ok":
+                try:
+                    lines = self._file.read_lines()
+                except OSError as exc:
+                    self._set_status(f"cannot read {self.source}: {exc.strerror}")
+                    lines = []
+                if lines:
+                    for line, end in zip(lines, self._file.line_ends, strict=True):
+                        self._feed(line.decode("utf-8", "replace"), file_offset=end)
+                    continue
             if self._stop.wait(self.poll_seconds):
                 break
+            self._set_status(self._file.check() or "ok")
+
+    def _follow_syslog(self) -> None:
+        """Every ``poll_seconds``, the lines logged since the last read (``KernelRing.new_lines``),
+        dated by their ``[seconds since boot]``."""
+        assert self._ring is not None
+        while not self._stop.is_set():
             try:
-                now = os.stat(self.source)
-            except OSError:
-                continue  # rotated away and not recreated yet
-            current = os.fstat(self._fd)
-            if (now.st_ino, now.st_dev) != (current.st_ino, current.st_dev) or now.st_size < position:
-                os.close(self._fd)
-                self._fd = os.open(self.source, os.O_RDONLY | os.O_CLOEXEC)
-                pending, position = b"", 0
+                lines = self._ring.new_lines()
+            except OSError as exc:
+                self._set_status(f"cannot read {self.source}: {exc.strerror}")
+                lines = []
+            else:
+                self._set_status("ok")
+            for line in lines:
+                since_boot = timestamp(line)
+                when = self.boot_time + since_boot if since_boot is not None and self.boot_time else None
+                self._feed(line.decode("utf-8", "replace"), now=when, position=self._ring_position(since_boot))
+            self._stop.wait(self.poll_seconds)
+
+    def _ring_position(self, since_boot: float | None) -> tuple[float, ...] | None:
+        """A ``syslog(2)`` line's place in this boot's ring: (its timestamp, how many lines before
+        it had the same one); ``None`` for a line without a timestamp (it cannot be resumed at)."""
+        if since_boot is None:
+            return None
+        same = self._same_stamp + 1 if since_boot == self._last_stamp else 0
+        self._last_stamp, self._same_stamp = since_boot, same
+        return (since_boot, float(same))
+
+    def _set_status(self, status: str) -> None:
+        """Change ``status``, logging each change once (a log that went away, and its return)."""
+        if status == self.status:
+            return
+        if status == "ok":
+            log.warning("kernel log %s can be read again", self.source)
+        else:
+            log.warning("%s; the kernel-log source reports not ok until it can be read again", status)
+        self.status = status

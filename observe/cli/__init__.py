@@ -4,15 +4,21 @@ Each subcommand is a module of this package with ``main(argv) -> int``, imported
 chosen, so ``fsdp-observe top`` never imports torch. A user mistake anywhere below raises
 ``observe.errors.UserError``; this module alone turns it into one line,
 ``error: FIELD: PROBLEM; FIX``, and exit status 2, with no traceback.
+
+The base install (``pip install fsdp-observe``) holds the CLI and the TUI; each role adds an
+extra (``pyproject.toml``). A third-party module missing anywhere below a command, at its import
+or deep inside, becomes one line naming the extra that installs it (``missing_extra``); commands
+whose imports come late (after a run) check up front with ``require``.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
+import importlib.util
 import sys
 
 from observe.errors import UserError
+from observe.flags import OneLineParser
 
 #: Subcommand → (module with ``main(argv)``, one-line help, the extra that installs what it needs).
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -28,13 +34,44 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: Extra → the top-level modules it installs (``pyproject.toml`` [project.optional-dependencies]).
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "agent": ("pynvml",),
+    "trainer": ("torch", "transformers", "numpy", "tqdm"),
+    "dashboards": ("grafanalib", "attr", "yaml"),
+    "k8s": ("kubernetes", "urllib3", "yaml"),
+    "scaling": ("matplotlib", "numpy"),
+    "etcd": ("etcd",),
+}
+
+
+def missing_extra(command: str, module: str) -> str:
+    """The extra to install for ``module`` missing under ``command``: the command's own extra
+    when it provides the module, else the extra that does (``top --kube`` → ``k8s``, local
+    ``scaling`` → ``trainer``), else the command's extra or ``all``."""
+    own = COMMANDS[command][2]
+    top = module.split(".")[0]
+    if own == "all" or (own and top in EXTRA_MODULES.get(own, ())):
+        return own
+    return next((extra for extra, mods in EXTRA_MODULES.items() if top in mods), own or "all")
+
+
+def require(*modules: str) -> None:
+    """Raise ``ModuleNotFoundError`` (which ``main`` turns into one line naming the extra) for
+    the first of ``modules`` that is not installed, before a command starts work that would
+    reach it only later (a report's plot after the runs, the ranks' torch in a subprocess)."""
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fsdp-observe`` console script; returns the exit status.
 
     0 on success; 2 (one ``error:`` line) for a user mistake; otherwise what the command returns.
     """
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(
+    ap = OneLineParser(
         prog="fsdp-observe", description="Observability for FSDP fine-tunes of Llama models.",
         epilog="Run 'fsdp-observe COMMAND --help' for a command's options.")
     ap.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
@@ -43,10 +80,16 @@ def main(argv: list[str] | None = None) -> int:
         if argv and not argv[0].startswith("-"):
             return _report(UserError("fsdp-observe", f"unknown command {argv[0]!r}",
                                      f"choose one of {', '.join(sorted(COMMANDS))}"))
-        ap.parse_args(argv[:1])  # --help (exit 0), or argparse's usage error (exit 2)
+        if argv and argv[0] not in ("-h", "--help"):
+            return _report(UserError("fsdp-observe", f"{argv[0]!r} is not a command",
+                                     "options follow the command: fsdp-observe COMMAND --help"))
+        try:
+            ap.parse_args(argv[:1])  # --help (exit 0), or a usage mistake (one line, exit 2)
+        except UserError as exc:
+            return _report(exc)
         return 2
     name = argv[0]
-    module_name, _, extra = COMMANDS[name]
+    module_name = COMMANDS[name][0]
     try:
         module = importlib.import_module(module_name)
         return int(module.main(argv[1:]))
@@ -55,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] in ("observe", "trainer"):
             raise
-        return _report(UserError(f"fsdp-observe {name}", f"needs the Python package {exc.name!r}, which is not "
-                                 "installed", f"pip install 'fsdp-observe[{extra or 'all'}]'"))
+        return _report(UserError(f"fsdp-observe {name}", f"needs the Python module {exc.name.split('.')[0]!r}, "
+                                 "which is not "
+                                 "installed", f"pip install 'fsdp-observe[{missing_extra(name, exc.name)}]'"))
     except BrokenPipeError:
         return _closed_stdout()
 

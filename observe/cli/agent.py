@@ -17,8 +17,8 @@ from importlib import metadata
 
 from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY
 from observe.catalog import AGENT_PORT
-from observe.cli.parser import OneLineParser
 from observe.errors import UserError, bind_error
+from observe.flags import OneLineParser
 
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
 
@@ -27,24 +27,32 @@ def build_parser() -> argparse.ArgumentParser:
     """The agent's flags."""
     ap = OneLineParser(prog="fsdp-observe agent",
                        description="Node agent: host, process, GPU (NVML) and XID data as /metrics and /snapshot.")
-    ap.add_argument("--address", default="0.0.0.0", help="address to serve on (default 0.0.0.0; '::' for IPv6)")
+    ap.add_argument("--address", default="127.0.0.1",
+                    help="address to serve on (default 127.0.0.1: this host only; 0.0.0.0 or '::' for every "
+                         "interface, as the DaemonSet does behind its NetworkPolicy)")
     ap.add_argument("--port", type=int, default=AGENT_PORT,
                     help=f"port to serve on (default {AGENT_PORT}; 0 picks a free one)")
     ap.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                     help=f"collection period (default 1; {MIN_INTERVAL:g}..{MAX_INTERVAL:g})")
+    ap.add_argument("--nvml-timeout", type=float, metavar="SECONDS",
+                    help="how long a collection waits for each GPU's NVML reading before it shows the GPU "
+                         "stale (default 0.5, or half of --interval when that is shorter; less than --interval)")
     ap.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(),
                     help="node name on every series (default $NODE_NAME, else the host name)")
     ap.add_argument("--proc-root", default="/proc", metavar="DIR",
                     help="procfs to read (default /proc; the host's when mounted elsewhere, e.g. /host/proc)")
     ap.add_argument("--kernel-log", metavar="FILE",
-                    help="follow this file for XID errors instead of /dev/kmsg (e.g. /var/log/kern.log)")
+                    help="follow this file for XID errors instead of the kernel ring buffer (e.g. /var/log/kern.log)")
+    ap.add_argument("--kernel-log-source", choices=("kmsg", "syslog"), default="kmsg",
+                    help="how to read the kernel ring buffer: kmsg (/dev/kmsg, the default) or syslog (the "
+                         "syslog(2) call: needs only CAP_SYSLOG, no device; the unprivileged DaemonSet's way)")
     ap.add_argument("--state-dir", metavar="DIR", default=os.environ.get("FSDP_OBSERVE_STATE_DIR") or None,
                     help="keep the kernel-log position and XID counts here, so a restart counts no XID twice "
                          "(default $FSDP_OBSERVE_STATE_DIR, else nothing is kept; the DaemonSet uses "
                          "/var/lib/fsdp-observe)")
     ap.add_argument("--node-condition", action="store_true", default=_env_flag("FSDP_OBSERVE_NODE_CONDITION"),
                     help=f"set the node condition {CONDITION_TYPE}=True on a critical XID (needs --state-dir and "
-                         "patch on nodes/status; default $FSDP_OBSERVE_NODE_CONDITION, else off)")
+                         "get/patch on nodes/status; default $FSDP_OBSERVE_NODE_CONDITION, else off)")
     ap.add_argument("--node-taint", action="store_true", default=_env_flag("FSDP_OBSERVE_NODE_TAINT"),
                     help=f"taint the node {TAINT_KEY}=NodeReboot:NoSchedule on a reboot-class XID (needs --state-dir "
                          "and get/patch on nodes; default $FSDP_OBSERVE_NODE_TAINT, else off)")
@@ -55,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="processes kept in /snapshot, busiest first (default 100; the full count is always reported)")
     ap.add_argument("--process-series", type=int, default=20, metavar="N",
                     help="processes with per-process series in /metrics (default 20; GPU processes always)")
+    ap.add_argument("--command-label", action="store_true",
+                    help="also put each process's redacted command line in the command label of "
+                         "fsdp_node_process_info in /metrics (default: off; /snapshot always has it)")
     ap.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return ap
 
@@ -95,6 +106,11 @@ def validate(ns: argparse.Namespace) -> None:
     if not MIN_INTERVAL <= ns.interval <= MAX_INTERVAL:
         raise UserError("--interval", f"{ns.interval:g} s is out of range",
                          f"pass {MIN_INTERVAL:g}..{MAX_INTERVAL:g} seconds, e.g. --interval 1")
+    if ns.nvml_timeout is None:
+        ns.nvml_timeout = min(0.5, ns.interval / 2)
+    if not 0.01 <= ns.nvml_timeout < ns.interval:
+        raise UserError("--nvml-timeout", f"{ns.nvml_timeout:g} s is out of range",
+                         f"pass at least 0.01 s and less than --interval ({ns.interval:g} s), e.g. --nvml-timeout 0.5")
     for flag, value in (("--max-processes", ns.max_processes), ("--process-series", ns.process_series)):
         if value < 0:
             raise UserError(flag, f"{value} is negative", "pass 0 or more")
@@ -149,11 +165,12 @@ def main(argv: list[str]) -> int:
     # A request waiting for the GIL behind the collection thread gets it within 1 ms (default 5 ms).
     sys.setswitchinterval(0.001)
     settings = Settings(node=ns.node, proc_root=ns.proc_root, kernel_log=ns.kernel_log,
-                        max_processes=ns.max_processes, interval_seconds=ns.interval, version=_version(),
+                        kernel_log_source=ns.kernel_log_source, max_processes=ns.max_processes,
+                        interval_seconds=ns.interval, nvml_timeout_seconds=ns.nvml_timeout, version=_version(),
                         state_dir=ns.state_dir, node_condition=ns.node_condition, node_taint=ns.node_taint,
                         kubeconfig=ns.kubeconfig)
     try:
-        agent = Agent(settings, ns.address, ns.port, ns.process_series)
+        agent = Agent(settings, ns.address, ns.port, ns.process_series, ns.command_label)
     except OSError as exc:
         raise bind_error("--port", ns.address, ns.port, exc,
                          "stop what holds it or pass --port with a free port") from None

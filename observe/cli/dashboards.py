@@ -20,8 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from observe.cli.parser import OneLineParser
 from observe.errors import UserError
+from observe.flags import OneLineParser
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,18 +22,23 @@ import time
 from pathlib import Path
 
 from observe import prometheus_local
-from observe.catalog import AGENT_PORT, TRAINER_PORT_BASE
-from observe.cli.parser import OneLineParser
+from observe.catalog import AGENT_PORT
+from observe.cli import require
 from observe.errors import UserError
+from observe.flags import OneLineParser
+from trainer.runspec.config import MetricsConfig, ModelConfig, TrainConfig
+from trainer.runspec.launch import LaunchConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The demo's command line."""
     ap = OneLineParser(prog="fsdp-observe demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200, help="training steps (default 200, about a minute)")
-    ap.add_argument("--nproc-per-node", type=int, default=2, help="CPU ranks (default 2)")
-    ap.add_argument("--metrics-port", type=int, default=TRAINER_PORT_BASE, help="base port of the ranks' /metrics")
-    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=200, help="training steps (default %(default)s, about a minute)")
+    ap.add_argument("--nproc-per-node", type=int, default=LaunchConfig.nproc_per_node,
+                    help="CPU ranks (default %(default)s)")
+    ap.add_argument("--metrics-port", type=int, default=MetricsConfig.port_base,
+                    help="base port of the ranks' /metrics (default %(default)s)")
+    ap.add_argument("--log-every", type=int, default=20, help="steps per log window (default %(default)s)")
     ap.add_argument("--agent-port", type=int, default=None,
                     help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
                          "0 picks a free one)")
@@ -63,14 +68,14 @@ def main(argv: list[str]) -> int:
     from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
     ns = build_parser().parse_args(argv)
+    require("torch", "transformers", "pynvml", *(("yaml",) if ns.prometheus else ()))
     out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
     out.mkdir(parents=True, exist_ok=True)
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     log_json = out / f"{run_id}.jsonl"
-    trainer_args = ["--preset", "tiny", "--steps", str(ns.steps), "--log-every", str(ns.log_every),
-                    "--metrics-port", str(ns.metrics_port), "--metrics-address", "127.0.0.1",
-                    "--log-json", str(log_json), "--run-id", run_id]
-    prepare(trainer_args, ns.nproc_per_node)
+    cfg = prepare(TrainConfig(model=ModelConfig(preset="tiny"), steps=ns.steps, metrics=MetricsConfig(
+        port_base=ns.metrics_port, address="127.0.0.1", log_every=ns.log_every, log_json=str(log_json),
+        run_id=run_id)), ns.nproc_per_node)
     if ns.prometheus and prometheus_local.binary() is None:
         raise UserError("--prometheus", "no prometheus binary on PATH",
                         "install it (apt-get install prometheus) or leave out --prometheus")
@@ -103,7 +108,7 @@ def main(argv: list[str]) -> int:
     train_log = open(out / "train.log", "wb") if tui else None  # the TUI owns the terminal
     if train_log is not None:
         print(f"  training output: {out / 'train.log'}; opening fsdp-observe top (q quits and stops the run)")
-    proc = subprocess.Popen(torchrun_command(trainer_args, ns.nproc_per_node),
+    proc = subprocess.Popen(torchrun_command(cfg, ns.nproc_per_node),
                             env=torchrun_env(ns.nproc_per_node), start_new_session=True,
                             stdout=train_log, stderr=subprocess.STDOUT if train_log else None)
     scraper.start()

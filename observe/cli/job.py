@@ -1,12 +1,14 @@
 """``fsdp-observe job``: render a PyTorchJob from settings; show, read and stop a running one.
 
     fsdp-observe job render --config job.env [--set NUM_NODES=4] | kubectl apply -f -
+    fsdp-observe job access -n ml-jobs --user alice | kubectl apply -f -
     fsdp-observe job status NAME        leader (master_addr=) and every worker's state
     fsdp-observe job logs NAME [--all]  the leader's log, or every worker's
     fsdp-observe job stop NAME          delete the job; with etcd, restart the etcd pod
 
-``render`` needs no cluster. The others talk to the API server of the current kubeconfig
-context (``--kubeconfig``, ``--context``, ``-n`` as with kubectl).
+``render`` (the PyTorchJob and its NetworkPolicy) and ``access`` (a read-only Role for one
+namespace, ``observe.k8s.access``) need no cluster. The others talk to the API server of the
+current kubeconfig context (``--kubeconfig``, ``--context``, ``-n`` as with kubectl).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from observe.cli.parser import OneLineParser
 from observe.errors import UserError
+from observe.flags import OneLineParser
 
 _EXAMPLES = "examples:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    fsdp-observe"))
 _RUN_ID = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -36,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override one setting (repeatable), e.g. --set NUM_NODES=4")
     render.add_argument("--run-id", help="rendezvous id and run_id label (default: <JOB_NAME>-<random>)")
     render.add_argument("-o", "--output", metavar="FILE", help="write the manifest here instead of stdout")
+    render.add_argument("--network-policy", action=argparse.BooleanOptionalAction, default=True,
+                        help="also render the job's NetworkPolicy: its ranks' metrics ports open to Prometheus and "
+                             "the viewer only (default: on)")
+    access = sub.add_parser("access", help="print a read-only Role (pods, logs, PyTorchJobs) for one namespace, "
+                                           "bound to the viewer service account and the people named")
+    access.add_argument("-n", "--namespace", required=True, help="the jobs' namespace")
+    access.add_argument("--user", action="append", default=[], help="also bind this user (repeatable)")
+    access.add_argument("--group", action="append", default=[], help="also bind this group (repeatable)")
+    access.add_argument("-o", "--output", metavar="FILE", help="write the manifests here instead of stdout")
     for action, text in (("status", "the job's state, its leader and every worker pod"),
                          ("logs", "the leader's log (or every worker's with --all)"),
                          ("stop", "delete the job; with an etcd rendezvous, restart the etcd pod")):
@@ -61,6 +72,11 @@ def main(argv: list[str]) -> int:
     try:
         if ns.action == "render":
             return _render(ns)
+        if ns.action == "access":
+            from observe import yamlio
+            from observe.k8s.access import viewer_access
+
+            return _write(yamlio.dump_all(viewer_access(ns.namespace, ns.user, ns.group)), ns.output)
         from observe.k8s import jobs
         from observe.k8s.client import connect
 
@@ -80,18 +96,31 @@ def main(argv: list[str]) -> int:
 
 def _render(ns: argparse.Namespace) -> int:
     from observe import yamlio
+    from observe.k8s.access import trainer_network_policy
     from observe.k8s.job_settings import load_settings
     from observe.k8s.pytorchjob import render
 
     if ns.run_id is not None and not (_RUN_ID.fullmatch(ns.run_id) and len(ns.run_id) <= 63):
         raise UserError("--run-id", f"{ns.run_id!r} is not a valid label value",
                           "use up to 63 lower-case letters, digits and '-'")
-    text = yamlio.dump(render(load_settings(ns.config, ns.set), ns.run_id))
-    if ns.output:
+    settings = load_settings(ns.config, ns.set)
+    job = render(settings, ns.run_id)
+    if ns.network_policy:
+        return _write(yamlio.dump_all([job, trainer_network_policy(settings)]), ns.output)
+    return _write(yamlio.dump(job), ns.output)
+
+
+def _write(text: str, output: str | None) -> int:
+    """``text`` to ``output`` (or stdout); 0.
+
+    Raises:
+        UserError: the file cannot be written.
+    """
+    if output:
         try:
-            Path(ns.output).write_text(text)
+            Path(output).write_text(text)
         except OSError as exc:
-            raise UserError("--output", f"cannot write {ns.output} ({exc.strerror})", "pass a writable path") from None
+            raise UserError("--output", f"cannot write {output} ({exc.strerror})", "pass a writable path") from None
     else:
         sys.stdout.write(text)
     return 0

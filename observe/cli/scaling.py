@@ -13,19 +13,19 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from observe.catalog import TRAINER_PORT_BASE
-from observe.cli.parser import OneLineParser
+from observe.cli import require
 from observe.errors import UserError
+from observe.flags import OneLineParser, add_flags, apply_flags, iter_flags
+from observe.scaling.local import BOTH_GROUP, LOCAL_GROUP, LocalPlan
 
 if TYPE_CHECKING:
     from observe.scaling.figures import ScalingReport
 
-LOCAL_ONLY = ("world_sizes", "strong", "steps", "batch_size", "seq_len", "preset", "threads_per_rank",
-              "metrics_port", "timeout")
+#: ``{path: flag}`` of the plan's flags that only local mode uses.
+LOCAL_ONLY = {path: spec.name for path, _, spec in iter_flags(LocalPlan) if spec.group != BOTH_GROUP}
 
 
 class _Parser(OneLineParser):
@@ -39,46 +39,6 @@ class _Parser(OneLineParser):
         if message.startswith("unrecognized arguments"):
             return super().hint(message) + "; trainer flags go after --"
         return super().hint(message)
-
-
-def world_sizes(text: str) -> tuple[int, ...]:
-    """``"1,2,4"`` (commas or spaces) → ``(1, 2, 4)``, sorted, without repeats.
-
-    Raises:
-        argparse.ArgumentTypeError: not a list of positive integers.
-    """
-    parts = [p for p in text.replace(",", " ").split() if p]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers of ranks; "
-                                         "pass e.g. --world-sizes 1,2,4")
-    sizes = sorted({int(p) for p in parts})
-    if sizes[0] < 1:
-        raise argparse.ArgumentTypeError("0 is not a number of ranks; pass sizes of 1 or more, e.g. 1,2,4")
-    return tuple(sizes)
-
-
-def _positive_int(flag: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if not text.strip().isdigit() or int(text) < 1:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number; pass {flag} 1 or more")
-        return int(text)
-    return parse
-
-
-def _count(text: str) -> int:
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps; pass 0 or more")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds; pass e.g. 600")
-    return value
 
 
 def _lookback(text: str) -> float:
@@ -100,39 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
                              "finished runs read from Prometheus.",
                  usage="fsdp-observe scaling [options] [-- TRAINER_FLAGS ...]",
                  epilog="Definitions, method and JSON fields: docs/scaling.md")
-    g = ap.add_argument_group("local mode (default): run the job here at each world size")
-    g.add_argument("--world-sizes", type=world_sizes, metavar="N,N,...",
-                   help="ranks per run (default 1,2,4)")
-    g.add_argument("--strong", action="store_true",
-                   help="strong scaling: keep the global batch (--batch-size x smallest size) and split it; "
-                        "default is weak scaling: --batch-size sequences per rank at every size")
-    g.add_argument("--steps", type=_positive_int("--steps"), metavar="N", help="steps per run (default 40)")
-    g.add_argument("--batch-size", type=_positive_int("--batch-size"), metavar="N",
-                   help="sequences per rank at the smallest size (default 8)")
-    g.add_argument("--seq-len", type=_positive_int("--seq-len"), metavar="N", help="tokens per sequence (default 256)")
-    g.add_argument("--preset", metavar="NAME", help="model preset (default tiny); --model PATH etc. go after --")
-    g.add_argument("--threads-per-rank", type=_positive_int("--threads-per-rank"), metavar="N",
-                   help="OMP_NUM_THREADS of every rank at every size (default $OMP_NUM_THREADS or 1)")
-    g.add_argument("--metrics-port", type=_positive_int("--metrics-port"), metavar="PORT",
-                   help=f"base port of the ranks' /metrics (default {TRAINER_PORT_BASE})")
-    g.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="longest one run may take (default 600)")
-    g = ap.add_argument_group("cluster mode: read finished runs from Prometheus")
-    g.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://prometheus:9090")
-    g.add_argument("--run-id", action="append", default=[], metavar="ID",
-                   help="a run to include (repeat: one run per world size)")
-    g.add_argument("--lookback", type=_lookback, default=7 * 86400.0, metavar="DURATION",
-                   help="how far back to look for the runs (default 7d)")
-    g = ap.add_argument_group("both modes")
-    g.add_argument("--warmup-steps", type=_count, default=5, metavar="N",
-                   help="steps left out of the figures at the start of each run (default 5); not the "
-                        "trainer's learning-rate warm-up, which goes after -- like any trainer flag")
-    g.add_argument("--out", type=Path, default=Path("scaling-report"), metavar="DIR",
-                   help="where report.json and report.png go (default ./scaling-report/)")
+    ap.add_argument_group(LOCAL_GROUP)
+    cluster = ap.add_argument_group("cluster mode: read finished runs from Prometheus")
+    both = ap.add_argument_group(BOTH_GROUP)
+    add_flags(ap, LocalPlan)  # into the local and both-modes groups
+    cluster.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://prometheus:9090")
+    cluster.add_argument("--run-id", action="append", default=[], metavar="ID",
+                         help="a run to include (repeat: one run per world size)")
+    cluster.add_argument("--lookback", type=_lookback, default=7 * 86400.0, metavar="DURATION",
+                         help="how far back to look for the runs (default 7d)")
+    both.add_argument("--out", type=Path, default=Path("scaling-report"), metavar="DIR",
+                      help="where report.json and report.png go (default ./scaling-report/)")
     return ap
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Parse ``argv``; return the options and the trainer flags after ``--``.
+def parse(argv: list[str]) -> tuple[argparse.Namespace, LocalPlan]:
+    """Parse ``argv``; return the options and the local plan (with the trainer flags after ``--``).
+
+    The plan's defaults are ``LocalPlan``'s; ``--threads-per-rank`` defaults to
+    ``$OMP_NUM_THREADS``. In cluster mode only the plan's ``warmup_steps`` is used.
 
     Raises:
         UserError: the first mistake, naming the flag.
@@ -147,17 +93,19 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             raise UserError("--prometheus", f"{ns.prometheus!r} is not an http(s) URL", "pass e.g. http://localhost:9090")
         if not ns.run_id:
             raise UserError("--run-id", "cluster mode needs the runs to compare", "pass --run-id once per run")
-        given = [name for name in LOCAL_ONLY if getattr(ns, name) not in (None, False)]
+        given = [name for path, name in LOCAL_ONLY.items() if hasattr(ns, path)]
         if given or trainer_args:
-            flag = "--" + given[0].replace("_", "-") if given else "--"
+            flag = given[0] if given else "--"
             raise UserError(flag, "applies to local mode only", "with --prometheus name finished runs with --run-id")
         if len(set(ns.run_id)) < 2:
             raise UserError("--run-id", "a scaling report compares two or more runs", "pass --run-id for each")
     elif ns.run_id:
         raise UserError("--run-id", "reads runs from Prometheus", "pass --prometheus URL as well")
-    elif ns.world_sizes is not None and len(ns.world_sizes) < 2:
+    plan_values = {path: getattr(ns, path) for path, _, _ in iter_flags(LocalPlan) if hasattr(ns, path)}
+    plan = apply_flags(LocalPlan(trainer_args=tuple(trainer_args)), plan_values, environ=os.environ)
+    if not ns.prometheus and len(plan.world_sizes) < 2:
         raise UserError("--world-sizes", "a scaling report compares two or more sizes", "pass e.g. --world-sizes 1,2")
-    return ns, trainer_args
+    return ns, plan
 
 
 def _prepare_out(out: Path) -> None:
@@ -171,17 +119,11 @@ def _prepare_out(out: Path) -> None:
                         "pass a writable directory") from None
 
 
-def _local(ns: argparse.Namespace, trainer_args: list[str]) -> ScalingReport:
+def _local(ns: argparse.Namespace, plan: LocalPlan) -> ScalingReport:
     from observe.scaling.figures import build_report
-    from observe.scaling.local import LocalPlan, check, run_all
+    from observe.scaling.local import check, run_all
 
-    threads = ns.threads_per_rank or int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
-    plan = LocalPlan(
-        world_sizes=ns.world_sizes or (1, 2, 4), strong=ns.strong, steps=ns.steps or 40,
-        warmup_steps=ns.warmup_steps, batch_size=ns.batch_size or 8, seq_len=ns.seq_len or 256,
-        preset=ns.preset or "tiny", metrics_port=ns.metrics_port or TRAINER_PORT_BASE,
-        threads_per_rank=threads, timeout_seconds=ns.timeout or 600.0, trainer_args=tuple(trainer_args),
-    )
+    threads = plan.threads_per_rank
     check(plan)
     notes = []
     cores = os.cpu_count() or 1
@@ -195,7 +137,7 @@ def _local(ns: argparse.Namespace, trainer_args: list[str]) -> ScalingReport:
     return build_report("local", sizes, plan.warmup_steps, notes)
 
 
-def _cluster(ns: argparse.Namespace) -> ScalingReport:
+def _cluster(ns: argparse.Namespace, warmup_steps: int) -> ScalingReport:
     from observe.promapi import PrometheusAPI, PrometheusError
     from observe.scaling.cluster import RunNotFound, read_run
     from observe.scaling.figures import MeasureError, build_report
@@ -206,7 +148,7 @@ def _cluster(ns: argparse.Namespace) -> ScalingReport:
     try:
         for run_id in dict.fromkeys(ns.run_id):
             try:
-                sizes.append(read_run(api, run_id, ns.warmup_steps, ns.lookback, now))
+                sizes.append(read_run(api, run_id, warmup_steps, ns.lookback, now))
             except RunNotFound:
                 raise UserError("--run-id", f"no trainer series with run_id {run_id!r} in {ns.prometheus} over the "
                                 "last --lookback", "check the id (the run_id label) or widen --lookback") from None
@@ -217,7 +159,7 @@ def _cluster(ns: argparse.Namespace) -> ScalingReport:
         raise UserError("--prometheus", str(exc), "check the URL and that Prometheus is up") from None
     finally:
         api.close()
-    return build_report("cluster", sizes, ns.warmup_steps)
+    return build_report("cluster", sizes, warmup_steps)
 
 
 def main(argv: list[str]) -> int:
@@ -229,10 +171,11 @@ def main(argv: list[str]) -> int:
     from observe.scaling.figures import MeasureError, ReportError
     from observe.scaling.local import RunFailed
 
-    ns, trainer_args = parse(argv)
+    ns, plan = parse(argv)
+    require("matplotlib", *(() if ns.prometheus else ("torch", "transformers")))  # report.png comes last
     _prepare_out(ns.out)
     try:
-        report = _cluster(ns) if ns.prometheus else _local(ns, trainer_args)
+        report = _cluster(ns, plan.warmup_steps) if ns.prometheus else _local(ns, plan)
     except MeasureError as exc:
         raise UserError("--world-sizes", str(exc), f"read the runs' logs under {ns.out}/runs/") from None
     except ReportError as exc:

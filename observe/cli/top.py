@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from observe.catalog import AGENT_PORT
-from observe.cli.parser import OneLineParser
 from observe.errors import UserError
+from observe.flags import OneLineParser
+
+if TYPE_CHECKING:
+    from observe.tui.poller import Source
 
 #: ``--help``'s description: plain text (the module docstring is reStructuredText for developers).
 DESCRIPTION = ("The terminal UI over node agents and trainer ranks (pulled directly), over pods found "
@@ -82,7 +86,7 @@ def _check_positive(value: float | None, flag: str, low: float, high: float) -> 
         raise UserError(flag, f"{value:g} is out of range", f"give a value from {low:g} to {high:g}")
 
 
-def make_source(ns: argparse.Namespace):  # noqa: ANN201 - one of the observe.sources classes
+def make_source(ns: argparse.Namespace) -> Source:
     """The source the flags describe.
 
     Raises:

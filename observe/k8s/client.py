@@ -93,8 +93,8 @@ def _api_error(exc: ApiException, kube: Kube, what: str, ns: str) -> UserError:
                            "refresh them (on EKS: aws eks update-kubeconfig --name CLUSTER)")
     if exc.status == 403:
         return UserError(what, f"forbidden in namespace {ns}: {_short(message)}",
-                           "ask for the fsdp-observe-viewer ClusterRole (daemonsets/) to read; stop also needs "
-                           "delete on pytorchjobs and pods")
+                           f"ask for read access (fsdp-observe job access -n {ns} --user <you> | kubectl apply "
+                           "-f -); stop also needs delete on pytorchjobs and pods")
     if exc.status == 404 and not status:
         # A bare "404 page not found": the API group itself is missing.
         return UserError(what, "the cluster has no kubeflow.org/v1 PyTorchJob API",

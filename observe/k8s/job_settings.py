@@ -24,8 +24,18 @@ import yaml
 
 from observe.catalog import TRAINER_PORT_BASE
 from observe.errors import UserError
+from observe.flags import flag_names, parse_flags
 from observe.k8s import names
-from trainer.runspec.config import SHARDING_STRATEGIES, build_parser
+from trainer.runspec.config import (
+    SHARDING_STRATEGIES,
+    DataConfig,
+    MetricsConfig,
+    ModelConfig,
+    ParallelConfig,
+    TrainConfig,
+    build_parser,
+    config_from_values,
+)
 from trainer.runspec.presets import PRESETS
 
 #: torchrun rendezvous backends a PyTorchJob can use. ``etcd`` and ``etcd-v2`` talk to the etcd
@@ -45,12 +55,20 @@ ALIASES = {
     "MODEL_NAME": "MODEL",
 }
 
-#: Trainer flags a setting owns; TRAINER_ARGS may not repeat them.
-MANAGED_TRAINER_FLAGS = {
-    "--preset": "MODEL", "--model": "MODEL", "--data": "DATA", "--sharding-strategy": "SHARDING_STRATEGY",
-    "--metrics-port": "METRICS_PORT", "--run-id": "the rendered run id", "--device": "GPU_PER_NODE",
-    "--metrics": "the job (metrics are always on)",
+#: Trainer settings (``TrainConfig`` paths) a job setting owns → that setting; TRAINER_ARGS may
+#: not give their flags (``--preset`` ..., see ``managed_trainer_flags``).
+MANAGED_TRAINER_SETTINGS = {
+    "model.preset": "MODEL", "model.path": "MODEL", "data.paths": "DATA",
+    "parallel.sharding_strategy": "SHARDING_STRATEGY", "metrics.port_base": "METRICS_PORT",
+    "metrics.run_id": "the rendered run id", "parallel.device": "GPU_PER_NODE",
+    "metrics.enabled": "the job (metrics are always on)",
 }
+
+
+def managed_trainer_flags() -> dict[str, str]:
+    """``{trainer flag: the setting that owns it}``, e.g. ``{"--preset": "MODEL", ...}``."""
+    names_ = flag_names(TrainConfig)
+    return {names_[path]: setting for path, setting in MANAGED_TRAINER_SETTINGS.items()}
 
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -89,7 +107,7 @@ class JobSettings:
             (and its key) that holds the Hugging Face token; the value never enters the manifest.
         shm_size [SHM_SIZE]: size limit of the memory-backed ``/dev/shm`` (e.g. ``64Gi``).
         metrics_port [METRICS_PORT]: rank ``r`` serves ``/metrics`` on ``metrics_port + r``.
-        trainer_args [TRAINER_ARGS]: further ``python -m trainer`` flags (``--steps 5000 ...``).
+        trainer_args [TRAINER_ARGS]: further trainer flags (``--steps 5000 ...``).
     """
 
     job_name: str = "fsdp"
@@ -191,8 +209,23 @@ class JobSettings:
         if s.shm_size is not None and not _QUANTITY.fullmatch(s.shm_size):
             raise UserError("SHM_SIZE", f"{s.shm_size!r} is not a Kubernetes quantity", "write e.g. SHM_SIZE=64Gi")
         _in_range("METRICS_PORT", s.metrics_port, 1024, 65535 - s.ranks_per_node)
-        _check_trainer_args(s.trainer_args)
+        _trainer_values(s.trainer_args)
         return s
+
+    def trainer_config(self, run_id: str) -> TrainConfig:
+        """The ranks' trainer settings: the job's (model, data, strategy, device, metrics port,
+        run id), then ``TRAINER_ARGS`` on top. Not validated (paths are inside the image).
+
+        Raises:
+            UserError: a mistake in ``TRAINER_ARGS`` (``validate`` finds it first).
+        """
+        model = ModelConfig(preset=self.model) if self.model in PRESETS else ModelConfig(path=self.model)
+        base = TrainConfig(
+            model=model, data=DataConfig(paths=list(self.data)),
+            parallel=ParallelConfig(sharding_strategy=self.sharding_strategy,
+                                    device="cpu" if self.gpu_per_node == 0 else ParallelConfig.device),
+            metrics=MetricsConfig(port_base=self.metrics_port, run_id=run_id))
+        return config_from_values(_trainer_values(self.trainer_args), base=base)
 
 
 def _check_name(name: str, max_nodes: int) -> None:
@@ -225,19 +258,25 @@ def _check_model(model: str) -> None:
                       f"use one of {', '.join(PRESETS)}, /path/in/image, or org/name")
 
 
-def _check_trainer_args(args: tuple[str, ...]) -> None:
-    for arg in args:
-        flag = arg.split("=", 1)[0]
-        if flag in MANAGED_TRAINER_FLAGS:
-            raise UserError("TRAINER_ARGS", f"{flag} is set by {MANAGED_TRAINER_FLAGS[flag]}",
-                              f"remove {flag} from TRAINER_ARGS")
-    parser = build_parser("python -m trainer")
+def _trainer_values(args: tuple[str, ...]) -> dict[str, Any]:
+    """The trainer flags ``TRAINER_ARGS`` gives (``{path: value}``), parsed by the trainer's own
+    parser; a flag a job setting owns is refused.
 
-    def fail(message: str) -> None:
-        raise UserError("TRAINER_ARGS", message, "see python -m trainer --help")
-
-    parser.error = fail  # type: ignore[method-assign]  # one line instead of usage + exit
-    parser.parse_args(list(args))
+    Raises:
+        UserError: field ``TRAINER_ARGS``: a usage mistake, or a flag a setting owns.
+    """
+    try:
+        values = parse_flags(build_parser(), list(args))
+    except UserError as exc:
+        flag = "" if exc.field == build_parser().prog else f"{exc.field}: "
+        raise UserError("TRAINER_ARGS", f"{flag}{exc.problem}", exc.fix) from None
+    names_ = flag_names(TrainConfig)
+    for path in values:
+        if path in MANAGED_TRAINER_SETTINGS:
+            flag = names_[path]
+            raise UserError("TRAINER_ARGS", f"{flag} is set by {MANAGED_TRAINER_SETTINGS[path]}",
+                            f"remove {flag} from TRAINER_ARGS")
+    return values
 
 
 # --- reading files ---------------------------------------------------------------------------
@@ -283,7 +322,7 @@ def settings_from_mapping(raw: dict[str, Any]) -> JobSettings:
             fix = f"did you mean {close[0]}?" if close else "remove it (settings are listed in docs/kubernetes.md)"
             raise UserError(upper, "unknown setting", fix)
         name = _KEY_TO_FIELD[upper]
-        values[name] = _coerce(_KEY_OF_FIELD[name], _FIELDS[name].type, value)
+        values[name] = _coerce(_KEY_OF_FIELD[name], str(_FIELDS[name].type), value)
     return JobSettings(**values).validate()
 
 

@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from observe.errors import UserError
 from observe.k8s import names
@@ -70,8 +70,9 @@ class JobStatus:
 def get_job(kube: Kube, name: str) -> dict[str, Any]:
     """The PyTorchJob object as the API returns it (a dict)."""
     with api_errors(kube, f"pytorchjob {name}"):
-        return kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, name,
-                                                        _request_timeout=REQUEST_TIMEOUT)
+        job = kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, name,
+                                                       _request_timeout=REQUEST_TIMEOUT)
+        return cast(dict[str, Any], job)
 
 
 def list_pods(kube: Kube, name: str) -> list[Any]:
@@ -197,11 +198,13 @@ def format_status(st: JobStatus) -> str:
 
 def _log_lines(kube: Kube, pod: str, follow: bool, tail: int | None = None) -> Iterator[bytes]:
     """Lines (bytes, with their newline) of the trainer container's log, streamed."""
-    timeout = (REQUEST_TIMEOUT[0], None) if follow else REQUEST_TIMEOUT
+    # (connect, no read timeout) while following: urllib3 takes None, the client's stubs do not say so.
+    timeout: Any = (REQUEST_TIMEOUT[0], None) if follow else REQUEST_TIMEOUT
     with api_errors(kube, f"log of pod {pod}"):
-        resp = kube.core.read_namespaced_pod_log(pod, kube.namespace, container=names.TRAINER_CONTAINER,
-                                                 follow=follow, tail_lines=tail, _preload_content=False,
-                                                 _request_timeout=timeout)
+        # With _preload_content=False the client returns the urllib3 response, not a str.
+        resp: Any = kube.core.read_namespaced_pod_log(pod, kube.namespace, container=names.TRAINER_CONTAINER,
+                                                      follow=follow, tail_lines=tail, _preload_content=False,
+                                                      _request_timeout=timeout)
         try:
             pending = b""
             for chunk in resp.stream(64 * 1024):
@@ -303,15 +306,17 @@ def stop_job(kube: Kube, name: str, out: TextIO | None = None, err: TextIO | Non
         return
     svc_name, svc_ns = service
     with api_errors(kube, f"service {svc_name}", svc_ns):
-        selector = kube.core.read_namespaced_service(svc_name, svc_ns, _request_timeout=REQUEST_TIMEOUT).spec.selector
+        spec = kube.core.read_namespaced_service(svc_name, svc_ns, _request_timeout=REQUEST_TIMEOUT).spec
+        selector = spec.selector if spec is not None else None
         if not selector:
             err.write(f"note: service {svc_ns}/{svc_name} selects no pods; restart etcd yourself\n")
             return
         pods = kube.core.list_namespaced_pod(svc_ns, label_selector=names.selector(selector),
                                              _request_timeout=REQUEST_TIMEOUT).items
         for pod in pods:
-            kube.core.delete_namespaced_pod(pod.metadata.name, svc_ns, _request_timeout=REQUEST_TIMEOUT)
-            out.write(f"restarted etcd: deleted pod {svc_ns}/{pod.metadata.name} (its Deployment starts a fresh one)\n")
+            pod_name = str(pod.metadata.name) if pod.metadata is not None else ""
+            kube.core.delete_namespaced_pod(pod_name, svc_ns, _request_timeout=REQUEST_TIMEOUT)
+            out.write(f"restarted etcd: deleted pod {svc_ns}/{pod_name} (its Deployment starts a fresh one)\n")
     if not pods:
         err.write(f"note: no pod behind service {svc_ns}/{svc_name}; nothing to restart\n")
 

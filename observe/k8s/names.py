@@ -21,6 +21,15 @@ APP = "fsdp-observe"
 AGENT_LABELS: dict[str, str] = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "agent"}
 TRAINER_LABELS: dict[str, str] = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "trainer"}
 ETCD_LABELS: dict[str, str] = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/component": "rendezvous"}
+#: Pods of ``fsdp-observe top --kube`` run inside the cluster (docs/kubernetes.md): the
+#: NetworkPolicies admit them to the agents and the trainer exporters.
+VIEWER_LABELS: dict[str, str] = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "viewer"}
+#: Where kube-prometheus-stack's Prometheus runs (docs/kubernetes.md installs it in ``monitoring``)
+#: and the label its operator puts on the Prometheus pods; the NetworkPolicies admit these pods.
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_POD_LABELS: dict[str, str] = {"app.kubernetes.io/name": "prometheus"}
+#: The service account ``top --kube`` uses inside the cluster, and the Role it is bound to.
+VIEWER_NAME = "fsdp-observe-viewer"
 #: kube-prometheus-stack's Prometheus selects ServiceMonitors, PodMonitors and PrometheusRules by
 #: ``release: <Helm release name>`` unless installed with ``*SelectorNilUsesHelmValues=false``.
 #: ``kube-prometheus-stack`` is the release name its README uses; see docs/kubernetes.md to change it.
@@ -36,13 +45,13 @@ AGENT_NAME = "fsdp-observe-agent"
 #: new pod on the node takes them over: observe.agent.xid_cursor).
 AGENT_STATE_DIR = "/var/lib/fsdp-observe"
 AGENT_COMMAND: tuple[str, ...] = ("fsdp-observe", "agent", "--address", "0.0.0.0", "--port", str(AGENT_PORT),
-                                  "--state-dir", AGENT_STATE_DIR)
+                                  "--kernel-log-source", "syslog", "--state-dir", AGENT_STATE_DIR)
 AGENT_PORT_NAME = "metrics"
 AGENT_HEALTH_PATH = "/healthz"
 #: Downward-API variable the agent (and every trainer rank) reads for its ``node`` label.
 NODE_NAME_ENV = "NODE_NAME"
-#: Kernel log the agent reads XIDs from; mounted read-only into the agent pod.
-KMSG_PATH = "/dev/kmsg"
+#: The one capability the agent pod keeps: syslog(2) reads of the kernel ring buffer (XIDs).
+AGENT_CAPABILITIES: tuple[str, ...] = ("SYSLOG",)
 #: How the agent reaches NVML (libnvidia-ml.so.1) without requesting a GPU: the NVIDIA container
 #: runtime (GPU Operator or EKS GPU AMI, as the default runtime) injects the driver library and
 #: every GPU's device node when it sees these variables.

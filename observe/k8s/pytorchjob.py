@@ -16,10 +16,11 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from observe.flags import to_argv
 from observe.k8s import names
 from observe.k8s.job_settings import JobSettings
+from trainer.runspec.config import TRAINER_COMMAND
 from trainer.runspec.launch import UNSHARE_STORE_ENV
-from trainer.runspec.presets import PRESETS
 
 #: Environment of every rank. LOGLEVEL=INFO makes torchrun's elastic agent log its rendezvous
 #: result (``master_addr=...``), which ``fsdp-observe job status`` reads to find the leader.
@@ -37,6 +38,12 @@ GPU_ENV: tuple[tuple[str, str], ...] = (
     ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
     ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
 )
+#: The ranks' pod security: non-root (the project image runs as its ``fsdp`` user, uid 1000: an
+#: image whose user is root fails to start with a clear kubelet error), the runtime's default
+#: seccomp filter, every capability dropped, no privilege escalation, and no service-account
+#: token (torchrun and the trainer never call the Kubernetes API). Pod Security "restricted".
+POD_SECURITY_CONTEXT: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 SHM_VOLUME = "shm"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -52,18 +59,22 @@ def new_run_id(job_name: str) -> str:
     return f"{job_name}-{secrets.token_hex(4)}"
 
 
+#: Trainer settings written out on the pod's command line even at their defaults, so a reader
+#: of the manifest sees them (the rest appear only when they differ from the trainer's defaults).
+SHOWN_TRAINER_SETTINGS = ("parallel.sharding_strategy", "metrics.port_base", "metrics.run_id")
+
+
 def trainer_command(s: JobSettings, run_id: str) -> list[str]:
-    """The pod's command: torchrun over ``python -m trainer`` with the job's flags.
+    """The pod's command: ``torchrun --no-python fsdp-observe-trainer`` with the flags of
+    ``s.trainer_config(run_id)`` (the job's settings, then ``TRAINER_ARGS``).
 
     Rendezvous options are not on the command line: the operator passes them from
     ``elasticPolicy`` as ``PET_*`` variables, which torchrun reads as its defaults.
     """
-    model = ["--preset", s.model] if s.model in PRESETS else ["--model", s.model]
-    data = ["--data", *s.data] if s.data else []
-    device = ["--device", "cpu"] if s.gpu_per_node == 0 else []
-    return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", "-m", "trainer", *model, *data,
-            "--sharding-strategy", s.sharding_strategy, "--metrics-port", str(s.metrics_port),
-            "--run-id", run_id, *device, *s.trainer_args]
+    cfg = s.trainer_config(run_id)
+    shown = ("model.preset" if cfg.model.path is None else "model.path", *SHOWN_TRAINER_SETTINGS)
+    return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", "--no-python", TRAINER_COMMAND,
+            *to_argv(cfg, explicit=shown)]
 
 
 def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
@@ -106,6 +117,8 @@ def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
 
 def _pod_spec(s: JobSettings, run_id: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "securityContext": {k: (dict(v) if isinstance(v, dict) else v) for k, v in POD_SECURITY_CONTEXT.items()},
         "containers": [_container(s, run_id)],
         "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", **({"sizeLimit": s.shm_size}
                                                                                  if s.shm_size else {})}}],
@@ -137,7 +150,7 @@ def _container(s: JobSettings, run_id: str) -> dict[str, Any]:
         "env": env,
         "ports": ports,
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     if wanted:
         container["resources"] = {"requests": dict(wanted), "limits": dict(wanted)}

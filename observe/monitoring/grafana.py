@@ -114,6 +114,15 @@ def heatmap(kind: type[RowsHeatmap] | type[BucketsHeatmap], title: str, targets:
     return kind(**fields)
 
 
+def rows_heatmap(**fields: Any) -> RowsHeatmap:
+    """``RowsHeatmap(**fields)`` (``title``, ``dataSource``, ``unit``, ``description``, ``targets``...).
+
+    grafanalib is untyped, so mypy's attrs plugin sees only the fields this module adds (``unit``),
+    not ``g.Panel``'s; this one call site takes the panel's fields as keywords.
+    """
+    return RowsHeatmap(**fields)
+
+
 def timeseries(title: str, targets: list[g.Target], unit: str, description: str, *, stack: bool = False,
                min_: float | None = None, max_: float | None = None, thresholds: list[g.Threshold] | None = None,
                soft_min: float | None = None, soft_max: float | None = None, repeat: g.Repeat | None = None,

@@ -160,6 +160,9 @@ def measure(run_id: str, start: Mapping[int, RankSnapshot], end: Mapping[int, Ra
         ranks.append(RankFigures(r, e.node, steps, tokens, e.samples - s.samples, seconds,
                                  tokens / seconds, e.memory_peak_bytes))
     global_tps = sum(rf.tokens_per_second for rf in ranks)
+    assert pooled is not None  # world_size >= 1 ranks were pooled above
+    p50: float | None
+    p95: float | None
     if step_seconds_exact:
         p50, p95 = _percentiles(step_seconds_exact)
         quantiles_from = "per-step wall times from the trainer's JSON log (exact)"
@@ -167,6 +170,7 @@ def measure(run_id: str, start: Mapping[int, RankSnapshot], end: Mapping[int, Ra
         p50, p95 = pooled.quantile(0.5), pooled.quantile(0.95)
         quantiles_from = HISTOGRAM_QUANTILES
     memories = [rf.memory_peak_bytes for rf in ranks]
+    known = [m for m in memories if m is not None]
     per_rank_batch = statistics.fmean(rf.samples / rf.steps for rf in ranks)
     planned = end[0].planned_steps
     return SizeFigures(
@@ -185,7 +189,7 @@ def measure(run_id: str, start: Mapping[int, RankSnapshot], end: Mapping[int, Ra
         step_seconds_p95=p95,
         step_time_quantiles_from=quantiles_from,
         data_wait_ratio=data_wait / pooled.sum if pooled.sum > 0 else None,
-        memory_peak_bytes_max=None if None in memories else max(memories),
+        memory_peak_bytes_max=max(known) if len(known) == len(memories) else None,
         memory_source=end[0].memory_source if None not in memories else None,
         window_start_unix=start[0].last_step_timestamp,
         window_end_unix=end[0].last_step_timestamp,

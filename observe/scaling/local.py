@@ -10,26 +10,76 @@ Figures come from ``observe.scaling.figures.measure``; nothing is timed from out
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from observe import promtext
 from observe.catalog import TRAINER_PORT_BASE
+from observe.flags import flag
 from observe.promtext import Sample
 from observe.scaling.figures import SizeFigures, measure
 from observe.scaling.snapshot import RankSnapshot, rank_snapshots
 
+if TYPE_CHECKING:
+    from trainer.runspec.config import TrainConfig
+
+#: ``--help`` sections of the plan's flags.
+LOCAL_GROUP = "local mode (default): run the job here at each world size"
+BOTH_GROUP = "both modes"
+
 
 class RunFailed(RuntimeError):
     """A local run did not produce figures (it exited early, failed, or timed out)."""
+
+
+def world_sizes(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` (commas or spaces) → ``(1, 2, 4)``, sorted, without repeats.
+
+    Raises:
+        argparse.ArgumentTypeError: not a list of positive integers.
+    """
+    parts = [p for p in text.replace(",", " ").split() if p]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers of ranks; "
+                                         "pass e.g. --world-sizes 1,2,4")
+    sizes = sorted({int(p) for p in parts})
+    if sizes[0] < 1:
+        raise argparse.ArgumentTypeError("0 is not a number of ranks; pass sizes of 1 or more, e.g. 1,2,4")
+    return tuple(sizes)
+
+
+def _positive_int(name: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number; pass {name} 1 or more")
+        return int(text)
+    return parse
+
+
+def _count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps; pass 0 or more")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds; pass e.g. 600")
+    return value
 
 
 @dataclass(frozen=True)
@@ -53,17 +103,34 @@ class LocalPlan:
         trainer_args: further trainer flags, appended as given.
     """
 
-    world_sizes: tuple[int, ...] = (1, 2, 4)
-    strong: bool = False
-    steps: int = 40
-    warmup_steps: int = 5
-    batch_size: int = 8
-    seq_len: int = 256
-    preset: str = "tiny"
-    metrics_port: int = TRAINER_PORT_BASE
-    threads_per_rank: int = 1
+    world_sizes: tuple[int, ...] = field(default=(1, 2, 4), metadata=flag(
+        "--world-sizes", "ranks per run", metavar="N,N,...", parse=world_sizes, group=LOCAL_GROUP))
+    strong: bool = field(default=False, metadata=flag(
+        "--strong", "strong scaling: keep the global batch (--batch-size x smallest size) and split it; default "
+        "is weak scaling: --batch-size sequences per rank at every size", group=LOCAL_GROUP))
+    steps: int = field(default=40, metadata=flag(
+        "--steps", "steps per run", metavar="N", parse=_positive_int("--steps"), group=LOCAL_GROUP))
+    warmup_steps: int = field(default=5, metadata=flag(
+        "--warmup-steps", "steps left out of the figures at the start of each run; not the trainer's "
+        "learning-rate warm-up, which goes after -- like any trainer flag", metavar="N", parse=_count,
+        group=BOTH_GROUP))
+    batch_size: int = field(default=8, metadata=flag(
+        "--batch-size", "sequences per rank at the smallest size", metavar="N", parse=_positive_int("--batch-size"),
+        group=LOCAL_GROUP))
+    seq_len: int = field(default=256, metadata=flag(
+        "--seq-len", "tokens per sequence", metavar="N", parse=_positive_int("--seq-len"), group=LOCAL_GROUP))
+    preset: str = field(default="tiny", metadata=flag(
+        "--preset", "model preset; --model PATH etc. go after --", metavar="NAME", group=LOCAL_GROUP))
+    metrics_port: int = field(default=TRAINER_PORT_BASE, metadata=flag(
+        "--metrics-port", "base port of the ranks' /metrics", metavar="PORT", parse=_positive_int("--metrics-port"),
+        group=LOCAL_GROUP))
+    threads_per_rank: int = field(default=1, metadata=flag(
+        "--threads-per-rank", "OMP_NUM_THREADS of every rank at every size", metavar="N",
+        parse=_positive_int("--threads-per-rank"), env="OMP_NUM_THREADS", default_text="$OMP_NUM_THREADS or 1",
+        group=LOCAL_GROUP))
     linger_seconds: float = 3.0
-    timeout_seconds: float = 600.0
+    timeout_seconds: float = field(default=600.0, metadata=flag(
+        "--timeout", "longest one run may take", metavar="SECONDS", parse=_seconds, group=LOCAL_GROUP))
     trainer_args: tuple[str, ...] = ()
 
     def per_rank_batch(self, world_size: int) -> int:
@@ -84,13 +151,31 @@ class LocalPlan:
                               "choose a --batch-size that makes it divisible by every world size")
         return global_batch // world_size
 
-    def trainer_argv(self, world_size: int, run_id: str, log_json: Path) -> list[str]:
-        """The trainer's flags for the run at ``world_size``."""
-        return ["--preset", self.preset, "--steps", str(self.steps), "--seq-len", str(self.seq_len),
-                "--batch-size", str(self.per_rank_batch(world_size)), "--log-every", "1",
-                "--log-json", str(log_json), "--run-id", run_id,
-                "--metrics", "on", "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
-                "--metrics-linger", str(self.linger_seconds), *self.trainer_args]
+    def trainer_config(self, world_size: int, run_id: str, log_json: Path) -> TrainConfig:
+        """The trainer's settings for the run at ``world_size``: the plan's, then ``trainer_args``
+        on top (as the trainer reads a command line: the later flag wins).
+
+        Raises:
+            UserError: a mistake in ``trainer_args`` or in the strong-scaling batch.
+        """
+        from observe.flags import parse_flags
+        from trainer.runspec.config import (
+            DataConfig,
+            MetricsConfig,
+            ModelConfig,
+            TrainConfig,
+            build_parser,
+            config_from_values,
+        )
+
+        planned = TrainConfig(
+            model=ModelConfig(preset=self.preset), steps=self.steps,
+            data=DataConfig(seq_len=self.seq_len, batch_size=self.per_rank_batch(world_size)),
+            metrics=MetricsConfig(enabled=True, log_every=1, log_json=str(log_json), run_id=run_id,
+                                  address="127.0.0.1", port_base=self.metrics_port,
+                                  linger_seconds=self.linger_seconds))
+        given = parse_flags(build_parser("fsdp-observe scaling --"), list(self.trainer_args))
+        return config_from_values(given, base=planned)
 
 
 def check(plan: LocalPlan) -> None:
@@ -105,9 +190,9 @@ def check(plan: LocalPlan) -> None:
     if plan.warmup_steps >= plan.steps:
         raise UserError("--warmup-steps", f"{plan.warmup_steps} leaves none of the {plan.steps} steps to measure",
                           "pass fewer warm-up steps or more --steps")
-    argvs = {n: plan.trainer_argv(n, "check", Path(os.devnull)) for n in plan.world_sizes}  # batches first
-    for n, argv in argvs.items():
-        prepare(argv, n)
+    configs = {n: plan.trainer_config(n, "check", Path(os.devnull)) for n in plan.world_sizes}  # batches first
+    for n, cfg in configs.items():
+        prepare(cfg, n)
 
 
 def scrape(client: httpx.Client, url: str) -> list[Sample] | None:
@@ -150,7 +235,7 @@ def run_size(plan: LocalPlan, world_size: int, run_id: str, run_dir: Path,
         f"(run {run_id}, log {log_path})")
     deadline = time.monotonic() + plan.timeout_seconds
     with open(log_path, "w") as log, httpx.Client(timeout=2.0) as client:
-        proc = subprocess.Popen(torchrun_command(plan.trainer_argv(world_size, run_id, log_json), world_size),
+        proc = subprocess.Popen(torchrun_command(plan.trainer_config(world_size, run_id, log_json), world_size),
                                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         try:

@@ -55,8 +55,7 @@ def render(report: ScalingReport, path: Path) -> None:
     footnote = [EFFICIENCY_DEFINITION + ".",
                 (f"memory: {report.memory_source}" if report.memory_source else "memory: not exported by these runs")
                 + f"; step time and throughput after the first {report.warmup_steps} steps of each run.",
-                *(textwrap.wrap(f"note: {note}", 160) for note in report.notes)]
-    footnote = [line for item in footnote for line in ([item] if isinstance(item, str) else item)]
+                *(line for note in report.notes for line in textwrap.wrap(f"note: {note}", 160))]
     grid = fig.add_gridspec(2, 2, height_ratios=(1, 0.035 * len(footnote)))
     ax_tp, ax_eff = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     ax_note = fig.add_subplot(grid[1, :])
@@ -112,8 +111,8 @@ def render(report: ScalingReport, path: Path) -> None:
     ax_eff.set_ylabel("scaling efficiency (%)", fontsize=11, color=_GREEN)
     ax_eff.set_title("Scaling efficiency and peak memory per rank", fontsize=11)
 
-    memory = [s.memory_peak_bytes_max for s in sizes]
-    if None not in memory:
+    memory = [s.memory_peak_bytes_max for s in sizes if s.memory_peak_bytes_max is not None]
+    if len(memory) == len(sizes):
         unit, scale = _memory_unit(memory)
         ax_mem = ax_eff.twinx()
         lines += ax_mem.plot(x, [m / scale for m in memory], "s:", color=_ORANGE, lw=2, ms=7,
@@ -121,7 +120,7 @@ def render(report: ScalingReport, path: Path) -> None:
         ax_mem.set_ylim(0, max(memory) / scale * 1.25)
         ax_mem.set_ylabel(f"peak memory per rank ({unit})", fontsize=11, color=_ORANGE)
         ax_mem.tick_params(labelsize=10)
-    ax_eff.legend(lines, [line.get_label() for line in lines], loc="lower left", fontsize=10, frameon=False)
+    ax_eff.legend(lines, [str(line.get_label()) for line in lines], loc="lower left", fontsize=10, frameon=False)
 
     ax_note.text(0, 0.5, "\n".join(footnote), fontsize=9.5, color="#333333", ha="left", va="center",
                  transform=ax_note.transAxes)

@@ -148,6 +148,9 @@ def _snapshot(rank: int, named: dict[str, list[Sample]]) -> RankSnapshot | None:
         found = named.get(name)
         return found[0].value if found else None
 
+    def need(name: str) -> float:  # one of ``required``, present once past the check below
+        return named[name][0].value
+
     hist = c.TRAIN_STEP_SECONDS.name
     required = (c.TRAIN_STEP.name, c.TRAIN_STEPS.name, c.TRAIN_LABELLED_TOKENS.name, c.TRAIN_SAMPLES.name,
                 hist + "_bucket", hist + "_sum", hist + "_count", c.TRAIN_DATA_WAIT_SECONDS.name + "_sum")
@@ -165,14 +168,14 @@ def _snapshot(rank: int, named: dict[str, list[Sample]]) -> RankSnapshot | None:
     return RankSnapshot(
         rank=rank,
         node=any_sample.labels.get("node"),
-        step=one(c.TRAIN_STEP.name),
+        step=need(c.TRAIN_STEP.name),
         planned_steps=one(c.TRAIN_PLANNED_STEPS.name),
-        steps_total=one(c.TRAIN_STEPS.name),
-        labelled_tokens=one(c.TRAIN_LABELLED_TOKENS.name),
-        samples=one(c.TRAIN_SAMPLES.name),
+        steps_total=need(c.TRAIN_STEPS.name),
+        labelled_tokens=need(c.TRAIN_LABELLED_TOKENS.name),
+        samples=need(c.TRAIN_SAMPLES.name),
         last_step_timestamp=one(c.TRAIN_LAST_STEP_TIMESTAMP.name),
-        step_seconds=HistogramState(tuple(buckets), one(hist + "_sum"), one(hist + "_count")),
-        data_wait_seconds=one(c.TRAIN_DATA_WAIT_SECONDS.name + "_sum"),
+        step_seconds=HistogramState(tuple(buckets), need(hist + "_sum"), need(hist + "_count")),
+        data_wait_seconds=need(c.TRAIN_DATA_WAIT_SECONDS.name + "_sum"),
         memory_peak_bytes=memory,
         memory_source=source,
         info={k: v for k, v in info[0].labels.items() if k in c.TRAIN_INFO.labels} if info else {},

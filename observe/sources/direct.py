@@ -269,6 +269,8 @@ def decode_node(previous: NodeStatus, body: bytes, now: float, keep: bool) -> No
     try:
         snapshot = NodeSnapshot.from_json(body) if keep else read_summary(body)
         return node_status(previous.name, previous.source, snapshot, now, keep)
+    except RecursionError:  # json.loads of an answer nested deeper than the interpreter's stack
+        return replace(previous, state="malformed", error="not a snapshot: nested too deeply", checked_unix=now)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:  # JSON, shape or schema errors
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         return replace(previous, state="malformed", error=f"not a snapshot: {reason}", checked_unix=now)

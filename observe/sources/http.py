@@ -1,8 +1,9 @@
 """A small asyncio HTTP/1.1 GET client for the TUI's fan-in: keep-alive per origin, bounded.
 
-Why not httpx here: pulling a thousand agents every two seconds is the TUI's hot path, and on a
-2-core machine ``httpx.AsyncClient`` spends about 2 ms of CPU per request against about 0.07 ms
-for this client (``benchmarks/tui_fanin.py`` measures both side by side). It speaks only what
+Why not httpx here: pulling a thousand agents every two seconds is the TUI's hot path, and
+``httpx.AsyncClient`` spends many times the CPU per request this client does
+(``benchmarks/tui_fanin.py`` measures both side by side; the figures are in docs/tui.md and
+``benchmarks/results/tui_fanin.json``). It speaks only what
 the agent and the trainers' exporters serve: ``GET`` over plain HTTP (or TLS), bodies framed by
 ``Content-Length``, ``chunked`` or connection close, optionally gzip. Everything else the project
 does over HTTP (Prometheus' API, Kubernetes) uses the well-kept clients.
@@ -158,8 +159,8 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
         if not 0 <= length <= MAX_BODY_BYTES:
             raise FetchError("malformed", f"body of {length} bytes")
         body = await reader.readexactly(length)
-    else:
-        body, keep = await reader.read(MAX_BODY_BYTES), False
+    else:  # HTTP/1.0 style: the body ends where the server closes the connection
+        body, keep = await _read_to_close(reader), False
     status = int(status_line[1])
     if status != 200:
         first = body[:80].decode("utf-8", "replace").splitlines()
@@ -172,8 +173,21 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
     return body, keep
 
 
+async def _read_to_close(reader: asyncio.StreamReader) -> bytes:
+    """Everything until the server closes the connection (at most ``MAX_BODY_BYTES``)."""
+    parts: list[bytes] = []
+    total = 0
+    while chunk := await reader.read(65536):
+        total += len(chunk)
+        if total > MAX_BODY_BYTES:
+            raise FetchError("malformed", f"body over {MAX_BODY_BYTES} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts, total = [], 0
+    parts: list[bytes] = []
+    total = 0
     while True:
         size_line = await reader.readuntil(b"\r\n")
         try:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import time
 from dataclasses import replace
+from typing import Any
 
 import urllib3
 from kubernetes import client
@@ -115,12 +116,14 @@ class KubeSource:
         for what, namespace, selector in (("agent pods", self.agent_namespace, self.agent_selector),
                                           ("trainer pods", self.namespace, self.trainer_selector)):
             try:
-                pods = self.core.list_namespaced_pod(namespace, label_selector=selector,
-                                                     _request_timeout=LIST_TIMEOUT, _preload_content=False)
+                # With _preload_content=False the client returns the urllib3 response (raw JSON).
+                pods: Any = self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                                          _request_timeout=LIST_TIMEOUT, _preload_content=False)
                 results.append(json.loads(pods.data).get("items", []))
             except ApiException as exc:
                 errors.append(f"listing {what} in {namespace}: HTTP {exc.status} {exc.reason}"
-                              + (" (ask for the fsdp-observe-viewer ClusterRole)" if exc.status == 403 else ""))
+                              + (f" (ask for read access: fsdp-observe job access -n {namespace})"
+                                 if exc.status == 403 else ""))
                 results.append(None)
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 errors.append(f"listing {what} in {namespace}: API server {self.server} unreachable "

@@ -32,6 +32,7 @@ from observe.model import (
 from observe.promapi import PrometheusAPI, PrometheusError
 from observe.promql import names_regex
 from observe.promql import string as promql_string
+from observe.promtext import Sample
 from observe.sources.direct import LossHistory, build_runs
 from observe.sources.trainer import SAMPLE_NAMES as TRAINER_SAMPLES
 from observe.sources.trainer import ranks_from_samples
@@ -189,7 +190,7 @@ class PrometheusSource:
             if name not in seen:
                 seen[name] = replace(old, state="unreachable", error="no longer in Prometheus", snapshot=None)
         self._nodes = dict(sorted(seen.items()))
-        samples = [(s["metric"].get("__name__", ""), s["metric"], _value(s)) for s in trainer_series]
+        samples = [Sample(s["metric"].get("__name__", ""), s["metric"], _value(s)) for s in trainer_series]
         ranks = self._keep_finished(ranks_from_samples(samples, "prometheus", now))
         runs = build_runs(ranks, self._history)
         runs = tuple(replace(run, loss_history=self._loss_history(run.run_id, now) or run.loss_history)

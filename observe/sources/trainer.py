@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from observe import catalog as c
 from observe import promtext
@@ -70,6 +71,7 @@ def ranks_from_samples(samples: Iterable[Sample], source: str = "", now: float |
             if value == 1 and labels.get("phase"):
                 status = replace(status, phase=labels["phase"])
         elif name in GAUGES:
-            status = replace(status, **{GAUGES[name]: float(value)})  # type: ignore[arg-type] # float fields
+            gauge: dict[str, Any] = {GAUGES[name]: float(value)}
+            status = replace(status, **gauge)
         ranks[key] = status
     return [ranks[k] for k in sorted(ranks)]

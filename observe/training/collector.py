@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from observe import catalog as c
+from observe.logonce import OnceLog
 from observe.training.flops import mfu
 from observe.training.histogram import Histogram
 from observe.training.phases import Goodput, PhaseClock
@@ -101,8 +102,7 @@ class TrainerMetrics(Collector):
         self.last_checkpoint_timestamp: float | None = None
         self.validation_loss: float | None = None
         self.validation_perplexity: float | None = None
-        self.exporter_errors = 0
-        self._error_logged = False
+        self._once = OnceLog(log)
 
     # -- updates from the training loop (host values only) ------------------------------------
 
@@ -155,14 +155,17 @@ class TrainerMetrics(Collector):
         """Yield metric families; never raises (an error is logged once and counted)."""
         try:
             families = list(self._families())
-        except Exception:
-            self.exporter_errors += 1
-            if not self._error_logged:
-                log.exception("metrics exporter failed; training continues (logged once)")
-                self._error_logged = True
+        except Exception:  # noqa: BLE001 - metrics never crash training (DESIGN.md, failure rules)
+            self._once.report("exporter", "metrics exporter failed; training continues (logged once)",
+                              level=logging.ERROR, exc_info=True)
             families = []
         families.append(self._counter(c.TRAIN_EXPORTER_ERRORS, self.exporter_errors))
         return iter(families)
+
+    @property
+    def exporter_errors(self) -> int:
+        """Scrapes whose collection failed (``fsdp_train_exporter_errors_total``)."""
+        return self._once.counts["exporter"]
 
     def _families(self) -> Iterator:
         names, values = list(self.labels), list(self.labels.values())

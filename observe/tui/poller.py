@@ -28,7 +28,9 @@ HISTORY_POINTS = 120
 class Source(Protocol):
     """What the poller refreshes: ``observe.sources.direct.DirectSource`` and its kin."""
 
-    description: str
+    @property
+    def description(self) -> str:
+        """What the status bar names as the source."""
 
     async def cycle(self, focus: str | None, deadline: float) -> ClusterSnapshot:
         """One refresh within ``deadline`` seconds, fetching ``focus``'s full snapshot."""

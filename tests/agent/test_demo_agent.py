@@ -11,6 +11,7 @@ from observe.errors import PortInUseError
 from observe.model import AgentHealth, CpuStats, GpuInfo, HostStats, MemoryStats, NodeSnapshot, XidCount
 
 
+@pytest.mark.e2e  # starts the real agent process
 def test_start_agent_returns_a_serving_agent(tmp_path: Path) -> None:
     proc, url = start_agent(0, tmp_path / "agent.log")
     try:
@@ -23,6 +24,7 @@ def test_start_agent_returns_a_serving_agent(tmp_path: Path) -> None:
         proc.wait()
 
 
+@pytest.mark.e2e  # starts the real agent process
 def test_start_agent_reports_the_agents_own_error(tmp_path: Path, taken_port: int) -> None:
     with pytest.raises(RuntimeError, match=rf"^error: --port: port {taken_port} on 127.0.0.1 is already in use"):
         start_agent(taken_port, tmp_path / "agent.log")
@@ -54,6 +56,7 @@ def test_summary_when_the_agent_cannot_be_read() -> None:
 
 
 
+@pytest.mark.e2e  # starts the real agent process
 def test_the_default_port_falls_back_to_a_free_one(tmp_path: Path, monkeypatch, taken_port: int) -> None:
     import observe.demo as demo
 

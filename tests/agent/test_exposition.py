@@ -17,23 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from observe import catalog as c
 from observe.agent.exposition import label_name, render
 from observe.agent.procs import ProcessTable
-from observe.agent.redact import MAX_ARG_CHARS
 from observe.model import AgentHealth, GpuInfo, NodeSnapshot, XidCount
-from tests.conftest import CASES
+from tests.support.cases import CASES, EXPOSITION_CASES
 
-LONG = "x" * 100_000
-
-#: Each bullet of exposition.md -> (argv of a real process, the command text that must come out).
-EXPOSITION_CASES: dict[str, tuple[list[str | bytes], str]] = {
-    '`python -c "print(\\"}{\\")"`': (["python", "-c", '"print(\\"}{\\")"'], 'python -c "print(\\"}{\\")"'),
-    "a command line holding a newline: `bash -c 'echo a` + newline + `echo b'`":
-        (["bash", "-c", "'echo a\necho b'"], "bash -c 'echo a\\necho b'"),
-    "a backslash at the end: `printf foo\\`": (["printf", "foo\\"], "printf foo\\"),
-    "ANSI escapes: `ESC[31mredESC[0m` (byte 0x1b)": (["echo", "\x1b[31mred\x1b[0m"], "echo \\x1b[31mred\\x1b[0m"),
-    "invalid UTF-8 bytes in `/proc/<pid>/cmdline` (0xff 0xfe)": ([b"cat", b"\xff\xfe"], "cat \\xff\\xfe"),
-    "an argument of 100,000 characters (cut to a documented length, with a marker)":
-        (["python", LONG], "python " + "x" * MAX_ARG_CHARS + f"…[+{100_000 - MAX_ARG_CHARS} chars]"),
-}
 LABEL_NAME_CASE = "a label *name* built from outside text (such as a field name `Source: Fan`): " \
                   "sanitise to `[a-zA-Z_][a-zA-Z0-9_]*`"
 
@@ -51,7 +37,7 @@ def test_hostile_command_lines_survive_metrics_and_json(sleepers) -> None:
     table.close()
     snapshot = NodeSnapshot(node="n", time_unix=1.0, processes=processes)
 
-    text = render(snapshot, process_series=len(processes)).decode()
+    text = render(snapshot, process_series=len(processes), command_label=True).decode()
     info = {s.labels["pid"]: s.labels for f in text_string_to_metric_families(text) for s in f.samples
             if s.name == c.NODE_PROCESS_INFO.name}
     assert {int(pid): labels["command"] for pid, labels in info.items()} == pids
@@ -75,7 +61,7 @@ def parsed(snapshot: NodeSnapshot) -> list:
 def test_unreadable_values_are_absent_never_zero() -> None:
     snapshot = NodeSnapshot(node="n", time_unix=1.0, gpus=(GpuInfo(index=0, uuid="GPU-1", temperature_celsius=40),))
     names = {s.name for s in parsed(snapshot) if s.name.startswith("fsdp_gpu_")}
-    assert names == {"fsdp_gpu_info", "fsdp_gpu_lost", "fsdp_gpu_temperature_celsius"}
+    assert names == {"fsdp_gpu_info", "fsdp_gpu_lost", "fsdp_gpu_reading_stale", "fsdp_gpu_temperature_celsius"}
 
 
 def test_every_gpu_series_carries_node_gpu_and_uuid() -> None:
@@ -117,3 +103,32 @@ def test_only_the_requested_number_of_processes_get_series() -> None:
     pids = {s.labels["pid"] for f in text_string_to_metric_families(text) for s in f.samples
             if s.name == c.NODE_PROCESS_INFO.name}
     assert pids == {"10", "11", "12", "19"}  # the 3 busiest, plus the GPU process
+
+
+def test_command_lines_are_not_label_values_unless_asked(sleepers) -> None:
+    """By default /metrics names the process but leaves the command label empty (absent to
+    Prometheus); ``command_label=True`` (``fsdp-observe agent --command-label``) puts the redacted
+    command line there."""
+    pid = sleepers(["python", "train.py", "--hf_token", "opensesame", "--lr", "1e-4"]).pid
+    table = ProcessTable()
+    table.refresh(time.monotonic())
+    snapshot = NodeSnapshot(node="n", time_unix=1.0, processes=(table.info(pid, None),))
+    table.close()
+
+    def command(**kw) -> str | None:
+        text = render(snapshot, process_series=1, **kw).decode()
+        (sample,) = [s for f in text_string_to_metric_families(text) for s in f.samples
+                     if s.name == c.NODE_PROCESS_INFO.name]
+        assert sample.labels["pid"] == str(pid) and sample.labels["name"] == "sleeper"
+        return sample.labels.get("command")
+
+    assert command() == ""
+    assert 'command="' not in render(snapshot, process_series=1).decode().replace('command=""', "")
+    assert command(command_label=True) == "python train.py --hf_token <redacted> --lr 1e-4"
+    assert snapshot.processes[0].command == "python train.py --hf_token <redacted> --lr 1e-4"  # /snapshot keeps it
+
+
+def test_the_agent_flag_turns_the_command_label_on() -> None:
+    from observe.cli.agent import build_parser
+    assert build_parser().parse_args([]).command_label is False
+    assert build_parser().parse_args(["--command-label"]).command_label is True

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from observe.agent.sampler import read_pid_max
-from tests.agent.nvml_helpers import names_for_gpu, running_sampler, series, value
-from tests.conftest import CASES
+from tests.support.cases import CASES
+from tests.support.nvml import names_for_gpu, running_sampler, series, value
 
 #: Scenario row -> the test that covers it here.
 SCENARIO_TESTS = {
@@ -99,7 +99,9 @@ def test_3_a_lost_gpu_is_marked_lost_and_the_others_go_on(fake_nvml, tmp_path: P
         assert [g.temperature_celsius for g in snap.gpus[:3]] == [45, 45, 45]
         parsed = series(snap)
         assert value(parsed, "fsdp_gpu_lost", gpu="3") == 1 and value(parsed, "fsdp_gpu_lost", gpu="0") == 0
-        assert names_for_gpu(parsed, 3) == {"fsdp_gpu_info", "fsdp_gpu_lost"}
+        assert names_for_gpu(parsed, 3) == {"fsdp_gpu_info", "fsdp_gpu_lost", "fsdp_gpu_reading_stale",
+                                            "fsdp_gpu_reading_age_seconds"}
+        assert value(parsed, "fsdp_gpu_reading_stale", gpu="3") == 0 and lost.reading_age_seconds > 0
     assert len([r for r in caplog.records if "is lost" in r.getMessage()]) == 1  # once, not once per cycle
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from observe.xid import CATALOGUE, SEVERITIES, KernelLogParser, lookup, normalise_bus
-from tests.conftest import CASES
+from tests.support.cases import CASES
 
 XID_CASES = CASES / "xid"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from observe.agent.klog import KernelRing
 from observe.agent.xid_cursor import STATE_FILE, XidCursor, kmsg_sequence
 from observe.agent.xid_watch import KernelLogWatcher, XidStore
 from tests.support.processes import wait_for
@@ -32,15 +33,16 @@ def kmsg_record(seq: int, code: int, bus: str = "3b") -> str:
 class Run:
     """One start of the watcher with a cursor, as the sampler wires them."""
 
-    def __init__(self, state: Path, source: Path, follow_file: bool, boot_id: str | None = BOOT) -> None:
+    def __init__(self, state: Path, source: Path, follow_file: bool, boot_id: str | None = BOOT,
+                 ring: KernelRing | None = None) -> None:
         self.store = XidStore()
-        self.cursor = XidCursor(str(state), str(source), follow_file, boot_id,
+        self.cursor = XidCursor(str(state), "syslog(2)" if ring else str(source), follow_file, boot_id,
                                 snapshot=lambda: self.store.view()[1:], min_interval=0.0)
         restored = self.cursor.load(wait_seconds=0.2)
         self.why = restored.why
         self.taken_over = {code: n for (_, code, _), n in restored.counts.items()}
         self.store.restore(restored.counts, restored.uuids)
-        kwargs = {"path": str(source)} if follow_file else {"kmsg": str(source)}
+        kwargs: dict = {"path": str(source)} if follow_file else {"ring": ring} if ring else {"kmsg": str(source)}
         self.watcher = KernelLogWatcher(self.store, node="n", poll_seconds=0.05, cursor=self.cursor, **kwargs)
         assert self.watcher.start()
 
@@ -74,8 +76,31 @@ def test_kmsg_restart_in_the_same_boot_skips_what_was_counted(tmp_path: Path) ->
     assert second.taken_over == {48: 2, 79: 1}  # before anything is read: the counter never dips
     wait_for(lambda: second.counts() == {48: 3, 79: 1, 13: 1}, what="the two XIDs logged while down")
     second.stop()
-    assert second.why == "resuming after record 12"
+    assert second.why == "resuming after ring-buffer position 12"
     assert second.counts() == {48: 3, 79: 1, 13: 1}  # every record counted once
+
+
+def syslog_line(stamp: str, code: int, bus: str = "3b") -> bytes:
+    return f"<3>[{stamp}] {xid_line(code, bus)}".encode()
+
+
+def test_syslog_restart_in_the_same_boot_skips_lines_up_to_the_saved_timestamp(tmp_path: Path) -> None:
+    """syslog(2) lines have no sequence number: their timestamp, and how many before had the same."""
+    buffer = bytearray(syslog_line(" 8123.004512", 48) + syslog_line(" 8123.004512", 79, "86")
+                       + b"<6>[ 8124.000001] usb 1-4: new high-speed USB device\n")
+
+    def ring() -> KernelRing:
+        return KernelRing(read_all=lambda n: bytes(buffer[-n:]), buffer_bytes=1 << 16)
+
+    first = Run(tmp_path / "state", tmp_path / "unused", follow_file=False, ring=ring())
+    wait_for(lambda: first.counts() == {48: 1, 79: 1}, what="two XIDs with one timestamp")
+    first.stop()
+    buffer += syslog_line(" 8125.100000", 48) + syslog_line(" 8125.100000", 13)  # logged while down
+    second = Run(tmp_path / "state", tmp_path / "unused", follow_file=False, ring=ring())
+    wait_for(lambda: second.counts() == {48: 2, 79: 1, 13: 1}, what="the lines logged while down")
+    second.stop()
+    assert second.why == "resuming after ring-buffer position 8124 0"
+    assert second.counts() == {48: 2, 79: 1, 13: 1}
 
 
 def test_kmsg_after_a_reboot_counts_the_new_ring_from_zero(tmp_path: Path) -> None:

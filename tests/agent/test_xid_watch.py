@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from observe.agent.xid_watch import KernelLogWatcher, XidStore
-from tests.conftest import CASES
+from tests.support.cases import CASES
 from tests.support.processes import wait_for
 
 KERNEL_LOG = CASES / "xid" / "kernel-log.txt"

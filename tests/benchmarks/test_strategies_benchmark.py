@@ -7,6 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from trainer.runspec.config import TrainConfig
+
+#: Runs a benchmark script as a subprocess (torchrun or a simulated fleet): not the inner loop.
+pytestmark = pytest.mark.e2e
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "strategies.py"
 
 
@@ -28,8 +35,8 @@ def test_cuda_mode_commands_validate_without_a_gpu(subprocess_env) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--cuda", "--dry-run"], capture_output=True, text=True,
                           env=subprocess_env, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    commands = [line for line in proc.stdout.splitlines() if "torch.distributed.run" in line]
-    assert len(commands) == 8
-    assert all("--preset llama3.2-1b" in c and "--mixed-precision bf16" in c and "--nproc-per-node=8" in c
-               for c in commands)
-    assert sum("--replicate-degree 2" in c for c in commands) == 2  # HYBRID_SHARD as 2 x 4
+    commands = [line.split() for line in proc.stdout.splitlines() if "torch.distributed.run" in line]
+    assert len(commands) == 8 and all("--nproc-per-node=8" in c for c in commands)
+    configs = [TrainConfig.from_argv(c[c.index("--no-python") + 2:]) for c in commands]
+    assert all(c.model.preset == "llama3.2-1b" and c.parallel.mixed_precision == "bf16" for c in configs)
+    assert sum(c.parallel.replicate_degree == 2 for c in configs) == 2  # HYBRID_SHARD as 2 x 4

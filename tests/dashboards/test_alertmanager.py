@@ -193,7 +193,7 @@ def committed_resource() -> dict:
 
 
 def test_the_alertmanagerconfig_validates_against_the_operator_crd(crd_schema: dict) -> None:
-    from tests.k8s.kube_checks import unknown_fields, validate_against
+    from tests.support.kube_checks import unknown_fields, validate_against
 
     resource = committed_resource()
     assert resource["spec"] == alertmanager.crd_spec(Settings())
@@ -212,7 +212,7 @@ def test_the_alertmanagerconfig_validates_against_the_operator_crd(crd_schema: d
 def test_the_crd_validation_can_fail(crd_schema: dict) -> None:
     import jsonschema
 
-    from tests.k8s.kube_checks import unknown_fields, validate_against
+    from tests.support.kube_checks import unknown_fields, validate_against
 
     resource = committed_resource()
     resource["spec"]["route"]["groupWait"] = "30 seconds"

@@ -7,12 +7,12 @@ README's test command run everything.
 from __future__ import annotations
 
 import json
-import os
-import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
+
+from tests.support.env import child_env
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -43,9 +43,5 @@ def corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def session_env() -> dict[str, str]:
-    """The environment of ``subprocess_env`` (tests/conftest.py), for module-scoped fixtures."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("FSDP_OBSERVE_RUN_ID", None)
-    return env
+    """``subprocess_env`` for module- and session-scoped fixtures (the same ``child_env``)."""
+    return child_env()

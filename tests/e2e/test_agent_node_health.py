@@ -1,7 +1,7 @@
 """A real agent process sets the node condition and taint through the recorded-API test server, once.
 
 ``python -m observe.cli agent --node-condition --node-taint --state-dir ... --kubeconfig ...`` on
-the stand-in NVML follows a kernel-log file; the API server is ``tests/k8s/fake_apiserver.py``
+the stand-in NVML follows a kernel-log file; the API server is ``tests/support/fake_apiserver.py``
 (recorded Node bodies over real HTTP; no API server runs here). A GPU falls off the bus: one
 condition write and one taint; the same XID again and an agent restart write nothing more (the
 restart re-reads no old XID), and ``/snapshot`` shows what was written.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY
-from tests.k8s.fake_apiserver import RecordedAPIServer, Reply, write_kubeconfig
+from tests.support.fake_apiserver import RecordedAPIServer, Reply, write_kubeconfig
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import AgentProcess, wait_for
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.agent.test_exposition import EXPOSITION_CASES
-from tests.agent.test_redact import ROWS
-from tests.conftest import CASES
+from tests.support.cases import CASES, EXPOSITION_CASES, redaction_extra_rows, redaction_rows
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import REPO, AgentProcess, wait_for
 
-SECRETS = ("hf_QmW3rT7yU1iO5pA9sD2fG6hJ0kL4zX8c", "Sup3rS3cret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY", "opensesame")
+SECRETS = ("hf_QmW3rT7yU1iO5pA9sD2fG6hJ0kL4zX8c", "Sup3rS3cret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY", "opensesame",
+           "hunter2", "plainvalue", "plaintokenvalue", "9fQz3LkP7xWm2RtY8vBn4HsJ6cDe", "MIIEpAIBAAKCAQEA",
+           "abcdefghijklmnopqrstuvwx", "0123456789abcdef0123456789abcdef01234567", "changeit", "p@ss")
 
 
 @pytest.fixture
@@ -129,9 +129,13 @@ def test_10_functions_missing_from_an_old_driver(run_agent, native, tmp_path: Pa
 
 
 def test_command_lines_leave_the_node_redacted_and_intact(run_agent, sleepers, scenario: FakeNvml) -> None:
-    expected = {sleepers(command.split(" ")).pid: want for command, want in ROWS}
+    """Every case as a real process, read by the agent process, in /snapshot and (asked for with
+    --command-label) in /metrics labels; no secret in either body."""
+    expected = {sleepers(command.split(" ")).pid: want for command, want in redaction_rows()}
+    expected.update({sleepers(argv).pid: want for argv, want, _ in redaction_extra_rows()})
     expected.update({sleepers(argv).pid: want for argv, want in EXPOSITION_CASES.values()})
-    agent = run_agent("--max-processes", "100000", "--process-series", "100000", env=scenario.env())
+    agent = run_agent("--max-processes", "100000", "--process-series", "100000", "--command-label",
+                      env=scenario.env())
     metrics_text, snapshot_text = agent.metrics(), agent.get("/snapshot").text
 
     info = {int(s.labels["pid"]): s.labels["command"] for s in samples(metrics_text) if s.name == "fsdp_node_process_info"}
@@ -151,3 +155,12 @@ def test_bad_input_from_the_command_line(taken_port: int, args: list[str], flag:
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(f"error: {flag}: ")
+
+
+def test_without_the_flag_metrics_carry_no_command_lines(run_agent, sleepers, scenario: FakeNvml) -> None:
+    pid = sleepers(["python", "train.py", "--lr", "1e-4"]).pid
+    agent = run_agent("--max-processes", "100000", "--process-series", "100000", env=scenario.env())
+    info = {int(s.labels["pid"]): s.labels for s in samples(agent.metrics()) if s.name == "fsdp_node_process_info"}
+    assert info[pid]["name"] == "sleeper" and info[pid].get("command", "") == ""
+    assert all(labels.get("command", "") == "" for labels in info.values())
+    assert {p["pid"]: p["command"] for p in agent.snapshot()["processes"]}[pid] == "python train.py --lr 1e-4"

@@ -52,6 +52,7 @@ from tests.support import dcgm_exposition as fixtures
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import REPO, AgentProcess, wait_for
 from tests.support.replay import StaticServer, cuda_rank_exposition
+from trainer.runspec.launch import trainer_executable
 
 NODE, MIG_NODE = fixtures.NODE, fixtures.MIG_NODE
 DCGM_UUIDS = fixtures.TRAINING_UUIDS
@@ -181,7 +182,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
         trainer_log = tmp / "trainer.log"
         with open(trainer_log, "w") as log:
             trainer = subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "trainer",
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", trainer_executable(),
                  "--steps", "60", "--seq-len", "64", "--batch-size", "2", "--log-every", "2", "--warmup-steps", "2",
                  "--metrics-address", "127.0.0.1", "--metrics-port", str(base), "--metrics-linger", "600",
                  "--run-id", RUN_ID, "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", "30",

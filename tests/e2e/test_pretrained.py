@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tests.e2e.trainer_harness import FAST, events, losses, read_log, run_trainer
+from tests.support.trainer_runs import FAST, events, losses, read_log, run_trainer
 from trainer.data import IGNORE_INDEX, BatchIterator, ByteTokenizer
+from trainer.runspec.launch import trainer_executable
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +57,13 @@ def test_weights_that_do_not_fit_the_config_are_one_line(checkpoint: Path, corpu
     import json
     import shutil
     import subprocess
-    import sys
 
     broken = tmp_path / "broken"
     shutil.copytree(checkpoint, broken)
     config = json.loads((broken / "config.json").read_text())
     config["intermediate_size"] = 128
     (broken / "config.json").write_text(json.dumps(config))
-    proc = subprocess.run([sys.executable, "-m", "trainer", "--model", str(broken), "--data", str(corpus),
+    proc = subprocess.run([trainer_executable(), "--model", str(broken), "--data", str(corpus),
                            "--steps", "1", "--metrics", "off"], capture_output=True, text=True, env=subprocess_env,
                           timeout=120)
     assert proc.returncode == 2, proc.stderr

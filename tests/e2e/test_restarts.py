@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from observe import catalog as c
-from tests.e2e.trainer_harness import (
+from tests.support.processes import wait_for
+from tests.support.trainer_runs import (
     FAST,
     LastScrape,
     events,
@@ -33,7 +34,6 @@ from tests.e2e.trainer_harness import (
     start,
     stop_group,
     torchrun_cmd,
-    wait_for,
 )
 from trainer.runspec.checkpoint_files import TrainerState, is_complete, newest_complete, step_dir
 from trainer.runspec.launch import UNSHARE_STORE_ENV

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.e2e.trainer_harness import FAST, events, final_weights, losses, read_log, run_trainer
-from tests.e2e.trainer_reference import reference_run
+from tests.support.trainer_reference import reference_run
+from tests.support.trainer_runs import FAST, events, final_weights, losses, read_log, run_trainer
 
 STEPS = 8
 LOSS_TOLERANCE = 1e-5

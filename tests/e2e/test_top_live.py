@@ -25,7 +25,8 @@ from observe.tui.screens.run import RunScreen
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable
 from tests.support.fake_nvml import FakeNvml
-from tests.tui.conftest import lines_text, table_text, until
+from tests.support.tui import lines_text, table_text, until
+from trainer.runspec.config import MetricsConfig, TrainConfig
 from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
 pytestmark = pytest.mark.anyio
@@ -44,13 +45,12 @@ def live_demo(native, tmp_path: Path, port_block, subprocess_env, monkeypatch: p
     fake.set("gpus 2")
     for key, value in {**fake.env(subprocess_env), "NODE_NAME": NODE}.items():
         monkeypatch.setenv(key, value)
-    agent, agent_url = start_local_agent(0, tmp_path / "agent.log")
     base = port_block(2)
-    args = ["--preset", "tiny", "--steps", "2000", "--log-every", "5", "--metrics-port", str(base),
-            "--metrics-address", "127.0.0.1", "--run-id", "e2e-top"]
-    prepare(args, 2)
+    cfg = prepare(TrainConfig(steps=2000, metrics=MetricsConfig(log_every=5, port_base=base, address="127.0.0.1",
+                                                               run_id="e2e-top")), 2)  # before anything starts
+    agent, agent_url = start_local_agent(0, tmp_path / "agent.log")
     log = open(tmp_path / "train.log", "wb")
-    run = subprocess.Popen(torchrun_command(args, 2), env=torchrun_env(2), stdout=log, stderr=subprocess.STDOUT,
+    run = subprocess.Popen(torchrun_command(cfg, 2), env=torchrun_env(2), stdout=log, stderr=subprocess.STDOUT,
                            start_new_session=True)
     try:
         yield agent_url, [f"http://127.0.0.1:{base + r}/metrics" for r in range(2)]
@@ -95,4 +95,4 @@ async def test_top_over_the_live_demo(live_demo) -> None:
         processes = node.query_one("#processes", VirtualTable)
         await until(pilot, lambda: processes.rows, 15, "the node's processes")
         commands = [p.command or "" for p in processes.rows]
-        assert sum("-m trainer" in c for c in commands) >= 2  # the two ranks (and torchrun's agent)
+        assert sum("fsdp-observe-trainer" in c for c in commands) >= 2  # the two ranks (and torchrun's agent)

@@ -16,11 +16,11 @@ import pytest
 
 from observe import prometheus_local
 from observe.sources.prometheus import PrometheusSource
-from tests.conftest import CASES
+from tests.support.cases import CASES
 from tests.support.fake_nvml import FakeNvml
+from tests.support.fleet import RecordedFleet, trainer_exposition
 from tests.support.processes import AgentProcess, wait_for
-from tests.tui.conftest import GPU0, GPU1
-from tests.tui.fleet import RecordedFleet, trainer_exposition
+from tests.support.tui import GPU0, GPU1
 
 
 @pytest.fixture
@@ -34,7 +34,9 @@ def scraped(native, tmp_path: Path, port_block, subprocess_env):
             (tmp_path / "empty.log").touch()
             fake = FakeNvml(native.fake_nvml, tmp_path / f"{node}.conf")
             fake.set(scenario)
-            agents.append(AgentProcess(["--node", node, "--interval", "0.25", "--kernel-log", log],
+            # node a puts command lines into Prometheus (off by default: --command-label asks)
+            label = ["--command-label"] if node == "prom-node-a" else []
+            agents.append(AgentProcess(["--node", node, "--interval", "0.25", "--kernel-log", log, *label],
                                        fake.env(subprocess_env), tmp_path))
         ranks = [fleet.trainer("rank0", trainer_exposition(0, "prom-node-a", GPU0, 0.5, 0.02)),
                  fleet.trainer("rank1", trainer_exposition(1, "prom-node-a", GPU1, 0.6, 0.09))]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_apiserver import RecordedAPIServer, Reply, write_kubeconfig
-from kube_checks import SCHEMAS
+
+from tests.support.fake_apiserver import RecordedAPIServer, Reply, write_kubeconfig
+from tests.support.kube_checks import SCHEMAS
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from kube_checks import K8S_VERSION, REPO, kustomize
 
 from observe.errors import UserError
 from observe.k8s import names
 from observe.monitoring import alertmanager, dashboards, generate, kube_objects, rules
 from observe.monitoring.settings import Settings
+from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 
 
 def test_the_committed_folder_matches_what_the_settings_generate() -> None:

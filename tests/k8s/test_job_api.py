@@ -1,6 +1,6 @@
 """``fsdp-observe job status|logs|stop`` against recorded Kubernetes API responses.
 
-No Kubernetes API server exists where these tests run. A local HTTP server (``fake_apiserver.py``)
+No Kubernetes API server exists where these tests run. A local HTTP server (``tests/support/fake_apiserver.py``)
 replays recorded API responses (``recorded/README.md`` says where they come from), and the
 official ``kubernetes`` client reaches it over real HTTP through a kubeconfig: the code under test
 is exactly what talks to a cluster. The server also records what the client asked for.
@@ -12,14 +12,13 @@ import copy
 import json
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from fake_apiserver import RECORDED, Reply
 
 from observe.cli import main as cli_main
 from observe.k8s.jobs import PodState, match_leader, pod_state, service_of_host
+from tests.support.fake_apiserver import RECORDED, Reply
 
 JOB = "llama2-7b-fsdp"
 JOB_PATH = f"/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/{JOB}"
@@ -184,7 +183,7 @@ def test_forbidden_is_one_line_naming_the_role(api_server, kubeconfig, capsys) -
     server = api_server({("GET", JOB_PATH): Reply.recorded("status-403-pytorchjob.json", 403)})
     status, _, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
     assert status == 2
-    one_line_error(err, "forbidden in namespace default", 'User "alice" cannot get', "fsdp-observe-viewer")
+    one_line_error(err, "forbidden in namespace default", 'User "alice" cannot get', "fsdp-observe job access -n default")
 
 
 def test_a_cluster_without_the_training_operator_is_one_line(api_server, kubeconfig, capsys) -> None:
@@ -219,28 +218,32 @@ def test_an_unknown_context_is_one_line(api_server, kubeconfig, capsys) -> None:
     one_line_error(err, "--context: no context 'prod'", "kubectl config get-contexts")
 
 
-def _cli(args: list[str], env_updates: dict[str, str], home: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), **env_updates}
-    return subprocess.run([sys.executable, "-m", "observe.cli", "job", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+@pytest.fixture
+def bare_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No KUBECONFIG, an empty HOME (no ~/.kube/config) and not in a pod."""
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
 
 
-def test_an_unreachable_api_server_is_one_line(kubeconfig, tmp_path: Path) -> None:
+def test_an_unreachable_api_server_is_one_line(kubeconfig, bare_home: Path, capsys) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = _cli(["status", JOB, "--kubeconfig", kubeconfig(f"http://127.0.0.1:{port}")], {}, tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    one_line_error(proc.stderr, f"API server http://127.0.0.1:{port}: unreachable (connection refused)",
-                   "kubectl cluster-info")
+    status, _, err = run(["status", JOB, "--kubeconfig", kubeconfig(f"http://127.0.0.1:{port}")], capsys)
+    assert status == 2, err
+    one_line_error(err, f"API server http://127.0.0.1:{port}: unreachable (connection refused)", "kubectl cluster-info")
 
 
-def test_a_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
-    proc = _cli(["logs", JOB], {"KUBECONFIG": str(tmp_path / "nope")}, tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    one_line_error(proc.stderr, f"kubeconfig: no kubeconfig at {tmp_path / 'nope'}", "aws eks update-kubeconfig")
-    proc = _cli(["stop", JOB], {}, tmp_path)  # no KUBECONFIG, no ~/.kube/config, not in a pod
-    one_line_error(proc.stderr, "no kubeconfig at ~/.kube/config", "set KUBECONFIG or pass --kubeconfig")
+def test_a_missing_kubeconfig_is_one_line(bare_home: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(bare_home / "nope"))
+    status, _, err = run(["logs", JOB], capsys)
+    assert status == 2, err
+    one_line_error(err, f"kubeconfig: no kubeconfig at {bare_home / 'nope'}", "aws eks update-kubeconfig")
+    monkeypatch.delenv("KUBECONFIG")
+    status, _, err = run(["stop", JOB], capsys)  # no KUBECONFIG, no ~/.kube/config, not in a pod
+    one_line_error(err, "no kubeconfig at ~/.kube/config", "set KUBECONFIG or pass --kubeconfig")
 
 
 # --- pieces ---------------------------------------------------------------------------------

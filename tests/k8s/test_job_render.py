@@ -8,14 +8,14 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from kube_checks import K8S_VERSION, REPO, unknown_fields, validate_against
 
 from observe.catalog import TRAINER_PORT_BASE
 from observe.cli import job as job_cmd
 from observe.k8s import names
 from observe.k8s.job_settings import RDZV_BACKENDS, load_settings, settings_from_mapping
 from observe.k8s.pytorchjob import render, trainer_command
-from trainer.runspec.config import SHARDING_STRATEGIES, build_parser, config_from_args
+from tests.support.kube_checks import K8S_VERSION, REPO, unknown_fields, validate_against
+from trainer.runspec.config import SHARDING_STRATEGIES, TrainConfig
 
 ENV_EXAMPLE = REPO / "examples" / "llama2-7b.env"
 IMAGE = "registry.example/fsdp-observe:0.1.0"
@@ -72,11 +72,11 @@ def test_every_backend_device_and_strategy_is_valid(pytorchjob_schema, backend: 
 
 
 def test_the_command_is_one_the_trainer_accepts() -> None:
-    """What follows ``-m trainer`` parses and validates with the trainer's own configuration."""
+    """What follows the rank's console script parses and validates with the trainer's own configuration."""
     s = load_settings(ENV_EXAMPLE)
     command = trainer_command(s, "llama2-7b-fsdp-0a1b2c3d")
-    assert command[:4] == ["torchrun", "--nproc-per-node=8", "-m", "trainer"]
-    cfg = config_from_args(build_parser().parse_args(command[4:]))
+    assert command[:4] == ["torchrun", "--nproc-per-node=8", "--no-python", "fsdp-observe-trainer"]
+    cfg = TrainConfig.from_argv(command[4:])
     cfg.validate()
     assert (cfg.model.preset, cfg.parallel.sharding_strategy, cfg.metrics.run_id, cfg.metrics.port_base, cfg.steps) == (
         "llama2-7b", "FULL_SHARD", "llama2-7b-fsdp-0a1b2c3d", TRAINER_PORT_BASE, 5000)
@@ -136,7 +136,7 @@ def test_the_token_comes_from_a_secret_and_never_appears(tmp_path: Path, monkeyp
             texts.append(capsys.readouterr().out)
     for text in texts:
         assert token not in text
-        job = yaml.safe_load(text)
+        job, _policy = yaml.safe_load_all(text)
         env = pod_of(job)["spec"]["containers"][0]["env"]
         hf = [e for e in env if e["name"] == "HF_TOKEN"]
         assert len(hf) == 1 and set(hf[0]) == {"name", "valueFrom"}
@@ -150,9 +150,14 @@ def test_render_writes_plain_yaml_to_a_file(tmp_path: Path, pytorchjob_schema) -
     assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--run-id", "fixed-1", "-o", str(out)]) == 0
     text = out.read_text()
     assert "&id" not in text and "*id" not in text  # no YAML anchors for kubectl users to puzzle over
-    job = yaml.safe_load(text)
+    job, policy = yaml.safe_load_all(text)
     assert job["spec"]["elasticPolicy"]["rdzvId"] == "fixed-1"
     assert_valid(job, pytorchjob_schema)
+    assert policy["kind"] == "NetworkPolicy"
+    out_only = tmp_path / "job-only.yaml"
+    assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--run-id", "fixed-1", "--no-network-policy",
+                         "-o", str(out_only)]) == 0
+    assert yaml.safe_load(out_only.read_text()) == job
 
 
 def test_node_name_comes_from_the_downward_api() -> None:

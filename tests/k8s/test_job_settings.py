@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from kube_checks import REPO
 
 from observe.cli import main as cli_main
 from observe.errors import UserError
 from observe.k8s import names
 from observe.k8s.job_settings import JobSettings, load_settings
+from tests.support.cli import assert_one_line_error, run_cli
+from tests.support.kube_checks import REPO
 from trainer.runspec.config import SHARDING_STRATEGIES
 
 ENV_EXAMPLE = REPO / "examples" / "llama2-7b.env"
@@ -132,16 +131,14 @@ def test_a_token_in_the_settings_is_refused_without_echoing_it(tmp_path: Path, c
     assert token not in out + err
 
 
-def test_render_errors_are_one_line_with_status_2(tmp_path: Path) -> None:
-    """Through the real console entry point, as a user runs it."""
+def test_render_errors_are_one_line_with_status_2(tmp_path: Path, capsys) -> None:
+    """Through the dispatcher the console script runs (in-process)."""
     path = tmp_path / "job.env"
     path.write_text(MINIMAL + "NUM_NODES=0\n")
     for args, needle in ((["--config", str(path)], "error: NUM_NODES: must be 1 or more, got 0"),
                          (["--config", str(tmp_path / "missing.env")], "error: --config: cannot read"),
                          (["--config", str(ENV_EXAMPLE), "--set", "JOB_NAME=my_job"], "error: JOB_NAME:"),
                          (["--config", str(ENV_EXAMPLE), "--run-id", "Run_1"], "error: --run-id:")):
-        proc = subprocess.run([sys.executable, "-m", "observe.cli", "job", "render", *args],
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2, proc.stderr
-        assert proc.stdout == "" and "Traceback" not in proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith(needle), proc.stderr
+        result = run_cli(["job", "render", *args], capsys)
+        assert result.stdout == ""
+        assert assert_one_line_error(result).startswith(needle), result.stderr

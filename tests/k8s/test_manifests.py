@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 import tomllib
 import yaml
-from kube_checks import K8S_VERSION, REPO, kustomize
 
 from observe.catalog import AGENT_PORT
 from observe.k8s import names
+from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 
 DAEMONSETS = REPO / "daemonsets"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -45,7 +45,7 @@ def built() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def debug_built() -> list[dict]:
-    return kustomize(DAEMONSETS / "debug")
+    return kustomize(DAEMONSETS / "debug") + kustomize(DAEMONSETS / "viewer")
 
 
 def by_kind(objs: list[dict], kind: str, name: str | None = None) -> dict:
@@ -68,13 +68,14 @@ def test_everything_validates_strictly(built, debug_built) -> None:
             check_monitoring_shape(obj)
         else:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-    assert {"Namespace", "ServiceAccount", "DaemonSet", "Service", "ServiceMonitor", "PodMonitor", "ClusterRole",
-            "ClusterRoleBinding", "Deployment"} <= kinds
+    assert {"Namespace", "ServiceAccount", "DaemonSet", "Service", "ServiceMonitor", "PodMonitor", "Role",
+            "RoleBinding", "Deployment", "NetworkPolicy"} <= kinds
 
 
 def test_the_kubernetes_validate_command_passes_the_build(tmp_path: Path) -> None:
     """The same check CI users run: ``kubernetes-validate --strict -k 1.34.0`` on the built stream."""
-    for source, name in ((DAEMONSETS, "main.yaml"), (DAEMONSETS / "debug", "debug.yaml")):
+    for source, name in ((DAEMONSETS, "main.yaml"), (DAEMONSETS / "debug", "debug.yaml"),
+                         (DAEMONSETS / "viewer", "viewer.yaml")):
         out = tmp_path / name
         out.write_text(yaml.safe_dump_all(kustomize(source)))
         proc = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "-k", K8S_VERSION, str(out)],
@@ -137,9 +138,29 @@ def test_labels_carry_the_version_and_selectors_never_do(built, debug_built) -> 
         assert template["metadata"]["labels"]["app.kubernetes.io/version"] == VERSION
 
 
-def test_both_kustomizations_use_the_project_image_at_the_project_version() -> None:
+def test_both_kustomizations_use_the_project_images_at_the_project_version() -> None:
+    """The agent DaemonSet: the slim agent image; the debug DaemonSets: the trainer image (htop, nvtop)."""
     images = [yaml.safe_load((d / "kustomization.yaml").read_text())["images"] for d in (DAEMONSETS, DAEMONSETS / "debug")]
-    assert images[0] == images[1] == [{"name": "fsdp-observe", "newName": "fsdp-observe", "newTag": VERSION}]
+    assert images[0] == [{"name": "fsdp-observe-agent", "newName": "fsdp-observe-agent", "newTag": VERSION}]
+    assert images[1] == [{"name": "fsdp-observe", "newName": "fsdp-observe", "newTag": VERSION}]
+
+
+def dockerfile_stages() -> dict[str, str]:
+    """The Dockerfile's build stages, ``{target: its text}`` (``FROM ... AS target``)."""
+    text = (REPO / "Dockerfile").read_text()
+    parts = re.split(r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_the_agent_image_is_slim_and_separate_from_the_trainer_image() -> None:
+    """No container engine runs here: the Dockerfile's stages are checked as text."""
+    stages = dockerfile_stages()
+    assert list(stages) == ["agent", "trainer"]  # the trainer is the default (last) target
+    installs = {name: re.findall(r"pip install [^\n]*", text) for name, text in stages.items()}
+    assert installs["agent"] == ["pip install --no-cache-dir '.[agent]'"]  # no torch, no CUDA libraries
+    froms = re.findall(r"^FROM\s+(\S+)", (REPO / "Dockerfile").read_text(), flags=re.M)
+    assert froms[0] == "python:3.12-slim-bookworm"  # the agent's base never carries CUDA
+    assert "pip install --no-cache-dir torch" in stages["trainer"] and "'.[trainer,etcd]'" in stages["trainer"]
 
 
 def test_everything_is_in_the_add_on_namespace(built) -> None:
@@ -151,19 +172,23 @@ def test_everything_is_in_the_add_on_namespace(built) -> None:
 # --- pods: hardening, resources, a comment on each privilege kept ----------------------------------------
 
 def test_every_container_has_requests_limits_and_a_read_only_root(built, debug_built) -> None:
+    """Hardening every pod shares (the Pod Security levels and their exceptions:
+    tests/k8s/test_pod_security.py)."""
     for name, template in pod_templates(built + debug_built):
         spec = template["spec"]
-        assert spec.get("automountServiceAccountToken") is False, name
+        # the viewer pod lists pods through the API with its service account's token
+        assert spec.get("automountServiceAccountToken") is (name == "fsdp-observe-viewer"), name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        if name != names.AGENT_NAME:  # uid 0 for its one capability (agent-daemonset.yaml)
+            assert spec["securityContext"]["runAsNonRoot"] is True, name
         for c in spec["containers"]:
             for kind in ("requests", "limits"):
                 assert {"cpu", "memory"} <= set(c["resources"][kind]), (name, kind)
             sc = c["securityContext"]
             assert sc["readOnlyRootFilesystem"] is True, name
-            if not sc.get("privileged"):
-                assert sc["allowPrivilegeEscalation"] is False, name
-                assert sc["capabilities"]["drop"] == ["ALL"], name
-                assert spec["securityContext"]["runAsNonRoot"] is True, name
-                assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+            assert not sc.get("privileged"), name
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["capabilities"]["drop"] == ["ALL"], name
             ports = c.get("ports", [])
             assert all(p.get("name") for p in ports), name
             for probe in ("livenessProbe", "readinessProbe"):
@@ -171,11 +196,13 @@ def test_every_container_has_requests_limits_and_a_read_only_root(built, debug_b
                     assert isinstance(c[probe]["httpGet"]["port"], str), (name, "probe by port name")
 
 
-PRIVILEGES = re.compile(r"^\s*(hostPID: true|privileged: true|runAsUser: 0|hostPath:)\s*$")
+PRIVILEGES = re.compile(r"^\s*(hostPID: true|privileged: true|runAsUser: 0|hostPath:|add: \[.+\]|"
+                        r"automountServiceAccountToken: true|pod-security.kubernetes.io/enforce: privileged)\s*$")
 
 
 def test_each_privilege_kept_has_a_comment_above_it() -> None:
-    """STYLE: a comment on each privilege kept (hostPID, privileged, root, hostPath)."""
+    """STYLE: a comment on each privilege kept (hostPID, privileged, root, hostPath, an added
+    capability, a service-account token, the namespace's Pod Security level)."""
     seen = 0
     for path in DAEMONSETS.rglob("*.yaml"):
         lines = path.read_text().splitlines()
@@ -187,7 +214,7 @@ def test_each_privilege_kept_has_a_comment_above_it() -> None:
                 above2 = lines[i - 2].strip() if i > 1 else ""
                 assert above.startswith("#") or (above.startswith("- name:") and above2.startswith("#")), \
                     f"{path.relative_to(REPO)}:{i + 1}: {line.strip()} without a comment"
-    assert seen >= 6
+    assert seen >= 7
 
 
 def test_the_agent_matches_the_contract_in_names_py(built) -> None:
@@ -195,7 +222,7 @@ def test_the_agent_matches_the_contract_in_names_py(built) -> None:
     assert ds["spec"]["selector"]["matchLabels"] == names.AGENT_LABELS
     spec = ds["spec"]["template"]["spec"]
     (agent,) = spec["containers"]
-    assert agent["image"] == f"fsdp-observe:{VERSION}"
+    assert agent["image"] == f"fsdp-observe-agent:{VERSION}"
     assert tuple(agent["command"]) == names.AGENT_COMMAND
     assert agent["ports"] == [{"name": names.AGENT_PORT_NAME, "containerPort": AGENT_PORT, "protocol": "TCP"}]
     for probe in ("livenessProbe", "readinessProbe"):
@@ -203,14 +230,15 @@ def test_the_agent_matches_the_contract_in_names_py(built) -> None:
     env = {e["name"]: e for e in agent["env"]}
     assert env[names.NODE_NAME_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert {k: env[k]["value"] for k in names.AGENT_NVIDIA_ENV} == names.AGENT_NVIDIA_ENV
-    assert spec["hostPID"] is True
+    assert "hostPID" not in spec  # only in components/agent-host-processes
+    assert agent["securityContext"]["capabilities"]["add"] == list(names.AGENT_CAPABILITIES)
     assert spec["priorityClassName"] == "system-node-critical"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert {"name": "kmsg", "mountPath": names.KMSG_PATH, "readOnly": True} in agent["volumeMounts"]
-    assert {"name": "kmsg", "hostPath": {"path": names.KMSG_PATH, "type": "CharDevice"}} in spec["volumes"]
+    # no hostPath: the kernel log comes through syslog(2); the XID cursor lives in an emptyDir
+    assert [v["name"] for v in spec["volumes"]] == ["tmp", "state"]
     state = names.AGENT_COMMAND[names.AGENT_COMMAND.index("--state-dir") + 1]
     assert {"name": "state", "mountPath": state} in agent["volumeMounts"]  # writable: the XID cursor
-    assert {"name": "state", "hostPath": {"path": state, "type": "DirectoryOrCreate"}} in spec["volumes"]
+    assert {"name": "state", "emptyDir": {"sizeLimit": "1Mi"}} in spec["volumes"]
     assert "hostNetwork" not in spec  # the agent serves on the pod IP
     assert "nvidia.com/gpu" not in agent["resources"]["limits"]  # it must not take GPUs from training
 
@@ -232,17 +260,6 @@ def test_the_trainer_podmonitor_scrapes_every_rank_of_any_namespace(built) -> No
     ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
     assert ports == [names.trainer_port_name(r) for r in range(names.MAX_RANKS_PER_NODE)]
     assert all(e["path"] == "/metrics" for e in monitor["spec"]["podMetricsEndpoints"])
-
-
-def test_the_viewer_role_is_read_only(built) -> None:
-    role = by_kind(built, "ClusterRole", "fsdp-observe-viewer")
-    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert granted == {("", "pods"), ("", "pods/log"), ("apps", "daemonsets"), ("kubeflow.org", "pytorchjobs")}
-    assert {v for rule in role["rules"] for v in rule["verbs"]} == {"get", "list", "watch"}
-    binding = by_kind(built, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fsdp-observe-viewer",
-                                    "namespace": names.NAMESPACE}]
 
 
 def test_etcd_serves_the_v2_api_where_rendered_jobs_look(built) -> None:
@@ -267,25 +284,34 @@ def test_debug_daemonsets_idle_with_the_tools_of_the_image(debug_built) -> None:
         assert spec["containers"][0]["command"] == ["sleep", "infinity"]
         assert spec["containers"][0]["image"] == f"fsdp-observe:{VERSION}"
         assert re.search(rf"apt-get install [^\n]*\b{tool}\b", dockerfile)
-    assert "'.[etcd]'" in dockerfile  # the etcd rendezvous backends need python-etcd in the image
+    assert "'.[trainer,etcd]'" in dockerfile  # the etcd rendezvous backends need python-etcd in the image
 
 
-def test_the_unprivileged_component_builds_and_drops_kmsg(tmp_path: Path) -> None:
-    overlay = tmp_path / "overlay"
+def overlay_with(tmp_path: Path, component: str) -> dict:
+    """The agent DaemonSet's pod spec built with ``component``."""
+    overlay = tmp_path / component
     overlay.mkdir()
     rel = os.path.relpath(DAEMONSETS, overlay)
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [rel], "components": [f"{rel}/components/agent-without-kmsg"]}))
-    objs = kustomize(overlay)
-    spec = by_kind(objs, "DaemonSet", names.AGENT_NAME)["spec"]["template"]["spec"]
-    kubernetes_validate.validate(by_kind(objs, "DaemonSet", names.AGENT_NAME), K8S_VERSION, strict=True)
+        "resources": [rel], "components": [f"{rel}/components/{component}"]}))
+    ds = by_kind(kustomize(overlay), "DaemonSet", names.AGENT_NAME)
+    kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
+    return ds["spec"]["template"]["spec"]
+
+
+def test_the_host_processes_component_adds_hostpid_and_nothing_else(tmp_path: Path, built) -> None:
+    spec = overlay_with(tmp_path, "agent-host-processes")
+    default = dict(by_kind(built, "DaemonSet", names.AGENT_NAME)["spec"]["template"]["spec"])
+    assert spec.pop("hostPID") is True
+    assert spec == default
+
+
+def test_the_restricted_component_drops_the_capability_and_root(tmp_path: Path) -> None:
+    spec = overlay_with(tmp_path, "agent-restricted")
     sc = spec["containers"][0]["securityContext"]
-    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
-    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": []} and sc["runAsUser"] == 65534
+    assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert all(v["name"] != "kmsg" for v in spec["volumes"])
-    assert all(m["mountPath"] != names.KMSG_PATH for m in spec["containers"][0]["volumeMounts"])
-    assert spec["hostPID"] is True
 
 
 def test_kubectl_is_there() -> None:

@@ -13,11 +13,11 @@ import logging
 import re
 
 import pytest
-from fake_apiserver import RecordedAPIServer, Reply
 
 from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY, KubeNodeApi, NodeHealthReporter
 from observe.model import XidEvent
 from observe.xid import REBOOT, RESET_GPU, lookup
+from tests.support.fake_apiserver import RecordedAPIServer, Reply
 from tests.support.processes import wait_for
 
 NODE = "gpu-node-1"

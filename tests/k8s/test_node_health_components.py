@@ -12,11 +12,11 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from kube_checks import K8S_VERSION, REPO, kustomize
 
 from observe.agent.node_health import TAINT_KEY
 from observe.cli.agent import build_parser
 from observe.k8s import names
+from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 
 DAEMONSETS = REPO / "daemonsets"
 COMPONENTS = {"node-condition": ("FSDP_OBSERVE_NODE_CONDITION", [{"apiGroups": [""], "resources": ["nodes/status"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kube_checks import REPO, SCHEMAS
+from tests.support.kube_checks import REPO, SCHEMAS
 
 SHARED = REPO.parent / "shared" / "schemas"
 

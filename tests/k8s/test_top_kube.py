@@ -15,13 +15,13 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from fake_apiserver import RECORDED, Reply
-from kube_checks import K8S_VERSION
 
 from observe.errors import UserError
 from observe.k8s import names
 from observe.sources.kube import KubeSource, agent_endpoints, trainer_endpoints
-from tests.tui.fleet import RecordedFleet
+from tests.support.fake_apiserver import RECORDED, Reply
+from tests.support.fleet import RecordedFleet
+from tests.support.kube_checks import K8S_VERSION
 
 AGENT_PODS = f"/api/v1/namespaces/{names.NAMESPACE}/pods"
 TRAINER_PODS = "/api/v1/namespaces/default/pods"
@@ -58,7 +58,7 @@ def test_forbidden_and_missing_agents_are_reported_not_raised(api_server, kubeco
     source.close()
     assert snapshot.nodes == ()
     assert any("no running agent pods" in e and "kubectl apply -k daemonsets/" in e for e in snapshot.errors)
-    assert any("HTTP 403" in e and "fsdp-observe-viewer" in e for e in snapshot.errors)
+    assert any("HTTP 403" in e and "fsdp-observe job access -n" in e for e in snapshot.errors)
 
 
 def test_an_unreachable_api_server_is_reported(kubeconfig) -> None:

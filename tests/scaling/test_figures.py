@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from scaling_fixtures import run, snap
 
 from observe.scaling.figures import (
     EFFICIENCY_DEFINITION,
@@ -16,6 +15,7 @@ from observe.scaling.figures import (
     scaling_efficiency,
 )
 from observe.scaling.output import format_bytes, format_table
+from tests.support.scaling import run, snap
 
 
 def test_case_vector_tokens_per_second() -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 from matplotlib.image import imread
-from scaling_fixtures import run
 
 from observe.scaling.figures import build_report
 from observe.scaling.plot import render
+from tests.support.scaling import run
 
 
 @pytest.mark.parametrize("sizes", [

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from observe.cli.scaling import parse, world_sizes
-from observe.scaling.local import LocalPlan
-
-
-def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "observe.cli", "scaling", *args], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=cwd)
+from observe.cli.scaling import parse
+from observe.scaling.local import LocalPlan, world_sizes
+from tests.support.cli import assert_one_line_error, run_cli
 
 
 def closed_port() -> int:
@@ -46,25 +40,25 @@ def closed_port() -> int:
     (["--out", "/proc/no/such/dir"], ("--out", "cannot write to", "writable directory")),
     (["--frobnicate"], ("unrecognized arguments: --frobnicate", "trainer flags go after --")),
 ])
-def test_bad_flags_are_one_line_errors(args, needles, subprocess_env, tmp_path: Path) -> None:
-    proc = run_cli(args, subprocess_env, tmp_path)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: ")
-    for needle in needles:
-        assert needle in lines[0]
+def test_bad_flags_are_one_line_errors(args, needles, capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(run_cli(["scaling", *args], capsys), *needles)
     assert not (tmp_path / "scaling-report" / "report.json").exists()
 
 
-def test_unreachable_prometheus_is_a_one_line_error(subprocess_env, tmp_path: Path) -> None:
+def test_a_bad_omp_num_threads_is_one_line_naming_it(capsys, tmp_path: Path, monkeypatch) -> None:
+    """``--threads-per-rank`` takes its default from ``$OMP_NUM_THREADS``: a bad value is named."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "many")
+    assert_one_line_error(run_cli(["scaling"], capsys), "$OMP_NUM_THREADS: 'many' is not a positive whole number",
+                          "--threads-per-rank 1 or more")
+
+
+def test_unreachable_prometheus_is_a_one_line_error(capsys, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}"
-    proc = run_cli(["--prometheus", url, "--run-id", "a", "--run-id", "b", "--out", str(tmp_path / "r")],
-                   subprocess_env, tmp_path)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
-    assert f"--prometheus: cannot reach {url}" in proc.stderr and "check the URL" in proc.stderr
+    result = run_cli(["scaling", "--prometheus", url, "--run-id", "a", "--run-id", "b", "--out", str(tmp_path / "r")],
+                     capsys)
+    assert_one_line_error(result, f"--prometheus: cannot reach {url}", "check the URL")
 
 
 def test_world_sizes_parse_sorted_without_repeats() -> None:
@@ -72,9 +66,22 @@ def test_world_sizes_parse_sorted_without_repeats() -> None:
     assert world_sizes("1 2  8") == (1, 2, 8)
 
 
-def test_trainer_flags_after_the_separator_reach_the_trainer() -> None:
-    ns, trainer_args = parse(["--world-sizes", "1,2", "--", "--lr", "3e-4", "--sharding-strategy", "NO_SHARD"])
-    assert ns.world_sizes == (1, 2) and trainer_args == ["--lr", "3e-4", "--sharding-strategy", "NO_SHARD"]
+def test_trainer_flags_after_the_separator_reach_the_trainer(monkeypatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    _, plan = parse(["--world-sizes", "1,2", "--seq-len", "64", "--", "--lr", "3e-4", "--sharding-strategy",
+                     "NO_SHARD", "--seq-len", "32"])
+    assert plan.world_sizes == (1, 2) and plan.trainer_args == ("--lr", "3e-4", "--sharding-strategy", "NO_SHARD",
+                                                                "--seq-len", "32")
+    assert (plan.steps, plan.batch_size, plan.threads_per_rank) == (LocalPlan.steps, LocalPlan.batch_size, 1)
+    cfg = plan.trainer_config(2, "rid", Path("/tmp/x.jsonl"))
+    assert (cfg.optim.lr, cfg.parallel.sharding_strategy) == (3e-4, "NO_SHARD")
+    assert cfg.data.seq_len == 32  # a trainer flag after -- wins, as on the trainer's own command line
+
+
+def test_threads_per_rank_defaults_to_omp_num_threads(monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert parse([])[1].threads_per_rank == 3
+    assert parse(["--threads-per-rank", "2"])[1].threads_per_rank == 2
 
 
 def test_weak_and_strong_batches() -> None:
@@ -82,5 +89,7 @@ def test_weak_and_strong_batches() -> None:
     assert [weak.per_rank_batch(n) for n in (1, 2, 4)] == [8, 8, 8]
     strong = LocalPlan(world_sizes=(2, 4, 8), batch_size=8, strong=True)  # global 16, kept at every size
     assert [strong.per_rank_batch(n) for n in (2, 4, 8)] == [8, 4, 2]
-    argv = strong.trainer_argv(4, "rid", Path("/tmp/x.jsonl"))
+    cfg = strong.trainer_config(4, "rid", Path("/tmp/x.jsonl"))
+    assert (cfg.data.batch_size, cfg.metrics.log_every, cfg.metrics.run_id) == (4, 1, "rid")
+    argv = cfg.to_argv()
     assert argv[argv.index("--batch-size") + 1] == "4" and argv[argv.index("--log-every") + 1] == "1"

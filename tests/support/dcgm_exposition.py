@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import CASES
+from tests.support.cases import CASES
 
 RELEASE = "4.5.3-4.8.2"
 COUNTERS = CASES / "dcgm" / f"released-{RELEASE}"

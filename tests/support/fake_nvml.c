@@ -14,6 +14,10 @@
  *   init ok|driver_not_loaded|library_not_found     nvmlInit result
  *   gpus N                                          device count (default 4)
  *   lost@N 1                                        every call for GPU N returns GPU_IS_LOST
+ *   pci_when_lost@N 1                               ... except nvmlDeviceGetPciInfo, which still answers
+ *   sleep@N MS                                      every call for GPU N first sleeps MS milliseconds
+ *                                                   (a hung driver call: the scenario is read when the
+ *                                                   call starts, so a sleeping call finishes its sleep)
  *   bus@N 0x3b                                      PCI bus number (default 0x10 * (N + 1))
  *   util_gpu, util_mem, memory, temp, fan, power, power_limit, sm_clock, mem_clock,
  *   pcie_rx, pcie_tx, encoder, decoder, ecc_corrected, ecc_uncorrected, reasons,
@@ -31,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 enum {
@@ -128,11 +133,26 @@ static int gpu_count(void) {
 
 static int is_mig(int gpu) { const char *v = setting("mig", gpu); return v && atoi(v) == 1; }
 
-/* Every device call starts here: reload the scenario, check the handle, honour lost@N. */
+static void sleep_for(int gpu) {
+    const char *v = setting("sleep", gpu);
+    long ms = v ? atol(v) : 0;
+    if (ms > 0) { struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L }; nanosleep(&ts, NULL); }
+}
+
+static int is_lost(int gpu) { const char *v = setting("lost", gpu); return v && atoi(v) == 1; }
+
+static unsigned long long bus_of(int gpu) {
+    unsigned long long bus = 0x10 * (gpu + 1);
+    reading("bus", gpu, bus, &bus);
+    return bus;
+}
+
+/* Every device call starts here: reload the scenario, check the handle, honour sleep@N and lost@N. */
 #define DEVICE(dev) \
     load(); \
     if (!(dev) || (dev)->index < 0 || (dev)->index >= gpu_count()) return INVALID_ARGUMENT; \
-    if (setting("lost", (dev)->index) && atoi(setting("lost", (dev)->index)) == 1) return GPU_IS_LOST; \
+    sleep_for((dev)->index); \
+    if (is_lost((dev)->index)) return GPU_IS_LOST; \
     const int gpu = (dev)->index; (void)gpu
 
 static nvmlReturn_t read_uint(const char *key, int gpu, unsigned long long dflt, unsigned *out) {
@@ -185,6 +205,21 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device)
     return OK;
 }
 
+/* By "dddddddd:bb:dd.f" or "dddd:bb:dd.f" (any case), as the driver accepts it. */
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, nvmlDevice_t *device) {
+    load();
+    unsigned domain, bus, slot, fn;
+    if (!bus_id || sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &fn) != 4) return INVALID_ARGUMENT;
+    for (int i = 0; i < gpu_count(); i++) {
+        if (bus_of(i) != bus) continue;
+        sleep_for(i);
+        if (is_lost(i)) return GPU_IS_LOST;
+        *device = &devices[i];
+        return OK;
+    }
+    return NOT_FOUND;
+}
+
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned length) {
     DEVICE(dev);
     snprintf(name, length, dev->mig < 0 ? "Fake H100 80GB HBM3 (test stand-in)" : "MIG 3g.40gb");
@@ -199,7 +234,12 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned length) {
 }
 
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci) {
-    DEVICE(dev);
+    load();
+    if (!dev || dev->index < 0 || dev->index >= gpu_count()) return INVALID_ARGUMENT;
+    sleep_for(dev->index);
+    if (is_lost(dev->index) && !(setting("pci_when_lost", dev->index) && atoi(setting("pci_when_lost", dev->index)) == 1))
+        return GPU_IS_LOST;
+    const int gpu = dev->index;
     unsigned long long bus = 0x10 * (gpu + 1);
     reading("bus", gpu, bus, &bus);
     memset(pci, 0, sizeof *pci);

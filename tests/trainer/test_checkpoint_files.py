@@ -8,13 +8,17 @@ import pytest
 
 from observe.errors import UserError
 from trainer.runspec.checkpoint_files import (
+    DCP_METADATA,
     STATE_FILE,
     TrainerState,
     check_compatible,
+    damage,
+    file_sizes,
     list_checkpoints,
     newest_complete,
     prune,
     resolve_resume,
+    resume_candidates,
     step_dir,
 )
 
@@ -25,11 +29,17 @@ def state(step: int) -> TrainerState:
 
 
 def make(root: Path, step: int, complete: bool = True) -> Path:
+    """A checkpoint directory as a save leaves it: two shards and DCP's index, then trainer.json
+    recording their sizes."""
     path = step_dir(root, step)
     path.mkdir(parents=True)
-    (path / "__0_0.distcp").write_bytes(b"shard")
+    (path / "__0_0.distcp").write_bytes(b"shard-0" * 100)
+    (path / "__1_0.distcp").write_bytes(b"shard-1" * 100)
+    (path / DCP_METADATA).write_bytes(b"index")
     if complete:
-        state(step).write(path)
+        saved = state(step)
+        saved.files = file_sizes(path)
+        saved.write(path)
     return path
 
 
@@ -90,3 +100,42 @@ def test_compatibility_names_the_flag_and_skips_unknowns(tmp_path: Path) -> None
     check_compatible(tmp_path, saved, {"world_size": None, "seq_len": 64, "batch_size": 2})
     with pytest.raises(UserError, match="--seq-len: checkpoint .* written with seq_len 64, this run has 128"):
         check_compatible(tmp_path, saved, {"seq_len": 128})
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    make(tmp_path, 30)
+    newest = make(tmp_path, 40)
+    with open(newest / "__1_0.distcp", "r+b") as f:
+        f.truncate(350)  # half the shard, as a copy cut short
+    skipped: list[tuple[str, str]] = []
+    assert resolve_resume(str(tmp_path), "auto", lambda p, why: skipped.append((p.name, why))) == \
+        step_dir(tmp_path, 30)
+    assert skipped == [("step-00000040", "__1_0.distcp is 350 bytes, 700 bytes when saved")]
+    assert resolve_resume(str(tmp_path), "latest") == step_dir(tmp_path, 30)
+    with pytest.raises(UserError, match="is damaged: __1_0.distcp is 350 bytes"):
+        resolve_resume(None, str(newest))
+
+
+@pytest.mark.parametrize("harm, why", [
+    (lambda p: (p / DCP_METADATA).unlink(), "its .metadata index is missing"),
+    (lambda p: (p / DCP_METADATA).write_bytes(b""), "its .metadata index is empty"),
+    (lambda p: (p / "__0_0.distcp").unlink(), "__0_0.distcp is missing"),
+    (lambda p: (p / STATE_FILE).write_text('{"step": 4'), "cannot read"),
+])
+def test_each_kind_of_damage_is_named(tmp_path: Path, harm, why: str) -> None:
+    path = make(tmp_path, 10)
+    assert damage(path) is None
+    harm(path)
+    assert why in damage(path)
+    assert resume_candidates(tmp_path) == []
+
+
+def test_old_checkpoints_without_recorded_sizes_are_checked_for_empty_shards(tmp_path: Path) -> None:
+    path = step_dir(tmp_path, 5)
+    path.mkdir()
+    (path / DCP_METADATA).write_bytes(b"index")
+    (path / "__0_0.distcp").write_bytes(b"")
+    state(5).write(path)  # files={} as before this was recorded
+    assert damage(path) == "__0_0.distcp is empty"
+    (path / "__0_0.distcp").write_bytes(b"x")
+    assert damage(path) is None

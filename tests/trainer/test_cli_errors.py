@@ -1,27 +1,17 @@
-"""User mistakes: one line naming the flag and the fix, exit status 2, no traceback."""
+"""User mistakes: one line naming the flag and the fix, exit status 2, no traceback.
+
+The launcher's checks run in-process (``observe.cli.main``, what the console script runs); a
+rank's taken port is checked on the real process in ``tests/e2e/test_rank_entry.py``.
+"""
 
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-
-def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "observe.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert "Traceback" not in proc.stderr
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0]
+from tests.support.cli import assert_one_line_error, run_cli
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -37,42 +27,51 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
     (["--checkpoint-every", "10"], ("--checkpoint-every", "nowhere to save", "--checkpoint-dir")),
     (["--activation-checkpointing", "sometimes"], ("--activation-checkpointing", "every-N")),
     (["--max-restarts", "-1"], ("--max-restarts", "must be >= 0")),
+    (["--stepz", "3"], ("fsdp-observe train: unrecognized arguments: --stepz 3", "did you mean --steps?")),
+    (["--metrics", "maybe"], ("--metrics: 'maybe' is neither on nor off", "pass --metrics on")),
+    (["--seq-len", "long"], ("--seq-len: invalid int value: 'long'",)),
 ])
-def test_train_rejects_bad_flags(args, needles, subprocess_env) -> None:
-    assert_one_line_error(run_cli(["train", *args], subprocess_env), *needles)
+def test_train_rejects_bad_flags(args, needles, capsys) -> None:
+    assert_one_line_error(run_cli(["train", *args], capsys), *needles)
 
 
-def test_empty_data_file_is_rejected(tmp_path: Path, subprocess_env) -> None:
+def test_empty_data_file_is_rejected(tmp_path: Path, capsys) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    assert_one_line_error(run_cli(["train", "--data", str(empty)], subprocess_env), "--data", "no non-empty")
+    assert_one_line_error(run_cli(["train", "--data", str(empty)], capsys), "--data", "no non-empty")
 
 
-def test_taken_port_is_caught_before_ranks_start(port_block, subprocess_env) -> None:
+def test_taken_port_is_caught_before_ranks_start(port_block, capsys) -> None:
     base = port_block(2)
     with socket.socket() as holder:
         holder.bind(("0.0.0.0", base + 1))
         holder.listen()
-        proc = run_cli(["demo", "--metrics-port", str(base)], subprocess_env)
-    assert_one_line_error(proc, "--metrics-port", f"port {base + 1} (local_rank 1) is already in use")
+        result = run_cli(["demo", "--metrics-port", str(base)], capsys)
+    assert_one_line_error(result, "--metrics-port", f"port {base + 1} (local_rank 1) is already in use")
 
 
-def test_a_rank_with_a_taken_port_exits_2_in_one_line(port_block, subprocess_env) -> None:
-    """The rank itself (python -m trainer, no launcher) also refuses a taken port cleanly."""
-    port = port_block(1)
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", port))
-        holder.listen()
-        proc = subprocess.run([sys.executable, "-m", "trainer", "--steps", "1", "--metrics-address", "127.0.0.1",
-                               "--metrics-port", str(port)], capture_output=True, text=True,
-                              env=subprocess_env, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert f"error: --metrics-port: port {port} on 127.0.0.1 is already in use" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_a_rank_refuses_a_bad_flag_in_one_line(capsys) -> None:
+    """The rank's own parser is the same one-line parser (no usage block from every rank)."""
+    from trainer.__main__ import main as rank_main
+
+    assert rank_main(["--stepz", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: fsdp-observe-trainer: unrecognized arguments: --stepz 3; did you mean --steps? "
+                   "(run 'fsdp-observe-trainer --help' for the flags)\n")
 
 
-def test_unknown_command_is_a_usage_error(subprocess_env) -> None:
-    proc = run_cli(["frobnicate"], subprocess_env)
-    assert proc.returncode == 2
-    assert proc.stderr == ("error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, demo, "
-                           "job, scaling, top, train\n")
+def test_unknown_command_is_a_usage_error(capsys) -> None:
+    result = run_cli(["frobnicate"], capsys)
+    assert result.status == 2
+    assert result.stderr == ("error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, "
+                             "demo, job, scaling, top, train\n")
+
+
+@pytest.mark.parametrize("argv, line", [
+    ([], "error: fsdp-observe: the following arguments are required: COMMAND; run 'fsdp-observe --help' for the flags"),
+    (["--bogus"], "error: fsdp-observe: '--bogus' is not a command; options follow the command: fsdp-observe "
+                  "COMMAND --help"),
+])
+def test_the_dispatcher_itself_answers_in_one_line(argv, line, capsys) -> None:
+    result = run_cli(argv, capsys)
+    assert (result.status, result.stderr) == (2, line + "\n")

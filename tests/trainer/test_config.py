@@ -12,13 +12,18 @@ from pathlib import Path
 import pytest
 
 from observe.errors import UserError
-from trainer.runspec.checkpoint_files import TrainerState, step_dir
-from trainer.runspec.config import ParallelConfig, TrainConfig, build_parser, config_from_args
+from trainer.runspec.checkpoint_files import DCP_METADATA, TrainerState, step_dir
+from trainer.runspec.config import ParallelConfig, TrainConfig
 from trainer.runspec.launch import prepare
 
 
 def config(*args: str) -> TrainConfig:
-    return config_from_args(build_parser().parse_args(list(args)))
+    return TrainConfig.from_argv(list(args))
+
+
+def prepare_argv(argv: list[str], nproc: int) -> TrainConfig:
+    """What ``fsdp-observe train`` does with trainer flags: parse, then ``prepare``."""
+    return prepare(TrainConfig.from_argv(argv), nproc)
 
 
 @pytest.mark.parametrize("strategy, world, local, degrees, shape", [
@@ -69,7 +74,7 @@ BAD = [
 def test_bad_combinations_are_one_config_error(args, nproc, message, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as err:
-        prepare(["--data", __file__, "--metrics", "off", *args], nproc)
+        prepare_argv(["--data", __file__, "--metrics", "off", *args], nproc)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
@@ -80,6 +85,7 @@ def _fake_checkpoint(root: Path, step: int, layout_overrides: dict | None = None
     layout = {**cfg.layout(cfg.validate(), world), **(layout_overrides or {})}
     path = step_dir(root, step)
     path.mkdir(parents=True)
+    (path / DCP_METADATA).write_bytes(b"index")  # DCP's index, as every finished save leaves it
     TrainerState(step=step, batches_consumed=step, scheduler={}, layout=layout, run_id="r", run_started=0.0,
                  productive_seconds=0.0, reason="periodic", saved_at=0.0).write(path)
     return path
@@ -95,52 +101,52 @@ def _fake_checkpoint(root: Path, step: int, layout_overrides: dict | None = None
 def test_resume_refuses_another_data_layout(changed, flag, tmp_path) -> None:
     _fake_checkpoint(tmp_path / "ckpt", 10)
     with pytest.raises(UserError, match=flag.replace("(", r"\(").replace(")", r"\)")):
-        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"), *changed], 2)
+        prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"), *changed], 2)
 
 
 def test_resume_refuses_another_world_size(tmp_path) -> None:
     _fake_checkpoint(tmp_path / "ckpt", 10)
     with pytest.raises(UserError, match="--nproc-per-node: checkpoint step-00000010 was written with world_size 2"):
-        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt")], 4)
+        prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt")], 4)
 
 
 def test_resume_of_a_finished_run_names_steps(tmp_path) -> None:
     _fake_checkpoint(tmp_path / "ckpt", 100)
     with pytest.raises(UserError, match="--steps: checkpoint .* is already at step 100, the run is done"):
-        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt")], 2)
+        prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt")], 2)
     # starting over into a directory that holds another run's checkpoints would mix the two
     with pytest.raises(UserError, match="--resume: never, but .* already holds checkpoints"):
-        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"),
+        prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"),
                  "--resume", "never"], 2)
     # an explicit path of an incomplete save is refused
     (tmp_path / "ckpt" / "step-00000200").mkdir()
     with pytest.raises(UserError, match="--resume: .* is not a complete checkpoint"):
-        prepare(["--data", __file__, "--metrics", "off", "--steps", "300",
+        prepare_argv(["--data", __file__, "--metrics", "off", "--steps", "300",
                  "--resume", str(tmp_path / "ckpt" / "step-00000200")], 2)
 
 
 def test_resume_path_without_dir_keeps_saving_beside_it(tmp_path) -> None:
     path = _fake_checkpoint(tmp_path / "ckpt", 10)
-    cfg = prepare(["--data", __file__, "--metrics", "off", "--resume", str(path)], 2)
+    cfg = prepare_argv(["--data", __file__, "--metrics", "off", "--resume", str(path)], 2)
     assert cfg.checkpoint.dir == str(tmp_path / "ckpt")
 
 
 def test_model_directory_needs_config_and_safetensors(tmp_path) -> None:
     with pytest.raises(UserError, match="--model: .* has no config.json"):
-        prepare(["--data", __file__, "--metrics", "off", "--model", str(tmp_path)], 2)
+        prepare_argv(["--data", __file__, "--metrics", "off", "--model", str(tmp_path)], 2)
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 512, "num_hidden_layers": 2}))
     (tmp_path / "pytorch_model.bin").write_bytes(b"")
     with pytest.raises(UserError, match="--model: no .safetensors files"):
-        prepare(["--data", __file__, "--metrics", "off", "--model", str(tmp_path)], 2)
+        prepare_argv(["--data", __file__, "--metrics", "off", "--model", str(tmp_path)], 2)
 
 
 def test_checkpoint_dir_must_be_a_writable_directory(tmp_path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="--checkpoint-dir: .* is a file"):
-        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "file")], 2)
+        prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "file")], 2)
     with pytest.raises(UserError, match="--checkpoint-dir: cannot write to .*file/sub"):
-        prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "file" / "sub")], 2)
-    prepare(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "new" / "dir")], 2)
+        prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "file" / "sub")], 2)
+    prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "new" / "dir")], 2)
     assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())
 
 
@@ -157,4 +163,4 @@ def test_restart_store_hazard_and_the_launchers_remedy(monkeypatch) -> None:
 
 def test_model_must_be_a_local_directory(tmp_path) -> None:
     with pytest.raises(UserError, match="--model: 'meta-llama/Llama-2-7b-hf' is not a local directory"):
-        prepare(["--data", __file__, "--metrics", "off", "--model", "meta-llama/Llama-2-7b-hf"], 2)
+        prepare_argv(["--data", __file__, "--metrics", "off", "--model", "meta-llama/Llama-2-7b-hf"], 2)

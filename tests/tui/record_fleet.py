@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from tests.conftest import CASES
+from tests.support.cases import CASES
 from tests.support.fake_nvml import FakeNvml
 from tests.support.native import build_fake_nvml, build_sleeper
 from tests.support.processes import AgentProcess, spawn_sleeper, wait_for

@@ -22,8 +22,8 @@ from observe.tui.screens.node import NodeScreen
 from observe.tui.screens.run import RunScreen
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable
-from tests.tui.conftest import lines_text, table_text, until
-from tests.tui.fleet import RecordedFleet
+from tests.support.fleet import RecordedFleet
+from tests.support.tui import lines_text, table_text, until
 
 SIZE = (160, 48)
 pytestmark = pytest.mark.anyio

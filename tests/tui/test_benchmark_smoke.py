@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: Runs a benchmark script as a subprocess (torchrun or a simulated fleet): not the inner loop.
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[2]
 
 

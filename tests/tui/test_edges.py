@@ -30,9 +30,9 @@ from observe.tui.screens.run import RunScreen, deviation_bar, rank_rows, run_lin
 from observe.tui.widgets.grid import GpuGrid
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable, column_layout
-from tests.tui.conftest import GPU0, GPU1, lines_text, table_text, until
-from tests.tui.fleet import RecordedFleet, recorded, trainer_exposition
-from tests.tui.scenes import NOW, big_snapshot, finished_snapshot, fleet_snapshot, no_power_reading
+from tests.support.fleet import RecordedFleet, recorded, trainer_exposition
+from tests.support.scenes import NOW, big_snapshot, finished_snapshot, fleet_snapshot, no_power_reading
+from tests.support.tui import GPU0, GPU1, lines_text, table_text, until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ import pytest
 
 from observe.tui import fmt
 from observe.tui.app import make_app
-from tests.tui.scenes import NOW, SOURCE, big_snapshot, finished_snapshot, fleet_snapshot
+from tests.support.scenes import NOW, SOURCE, big_snapshot, finished_snapshot, fleet_snapshot
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x50": (200, 50)}
 

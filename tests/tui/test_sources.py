@@ -16,8 +16,8 @@ from observe.sources.direct import DirectSource, Endpoint, LossHistory, decode_n
 from observe.sources.http import FetchError, HttpFetcher
 from observe.sources.trainer import parse_exposition, ranks_from_samples
 from observe.sources.view import NodeStatus, RankStatus, RunStatus, node_figures, node_status, worst_severity
-from tests.tui.conftest import GPU0, GPU1
-from tests.tui.fleet import RecordedFleet, recorded, trainer_exposition
+from tests.support.fleet import RecordedFleet, recorded, trainer_exposition
+from tests.support.tui import GPU0, GPU1
 
 NOW = 1_800_000_000.0
 

@@ -14,7 +14,7 @@ from observe.model import NodeSnapshot
 from observe.sources.direct import decode_node
 from observe.sources.summary import read_summary
 from observe.sources.view import NodeStatus, node_status
-from tests.tui.fleet import NODES, recorded
+from tests.support.fleet import NODES, recorded
 
 NOW = 1_800_000_000.0
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

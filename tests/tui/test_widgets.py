@@ -9,7 +9,7 @@ from observe.sources.view import node_status
 from observe.tui import fmt
 from observe.tui.screens.node import MAX_CORE_METERS, host_lines, process_rows
 from observe.tui.widgets.lines import bar, spark
-from tests.tui.fleet import recorded
+from tests.support.fleet import recorded
 
 NOW = 1_800_000_000.0
 

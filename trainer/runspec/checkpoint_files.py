@@ -13,6 +13,12 @@ A checkpoint is *complete* when ``trainer.json`` exists: rank 0 writes it (to a 
 name, then ``os.replace``) only after ``torch.distributed.checkpoint.save`` has returned, which
 happens after every rank's shards and the metadata are on disk. A save cut short by a crash
 or SIGKILL leaves a directory without it, which resume ignores and the next save removes.
+
+A complete checkpoint can still be *damaged* afterwards (a disk error, a copy cut short, a file
+deleted by hand): ``damage`` tells why, without torch, from what ``trainer.json`` recorded at
+save time (every file's size) and the DCP index ``.metadata``. ``--resume auto`` and ``latest``
+skip damaged checkpoints (``resume_candidates``) and the trainer falls back to the next older one
+when loading fails anyway (a shard overwritten in place keeps its size).
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ import json
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from observe.errors import UserError
 
 STATE_FILE = "trainer.json"
+#: The index torch.distributed.checkpoint writes last (rank 0), after every rank's shards.
+DCP_METADATA = ".metadata"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
@@ -89,6 +98,8 @@ class TrainerState:
         reason: why it was saved: ``periodic``, ``final`` or ``sigterm``.
         saved_at: Unix time of the save.
         save_seconds: how long the DCP save took.
+        files: name -> size in bytes of every file the save wrote (``trainer.json`` aside), as
+            rank 0 saw them when the save finished; empty for checkpoints written before it was kept.
         format: version of this file's layout.
     """
 
@@ -102,6 +113,7 @@ class TrainerState:
     reason: str
     saved_at: float
     save_seconds: float = 0.0
+    files: dict[str, int] = field(default_factory=dict)
     format: int = FORMAT_VERSION
 
     def write(self, path: Path) -> None:
@@ -130,6 +142,60 @@ class TrainerState:
                               f"trainer reads {FORMAT_VERSION}", "resume with the trainer that wrote it")
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def file_sizes(path: Path) -> dict[str, int]:
+    """Name -> size of the files in checkpoint directory ``path`` (``trainer.json`` and temporaries aside)."""
+    return {p.name: p.stat().st_size for p in sorted(path.iterdir())
+            if p.is_file() and p.name != STATE_FILE and not p.name.endswith(".tmp")}
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n:,} bytes"
+
+
+def damage(path: Path) -> str | None:
+    """Why the complete checkpoint ``path`` cannot be loaded, or ``None`` when nothing shows.
+
+    Checked without torch: ``trainer.json`` readable and of this format; DCP's ``.metadata``
+    present and not empty; every file ``trainer.json`` recorded present with its recorded size
+    (or, for older checkpoints, no empty shard). Damage that keeps sizes (bytes overwritten in
+    place) shows only when loading; the trainer then falls back too.
+    """
+    try:
+        state = TrainerState.read(path)
+    except UserError as exc:
+        return exc.problem
+    meta = path / DCP_METADATA
+    if not meta.is_file() or meta.stat().st_size == 0:
+        return f"its {DCP_METADATA} index is {'empty' if meta.is_file() else 'missing'}"
+    have = file_sizes(path)
+    for name, size in sorted(state.files.items()):
+        if name not in have:
+            return f"{name} is missing"
+        if have[name] != size:
+            return f"{name} is {_mb(have[name])}, {_mb(size)} when saved"
+    empty = [name for name, size in have.items() if size == 0 and name.endswith(".distcp")]
+    return f"{empty[0]} is empty" if empty else None
+
+
+def resume_candidates(root: str | Path,
+                      on_damaged: Callable[[Path, str], None] | None = None) -> list[Path]:
+    """Complete, undamaged checkpoints under ``root``, newest first (what ``--resume auto`` tries).
+
+    Args:
+        on_damaged: called with each damaged checkpoint newer than the first usable one, and why.
+    """
+    out: list[Path] = []
+    for _, path in reversed(list_checkpoints(root)):
+        if not is_complete(path):
+            continue
+        why = damage(path)
+        if why is None:
+            out.append(path)
+        elif not out and on_damaged is not None:
+            on_damaged(path, why)
+    return out
 
 
 def data_digest(files: list[Path]) -> str:
@@ -167,26 +233,28 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
                               "use the checkpoint's value, or --resume never to start over")
 
 
-def resolve_resume(checkpoint_dir: str | None, resume: str) -> Path | None:
+def resolve_resume(checkpoint_dir: str | None, resume: str,
+                   on_damaged: Callable[[Path, str], None] | None = None) -> Path | None:
     """The checkpoint to resume from, per ``--resume``.
 
     Args:
         checkpoint_dir: ``--checkpoint-dir`` (may be ``None``).
-        resume: ``auto`` (newest complete checkpoint if any), ``latest`` (newest, required),
-            ``never``, or the path of one checkpoint directory.
+        resume: ``auto`` (newest complete, undamaged checkpoint if any), ``latest`` (the same,
+            required), ``never``, or the path of one checkpoint directory.
+        on_damaged: called with each damaged checkpoint skipped for an older one, and why.
 
     Raises:
-        UserError: ``latest`` with no complete checkpoint, or a path that is not one.
+        UserError: ``latest`` with no usable checkpoint, or a path that is not one (or damaged).
     """
     if resume == "never":
         return None
     if resume in ("auto", "latest"):
-        newest = newest_complete(checkpoint_dir) if checkpoint_dir else None
-        if newest is None and resume == "latest":
+        candidates = resume_candidates(checkpoint_dir, on_damaged) if checkpoint_dir else []
+        if not candidates and resume == "latest":
             where = repr(checkpoint_dir) if checkpoint_dir else "(no --checkpoint-dir given)"
             raise UserError("--resume", f"no complete checkpoint in {where}",
                               "pass --checkpoint-dir holding step-* checkpoints, or --resume auto")
-        return newest
+        return candidates[0] if candidates else None
     path = Path(resume)
     if not path.is_dir():
         raise UserError("--resume", f"{resume!r} is not a checkpoint directory",
@@ -194,6 +262,9 @@ def resolve_resume(checkpoint_dir: str | None, resume: str) -> Path | None:
     if not is_complete(path):
         raise UserError("--resume", f"{resume!r} is not a complete checkpoint (no {STATE_FILE})",
                           "pass a checkpoint whose save finished, or --resume auto")
+    if (why := damage(path)) is not None:
+        raise UserError("--resume", f"checkpoint {resume!r} is damaged: {why}",
+                          "pass an older checkpoint, or --resume auto to take the newest undamaged one")
     return path
 
 

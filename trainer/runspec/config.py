@@ -1,5 +1,10 @@
 """Typed, validated training settings and the command line that fills them.
 
+Each flag is declared once, on its dataclass field (``observe.flags.flag``): its name, help text
+and the field's default. The parser (``build_parser``), the settings of a command line
+(``TrainConfig.from_argv``) and the command line of settings (``TrainConfig.to_argv``, used by
+every launcher: ``fsdp-observe train``, the demo, the scaling runs, the PyTorchJob) come from it.
+
 Torch-free: ``fsdp-observe train`` and ``demo`` validate a configuration before any rank starts,
 so a user mistake is one line, not a stack trace from every rank.
 """
@@ -9,11 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from observe.catalog import TRAINER_PORT_BASE
 from observe.errors import UserError
+from observe.flags import OneLineParser, add_flags, apply_flags, flag, parse_flags, to_argv
 from trainer.runspec.checkpoint_files import (
     TrainerState,
     check_compatible,
@@ -29,6 +37,17 @@ SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"
 MIXED_PRECISION = ("fp32", "bf16", "pure-bf16")
 #: ``--resume`` keywords; any other value is the path of one checkpoint directory.
 RESUME_MODES = ("auto", "latest", "never")
+#: The console script that runs one rank (``pyproject.toml`` [project.scripts]); torchrun starts
+#: it with ``--no-python``, so a ``trainer.py`` in the working directory cannot shadow ours.
+TRAINER_COMMAND = "fsdp-observe-trainer"
+#: The environment variable that gives ``--run-id`` its default in a rank.
+RUN_ID_ENV = "FSDP_OBSERVE_RUN_ID"
+
+
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither on nor off; pass --metrics on or --metrics off")
+    return text == "on"
 
 
 @dataclass
@@ -41,9 +60,13 @@ class ModelConfig:
         tokenizer: a local Hugging Face tokenizer directory; ``None`` uses the byte tokenizer.
     """
 
-    preset: str = "tiny"
-    path: str | None = None
-    tokenizer: str | None = None
+    preset: str = field(default="tiny", metadata=flag(
+        "--preset", f"model shape with random weights: {', '.join(PRESETS)}", metavar="NAME"))
+    path: str | None = field(default=None, metadata=flag(
+        "--model", "local save_pretrained directory with safetensors, loaded shard by shard (overrides --preset)",
+        metavar="PATH"))
+    tokenizer: str | None = field(default=None, metadata=flag(
+        "--tokenizer", "local Hugging Face tokenizer", metavar="PATH", default_text="bytes"))
 
     @property
     def name(self) -> str:
@@ -73,22 +96,31 @@ class DataConfig:
         batch_size: sequences per rank per step.
     """
 
-    paths: list[str] = field(default_factory=list)
-    seq_len: int = 256
-    batch_size: int = 8
+    paths: list[str] = field(default_factory=list, metadata=flag(
+        "--data", ".txt/.md/.py/.jsonl files or globs", nargs="+", metavar="FILE_OR_GLOB",
+        default_text="the Python standard library's sources"))
+    seq_len: int = field(default=256, metadata=flag("--seq-len", "tokens per sequence", metavar="N"))
+    batch_size: int = field(default=8, metadata=flag("--batch-size", "sequences per rank per step", metavar="N"))
 
 
 @dataclass
 class OptimConfig:
-    """AdamW with linear warm-up, then cosine decay to ``lr * min_lr_ratio``; norm clipping."""
+    """AdamW with linear warm-up, then cosine decay to ``lr * min_lr_ratio``; norm clipping.
 
-    lr: float = 1e-3
-    warmup_steps: int = 10
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    #: Micro-batches per optimizer step (each ``--batch-size`` sequences per rank).
-    grad_accum_steps: int = 1
+    Attributes:
+        grad_accum_steps: micro-batches per optimizer step (each ``--batch-size`` sequences per rank).
+    """
+
+    lr: float = field(default=1e-3, metadata=flag("--lr", "peak learning rate"))
+    warmup_steps: int = field(default=10, metadata=flag("--warmup-steps", "steps of linear learning-rate warm-up",
+                                                        metavar="N"))
+    min_lr_ratio: float = field(default=0.1, metadata=flag(
+        "--min-lr-ratio", "the cosine decay ends at this share of --lr"))
+    weight_decay: float = field(default=0.1, metadata=flag("--weight-decay", "AdamW weight decay"))
+    grad_clip: float = field(default=1.0, metadata=flag("--grad-clip", "clip the gradient norm to this"))
+    grad_accum_steps: int = field(default=1, metadata=flag(
+        "--grad-accum-steps", "micro-batches per optimizer step (global batch = K x batch size x ranks)",
+        metavar="K"))
 
 
 @dataclass
@@ -107,13 +139,20 @@ class ParallelConfig:
             N-1, 2N-1, ... counted from 0, i.e. every N-th layer).
     """
 
-    sharding_strategy: str = "FULL_SHARD"
-    mixed_precision: str = "bf16"
-    device: str = "auto"
-    backend: str = "auto"
-    replicate_degree: int | None = None
-    shard_degree: int | None = None
-    activation_checkpointing: str = "none"
+    sharding_strategy: str = field(default="FULL_SHARD", metadata=flag(
+        "--sharding-strategy", ", ".join(SHARDING_STRATEGIES), metavar="STRATEGY", parse=str.upper))
+    mixed_precision: str = field(default="bf16", metadata=flag(
+        "--mixed-precision", ", ".join(MIXED_PRECISION), metavar="POLICY"))
+    device: str = field(default="auto", metadata=flag("--device", "auto, cpu or cuda"))
+    backend: str = field(default="auto", metadata=flag("--backend", "auto (nccl on CUDA, gloo on CPU), gloo, nccl"))
+    replicate_degree: int | None = field(default=None, metadata=flag(
+        "--replicate-degree", "HYBRID_SHARD: replica groups", metavar="R", default_text="nodes"))
+    shard_degree: int | None = field(default=None, metadata=flag(
+        "--shard-degree", "HYBRID_SHARD: ranks each replica is sharded over", metavar="S",
+        default_text="ranks per node"))
+    activation_checkpointing: str = field(default="none", metadata=flag(
+        "--activation-checkpointing", "recompute activations in backward: no layer, every decoder layer, or "
+        "every N-th", metavar="none|full|every-N"))
 
     def checkpoint_every(self) -> int:
         """Every how many decoder layers one is checkpointed: 0 none, 1 full, N for ``every-N``.
@@ -144,13 +183,13 @@ class ParallelConfig:
                 the world size (never a silent fallback to another layout).
         """
         r, s = self.replicate_degree, self.shard_degree
-        for flag, value in (("--replicate-degree", r), ("--shard-degree", s)):
+        for name, value in (("--replicate-degree", r), ("--shard-degree", s)):
             if value is not None and self.sharding_strategy != "HYBRID_SHARD":
-                raise UserError(flag, f"only HYBRID_SHARD uses a (replicate, shard) mesh, "
-                                  f"the strategy is {self.sharding_strategy}",
-                                  f"drop {flag} or pass --sharding-strategy HYBRID_SHARD")
+                raise UserError(name, f"only HYBRID_SHARD uses a (replicate, shard) mesh, "
+                                f"the strategy is {self.sharding_strategy}",
+                                f"drop {name} or pass --sharding-strategy HYBRID_SHARD")
             if value is not None and value < 1:
-                raise UserError(flag, f"must be positive, got {value}", f"pass {flag} 1 or more")
+                raise UserError(name, f"must be positive, got {value}", f"pass {name} 1 or more")
         if self.sharding_strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
             return (world_size,)
         if self.sharding_strategy == "NO_SHARD":
@@ -161,9 +200,9 @@ class ParallelConfig:
                                   f"to be a multiple of ranks per node ({local_world_size})",
                                   "use the same number of ranks on every node, or pass --shard-degree")
             r, s = world_size // local_world_size, local_world_size
-        elif r is None:
+        elif r is None and s is not None:
             r = world_size // s if world_size % s == 0 else None
-        elif s is None:
+        elif s is None and r is not None:
             s = world_size // r if world_size % r == 0 else None
         if r is None or s is None or r * s != world_size:
             given = " x ".join(f"{f} {v}" for f, v in (("--replicate-degree", self.replicate_degree),
@@ -188,13 +227,21 @@ class MetricsConfig:
         run_id: the ``run_id`` label; default: torchrun's ``--rdzv-id`` when set, else a new id.
     """
 
-    enabled: bool = True
-    port_base: int = TRAINER_PORT_BASE
-    address: str = "0.0.0.0"
-    linger_seconds: float = 0.0
-    log_every: int = 10
-    log_json: str | None = None
-    run_id: str | None = None
+    enabled: bool = field(default=True, metadata=flag(
+        "--metrics", "serve /metrics on every rank", metavar="on|off", parse=_on_off,
+        format=lambda on: "on" if on else "off"))
+    port_base: int = field(default=TRAINER_PORT_BASE, metadata=flag(
+        "--metrics-port", "base port; each rank serves on base + LOCAL_RANK", metavar="PORT"))
+    address: str = field(default="0.0.0.0", metadata=flag("--metrics-address", "bind address of /metrics",
+                                                          metavar="ADDRESS"))
+    linger_seconds: float = field(default=0.0, metadata=flag(
+        "--metrics-linger", "keep serving /metrics this long after the run ends", metavar="SECONDS"))
+    log_every: int = field(default=10, metadata=flag("--log-every", "steps per log window", metavar="N"))
+    log_json: str | None = field(default=None, metadata=flag(
+        "--log-json", "rank 0 appends one JSON object per log window", metavar="FILE"))
+    run_id: str | None = field(default=None, metadata=flag(
+        "--run-id", "run_id label", metavar="ID", env=RUN_ID_ENV,
+        default_text=f"${RUN_ID_ENV}, else torchrun's --rdzv-id, else generated"))
 
 
 @dataclass
@@ -213,11 +260,18 @@ class CheckpointConfig:
             (both 30 s by default).
     """
 
-    dir: str | None = None
-    every: int = 0
-    keep: int = 2
-    resume: str = "auto"
-    sigterm_grace: float = 25.0
+    dir: str | None = field(default=None, metadata=flag(
+        "--checkpoint-dir", "sharded checkpoints go to DIR/step-NNNNNNNN", metavar="DIR"))
+    every: int = field(default=0, metadata=flag(
+        "--checkpoint-every", "save every N steps; 0: at the end and on SIGTERM only", metavar="N"))
+    keep: int = field(default=2, metadata=flag("--keep-checkpoints", "complete checkpoints kept", metavar="K"))
+    resume: str = field(default="auto", metadata=flag(
+        "--resume", "auto: continue from the newest complete checkpoint in --checkpoint-dir if any; --resume "
+        "alone: the same, but one must exist; never; or one checkpoint directory", nargs="?", const="latest",
+        metavar="auto|latest|never|PATH"))
+    sigterm_grace: float = field(default=25.0, metadata=flag(
+        "--sigterm-grace", "on SIGTERM save and exit within this time (keep it below torchrun's "
+        "--shutdown-timeout)", metavar="SECONDS"))
 
 
 @dataclass
@@ -231,9 +285,11 @@ class ValidationConfig:
         batches: micro-batches per rank per evaluation (the same ones every time).
     """
 
-    every: int = 0
-    fraction: float = 0.01
-    batches: int = 4
+    every: int = field(default=0, metadata=flag(
+        "--val-every", "held-out loss and perplexity every N steps and at the end; 0: off", metavar="N"))
+    fraction: float = field(default=0.01, metadata=flag("--val-fraction", "share of documents held out"))
+    batches: int = field(default=4, metadata=flag("--val-batches", "micro-batches per rank per evaluation",
+                                                  metavar="N"))
 
 
 @dataclass
@@ -247,9 +303,36 @@ class TrainConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
-    steps: int = 100
-    seed: int = 0
-    verify_weights: bool = False
+    steps: int = field(default=100, metadata=flag("--steps", "optimizer steps", group="optimisation", metavar="N"))
+    seed: int = field(default=0, metadata=flag("--seed", "seed of the weights and the data order",
+                                               group="optimisation"))
+    verify_weights: bool = field(default=False, metadata=flag(
+        "--verify-weights", "at the end, gather the full weights on every rank and check all ranks hold the same",
+        group="parallelism"))
+
+    @classmethod
+    def from_argv(cls, argv: list[str], prog: str = TRAINER_COMMAND,
+                  environ: Mapping[str, str] | None = None) -> TrainConfig:
+        """The settings of a trainer command line (not yet validated).
+
+        Args:
+            argv: trainer flags, e.g. ``["--preset", "tiny", "--steps", "5"]``.
+            prog: the command named in error messages.
+            environ: where ``--run-id`` may take its default (``$FSDP_OBSERVE_RUN_ID``); the
+                rank passes ``os.environ``, launchers nothing.
+
+        Raises:
+            UserError: a usage mistake (an unknown flag, a value of the wrong type).
+        """
+        return config_from_values(parse_flags(build_parser(prog), argv), environ=environ)
+
+    def to_argv(self) -> list[str]:
+        """The trainer flags that give these settings: each one that differs from the default.
+
+        ``TrainConfig.from_argv(cfg.to_argv()) == cfg``. The launchers (``fsdp-observe train``,
+        the demo, the scaling runs, the PyTorchJob) build their command lines with it.
+        """
+        return to_argv(self)
 
     def layout(self, files: list[Path], world_size: int | None) -> dict:
         """The settings that fix which tokens each rank sees at each step (resume checks)."""
@@ -392,91 +475,29 @@ def _positive(flag: str, value: int) -> None:
         raise UserError(flag, f"must be positive, got {value}", f"pass {flag} 1 or more")
 
 
-def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
-    """The trainer's command line (also used by ``fsdp-observe train``)."""
-    ap = argparse.ArgumentParser(prog=prog, description="Instrumented FSDP fine-tune of a Llama model.")
-    g = ap.add_argument_group("model")
-    g.add_argument("--preset", default="tiny", help=f"model shape with random weights: {', '.join(PRESETS)}")
-    g.add_argument("--model", dest="model_path", metavar="PATH",
-                   help="local save_pretrained directory with safetensors, loaded shard by shard (overrides --preset)")
-    g.add_argument("--tokenizer", metavar="PATH", help="local Hugging Face tokenizer (default: bytes)")
-    g = ap.add_argument_group("data")
-    g.add_argument("--data", nargs="+", default=[], metavar="FILE_OR_GLOB",
-                   help=".txt/.md/.py/.jsonl files or globs (default: the Python standard library's sources)")
-    g.add_argument("--seq-len", type=int, default=256)
-    g.add_argument("--batch-size", type=int, default=8, help="sequences per rank per step")
-    g = ap.add_argument_group("optimisation")
-    g.add_argument("--steps", type=int, default=100)
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    g.add_argument("--warmup-steps", type=int, default=10)
-    g.add_argument("--min-lr-ratio", type=float, default=0.1)
-    g.add_argument("--weight-decay", type=float, default=0.1)
-    g.add_argument("--grad-clip", type=float, default=1.0)
-    g.add_argument("--grad-accum-steps", type=int, default=1, metavar="K",
-                   help="micro-batches per optimizer step (global batch = K x batch size x ranks)")
-    g.add_argument("--seed", type=int, default=0)
-    g = ap.add_argument_group("parallelism")
-    g.add_argument("--sharding-strategy", default="FULL_SHARD", help=", ".join(SHARDING_STRATEGIES))
-    g.add_argument("--mixed-precision", default="bf16", help=", ".join(MIXED_PRECISION))
-    g.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    g.add_argument("--backend", default="auto", help="auto (nccl on CUDA, gloo on CPU), gloo, nccl")
-    g.add_argument("--replicate-degree", type=int, metavar="R",
-                   help="HYBRID_SHARD: replica groups (default: nodes)")
-    g.add_argument("--shard-degree", type=int, metavar="S",
-                   help="HYBRID_SHARD: ranks each replica is sharded over (default: ranks per node)")
-    g.add_argument("--activation-checkpointing", default="none", metavar="none|full|every-N",
-                   help="recompute activations in backward: no layer, every decoder layer, or every N-th")
-    g.add_argument("--verify-weights", action="store_true",
-                   help="at the end, gather the full weights on every rank and check all ranks hold the same")
-    g = ap.add_argument_group("checkpoints and restarts")
-    g.add_argument("--checkpoint-dir", metavar="DIR", help="sharded checkpoints go to DIR/step-NNNNNNNN")
-    g.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="save every N steps (default 0: at the end and on SIGTERM only)")
-    g.add_argument("--keep-checkpoints", type=int, default=2, metavar="K", help="complete checkpoints kept")
-    g.add_argument("--resume", nargs="?", const="latest", default="auto", metavar="auto|latest|never|PATH",
-                   help="auto (default): continue from the newest complete checkpoint in --checkpoint-dir if "
-                        "any; --resume alone: the same, but one must exist; never; or one checkpoint directory")
-    g.add_argument("--sigterm-grace", type=float, default=25.0, metavar="SECONDS",
-                   help="on SIGTERM save and exit within this time (keep it below torchrun's --shutdown-timeout)")
-    g = ap.add_argument_group("validation")
-    g.add_argument("--val-every", type=int, default=0, metavar="N",
-                   help="held-out loss and perplexity every N steps and at the end (default 0: off)")
-    g.add_argument("--val-fraction", type=float, default=0.01, help="share of documents held out")
-    g.add_argument("--val-batches", type=int, default=4, help="micro-batches per rank per evaluation")
-    g = ap.add_argument_group("metrics and logs")
-    g.add_argument("--metrics", choices=("on", "off"), default="on")
-    g.add_argument("--metrics-port", type=int, default=TRAINER_PORT_BASE,
-                   help="base port; each rank serves on base + LOCAL_RANK")
-    g.add_argument("--metrics-address", default="0.0.0.0")
-    g.add_argument("--metrics-linger", type=float, default=0.0, metavar="SECONDS",
-                   help="keep serving /metrics this long after the run ends")
-    g.add_argument("--log-every", type=int, default=10)
-    g.add_argument("--log-json", metavar="FILE", help="rank 0 appends one JSON object per log window")
-    g.add_argument("--run-id", default=os.environ.get("FSDP_OBSERVE_RUN_ID"),
-                   help="run_id label (default: torchrun's --rdzv-id, else generated)")
+#: The ``--help`` section of each nested settings object's flags.
+FLAG_GROUPS = {"model": "model", "data": "data", "optim": "optimisation", "parallel": "parallelism",
+               "checkpoint": "checkpoints and restarts", "validation": "validation", "metrics": "metrics and logs"}
+
+
+def build_parser(prog: str = TRAINER_COMMAND) -> OneLineParser:
+    """The trainer's command line, generated from the ``flag`` metadata of ``TrainConfig``.
+
+    Also the trainer part of ``fsdp-observe train``. Every default is ``argparse.SUPPRESS``:
+    ``parse_flags`` returns only the flags given (``TrainConfig.from_argv`` fills the rest).
+    """
+    ap = OneLineParser(prog=prog, description="Instrumented FSDP fine-tune of a Llama model.")
+    add_flags(ap, TrainConfig, FLAG_GROUPS)
     return ap
 
 
-def config_from_args(ns: argparse.Namespace) -> TrainConfig:
-    """Build a ``TrainConfig`` from parsed arguments (not yet validated)."""
-    return TrainConfig(
-        model=ModelConfig(preset=ns.preset, path=ns.model_path, tokenizer=ns.tokenizer),
-        data=DataConfig(paths=list(ns.data), seq_len=ns.seq_len, batch_size=ns.batch_size),
-        optim=OptimConfig(lr=ns.lr, warmup_steps=ns.warmup_steps, min_lr_ratio=ns.min_lr_ratio,
-                          weight_decay=ns.weight_decay, grad_clip=ns.grad_clip,
-                          grad_accum_steps=ns.grad_accum_steps),
-        parallel=ParallelConfig(sharding_strategy=ns.sharding_strategy.upper(),
-                                mixed_precision=ns.mixed_precision, device=ns.device,
-                                backend=ns.backend, replicate_degree=ns.replicate_degree,
-                                shard_degree=ns.shard_degree,
-                                activation_checkpointing=ns.activation_checkpointing),
-        checkpoint=CheckpointConfig(dir=ns.checkpoint_dir or _beside(ns.resume), every=ns.checkpoint_every,
-                                    keep=ns.keep_checkpoints, resume=ns.resume, sigterm_grace=ns.sigterm_grace),
-        validation=ValidationConfig(every=ns.val_every, fraction=ns.val_fraction, batches=ns.val_batches),
-        verify_weights=ns.verify_weights,
-        metrics=MetricsConfig(enabled=ns.metrics == "on", port_base=ns.metrics_port,
-                              address=ns.metrics_address, linger_seconds=ns.metrics_linger,
-                              log_every=ns.log_every, log_json=ns.log_json, run_id=ns.run_id),
-        steps=ns.steps,
-        seed=ns.seed,
-    )
+def config_from_values(values: dict[str, Any], base: TrainConfig | None = None,
+                       environ: Mapping[str, str] | None = None) -> TrainConfig:
+    """``base`` (default: the defaults) with the flags ``values`` (from ``parse_flags``) set.
+
+    ``--resume PATH`` without ``--checkpoint-dir`` keeps saving beside PATH. Not validated.
+    """
+    cfg = apply_flags(base or TrainConfig(), values, environ)
+    if cfg.checkpoint.dir is None and (beside := _beside(cfg.checkpoint.resume)) is not None:
+        cfg = replace(cfg, checkpoint=replace(cfg.checkpoint, dir=beside))
+    return cfg

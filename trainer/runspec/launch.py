@@ -1,23 +1,52 @@
 """Validate a training configuration, then start its ranks with torchrun.
 
-Used by ``fsdp-observe train`` and ``fsdp-observe demo``: every user mistake the launcher can
-see (flags, data, ports) becomes one line before any rank starts. Torch-free.
+Used by ``fsdp-observe train``, ``demo`` and ``scaling``: every user mistake the launcher can
+see (flags, data, ports) becomes one line before any rank starts. torchrun starts each rank as
+the ``fsdp-observe-trainer`` console script (``--no-python``), never ``python -m trainer``, so a
+``trainer.py`` in the working directory cannot shadow the trainer. Torch-free.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import socket
 import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from observe.errors import UserError
+from observe.flags import flag
 from trainer.runspec.checkpoint_files import TrainerState, resolve_resume
-from trainer.runspec.config import TrainConfig, build_parser, config_from_args
+from trainer.runspec.config import TRAINER_COMMAND, TrainConfig
 
 #: torchrun's environment variable that stops its c10d rendezvous from sharing one TCPStore
 #: server with the ranks for the whole job.
 UNSHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How ``fsdp-observe train`` starts torchrun on this machine.
+
+    Attributes:
+        nproc_per_node: ranks on this machine.
+        max_restarts: worker-group restarts torchrun allows after a rank fails.
+    """
+
+    nproc_per_node: int = field(default=2, metadata=flag(
+        "--nproc-per-node", "ranks on this machine", group="launch", metavar="N"))
+    max_restarts: int = field(default=0, metadata=flag(
+        "--max-restarts", "torchrun restarts the ranks up to N times after a failure; they resume from the "
+        "newest checkpoint in --checkpoint-dir", group="launch", metavar="N"))
+
+    def validate(self) -> None:
+        """Raises: UserError: a count below its minimum."""
+        if self.nproc_per_node < 1:
+            raise UserError("--nproc-per-node", f"must be positive, got {self.nproc_per_node}", "pass 1 or more ranks")
+        if self.max_restarts < 0:
+            raise UserError("--max-restarts", f"must be >= 0, got {self.max_restarts}", "pass 0 for no restarts")
 
 
 def restart_store_hazard(env: dict[str, str]) -> bool:
@@ -53,17 +82,14 @@ def check_ports_free(address: str, base: int, count: int) -> None:
                                   "stop what holds it or pass --metrics-port with a free base port") from None
 
 
-def prepare(trainer_args: list[str], nproc_per_node: int) -> TrainConfig:
-    """Parse and validate ``trainer_args`` as ``python -m trainer`` would; check the ports.
+def prepare(cfg: TrainConfig, nproc_per_node: int) -> TrainConfig:
+    """Validate ``cfg`` for ``nproc_per_node`` ranks on this machine as a rank would; check the
+    ports and that the run is not already finished; return ``cfg``.
 
     Raises:
         UserError: the first problem found.
-        SystemExit: argparse's own usage errors (status 2).
     """
-    if nproc_per_node < 1:
-        raise UserError("--nproc-per-node", f"must be positive, got {nproc_per_node}",
-                          "pass 1 or more ranks")
-    cfg = config_from_args(build_parser().parse_args(trainer_args))
+    LaunchConfig(nproc_per_node=nproc_per_node).validate()
     cfg.validate(world_size=nproc_per_node, local_world_size=nproc_per_node)
     check_not_finished(cfg)
     if cfg.metrics.enabled:
@@ -85,19 +111,41 @@ def check_not_finished(cfg: TrainConfig) -> None:
                           f"pass --steps above {step} to continue it, or --resume never to start over")
 
 
-def torchrun_command(trainer_args: list[str], nproc_per_node: int, max_restarts: int = 0) -> list[str]:
-    """The command line of a single-node torchrun (c10d rendezvous on a free local port).
+def torchrun_command(cfg: TrainConfig, nproc_per_node: int, max_restarts: int = 0) -> list[str]:
+    """The command line of a single-node torchrun (c10d rendezvous on a free local port) over
+    the ``fsdp-observe-trainer`` console script with ``cfg.to_argv()``.
 
     ``max_restarts``: torchrun restarts the whole worker group this often after a rank fails
     (the ranks then resume from the newest complete checkpoint).
+
+    Raises:
+        UserError: the console script is not installed (``trainer_executable``).
     """
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}", "-m", "trainer", *trainer_args]
+            f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}", "--no-python",
+            trainer_executable(), *cfg.to_argv()]
+
+
+def trainer_executable() -> str:
+    """The path of the ``fsdp-observe-trainer`` console script: the one installed beside this
+    Python (``sys.executable``'s folder, as pip installs it into a virtualenv), else on PATH.
+
+    Raises:
+        UserError: neither exists (the project is not installed with pip).
+    """
+    beside = Path(sys.executable).parent / TRAINER_COMMAND
+    if os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which(TRAINER_COMMAND)
+    if found is None:
+        raise UserError(TRAINER_COMMAND, f"the rank's command is not installed (not beside {sys.executable}, "
+                        "not on PATH)", "pip install -e '.[trainer]' in this environment")
+    return found
 
 
 def torchrun_env(nproc_per_node: int) -> dict[str, str]:
     """The environment for torchrun and the ranks: one OpenMP thread per rank unless the user
-    chose, and a fresh rendezvous store per restart (``distributed.restart_store_hazard``)."""
+    chose, and a fresh rendezvous store per restart (``restart_store_hazard``)."""
     env = dict(os.environ)
     env.setdefault(UNSHARE_STORE_ENV, "1")
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc_per_node)))

@@ -97,23 +97,3 @@ PRESETS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
     },
 }
-
-
-def approx_parameter_count(shape: dict[str, Any]) -> int:
-    """Parameter count of a Llama shape (embeddings, attention, MLP, norms), without building it.
-
-    Args:
-        shape: ``LlamaConfig`` keyword arguments as in ``PRESETS``.
-
-    Returns:
-        The number of parameters (exact for ``LlamaForCausalLM`` without biases).
-    """
-    d = shape["hidden_size"]
-    heads = shape["num_attention_heads"]
-    kv = shape.get("num_key_value_heads", heads)
-    head_dim = shape.get("head_dim") or d // heads
-    attn = d * heads * head_dim * 2 + d * kv * head_dim * 2
-    mlp = 3 * d * shape["intermediate_size"]
-    per_layer = attn + mlp + 2 * d
-    embeddings = shape["vocab_size"] * d * (1 if shape.get("tie_word_embeddings") else 2)
-    return shape["num_hidden_layers"] * per_layer + embeddings + d

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -67,10 +67,13 @@ class TopScreen(Screen):
     @property
     def top(self) -> TopApp:
         """The app, as the ``TopApp`` it is (its snapshot, poller and focus)."""
-        return cast("TopApp", self.app)
+        return self.app
 
     TITLE = ""
     BINDINGS = [Binding("escape", "back", "back"), Binding("e", "messages", "messages", show=False)]
+
+    if TYPE_CHECKING:  # every screen of this package runs in a TopApp (observe.tui.app.make_app)
+        app: TopApp
 
     def compose_status(self) -> ComposeResult:
         yield Lines(id="status", classes="status")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -144,8 +145,8 @@ class Lines(Widget):
         segments = [Segment(text, self._style(name)) for text, name in self.lines[y] if text]
         return Strip(segments).crop(0, width).adjust_cell_length(width, self.rich_style)
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001 - Textual's hook
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.lines)
 
-    def get_content_width(self, container, viewport) -> int:  # noqa: ANN001 - Textual's hook
+    def get_content_width(self, container: Size, viewport: Size) -> int:
         return max((sum(len(t) for t, _ in line) for line in self.lines), default=0)

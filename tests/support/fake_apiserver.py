@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-RECORDED = Path(__file__).parent / "recorded"
+RECORDED = Path(__file__).resolve().parents[1] / "k8s" / "recorded"
 TOKEN = "recorded-token"
 
 

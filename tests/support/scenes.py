@@ -20,8 +20,8 @@ from observe.model import GpuInfo, NodeSnapshot, XidEvent
 from observe.sources.direct import LossHistory, build_runs
 from observe.sources.trainer import parse_exposition, ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, node_status
-from tests.tui.conftest import GPU0, GPU1
-from tests.tui.fleet import NODES, recorded, trainer_exposition
+from tests.support.fleet import NODES, recorded, trainer_exposition
+from tests.support.tui import GPU0, GPU1
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 SOURCE = "3 agents, 2 trainer endpoints"

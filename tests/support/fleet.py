@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from observe.agent.server import summary
 from observe.model import NodeSnapshot
 
-RECORDED = Path(__file__).resolve().parent / "recorded"
+RECORDED = Path(__file__).resolve().parents[1] / "tui" / "recorded"
 NODES = ("gpu-node-1", "gpu-node-2", "cpu-node-3")
 
 

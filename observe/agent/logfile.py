@@ -1,0 +1,162 @@
+"""A log file followed like ``tail -F``, complete lines at a time, with bounded memory and rotation checks.
+
+``FollowedFile.read_lines`` returns the complete lines appended since the last call. A line
+longer than ``MAX_LINE_BYTES`` keeps its first ``MAX_LINE_BYTES`` (an XID report is at the start
+of its line) and the rest is skipped as it arrives, so a run of bytes without a newline costs
+linear time and a bounded buffer (counted in ``long_lines``).
+
+``FollowedFile.check`` runs when the end of the file is reached and answers whether the file is
+still there and readable; it reopens the path when the file was replaced:
+
+- renamed away and recreated (another inode or device): reopen and read the new file whole;
+- truncated (``copytruncate``, or rewritten shorter: size below the read position): read again
+  from the start;
+- truncated and refilled past the read position before this check (``copytruncate`` of a busy
+  log): the first bytes of the file (up to ``HEAD_BYTES``, remembered when first read) differ, so
+  read again from the start;
+- deleted, vanished or unreadable: ``check`` returns the reason (the kernel-log source reports
+  not ok) and tries again on the next call.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Longest line kept, in bytes.
+MAX_LINE_BYTES = 64 * 1024
+#: Bytes at the start of the file compared on each check (they differ after a copytruncate).
+HEAD_BYTES = 256
+_READ_BYTES = 65536
+
+
+class FollowedFile:
+    """One followed file (rules in the module docstring).
+
+    Args:
+        path: the file.
+        max_line_bytes: longest line kept.
+
+    Attributes:
+        long_lines: lines cut at ``max_line_bytes``. reopened: times the file was read again
+            from its start after a rotation or truncation.
+        line_ends: for the lines the last ``read_lines`` returned, the file offset just past each
+            (where reading resumes after it: ``observe.agent.xid_cursor``).
+    """
+
+    def __init__(self, path: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.path = path
+        self.max_line_bytes = max_line_bytes
+        self.long_lines = 0
+        self.reopened = 0
+        self._fd: int | None = None
+        self._position = 0
+        self._head = b""
+        self._pending = bytearray()
+        self._skipping = False  # inside a line already cut at max_line_bytes
+        self.line_ends: list[int] = []
+
+    @property
+    def fd(self) -> int | None:
+        """The open file's descriptor (``None`` while closed)."""
+        return self._fd
+
+    def seek(self, offset: int) -> None:
+        """Go on reading at ``offset`` (a line's start) of the open file, as if what is before it
+        had been read (its first bytes remembered for the truncation check)."""
+        if self._fd is None or offset <= 0:
+            return
+        self._head = os.pread(self._fd, min(HEAD_BYTES, offset), 0)  # _split adds the rest as it reads
+        os.lseek(self._fd, offset, os.SEEK_SET)
+        self._position = offset
+        self._pending.clear()
+        self._skipping = False
+
+    def open(self) -> None:
+        """Open ``path`` and read from its start.
+
+        Raises:
+            OSError: it cannot be opened.
+        """
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        self.close()
+        self._fd, self._position, self._head = fd, 0, b""
+        self._pending.clear()
+        self._skipping = False
+
+    def close(self) -> None:
+        """Close the file (``open`` again to go on)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def read_lines(self) -> list[bytes]:
+        """Complete lines (without their newline) appended since the last call; ``[]`` only at the
+        end of the file (a long line is read through, a chunk at a time, until its newline).
+
+        Raises:
+            OSError: reading failed.
+        """
+        lines: list[bytes] = []
+        self.line_ends = []
+        while self._fd is not None and not lines:
+            chunk = os.read(self._fd, _READ_BYTES)
+            if not chunk:
+                break
+            lines = self._split(chunk)
+        return lines
+
+    def _split(self, chunk: bytes) -> list[bytes]:
+        """The lines ``chunk`` completes; its tail joins the line being read."""
+        if len(self._head) < HEAD_BYTES and self._position < HEAD_BYTES:
+            self._head += chunk[:HEAD_BYTES - self._position]
+        base = self._position
+        self._position += len(chunk)
+        lines: list[bytes] = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self._take(chunk, start, end)
+            lines.append(bytes(self._pending))
+            self.line_ends.append(base + end + 1)
+            self._pending.clear()
+            self._skipping = False
+            start = end + 1
+        self._take(chunk, start, len(chunk))
+        return lines
+
+    def _take(self, chunk: bytes, start: int, end: int) -> None:
+        """Add ``chunk[start:end]`` to the line being read, up to ``max_line_bytes``."""
+        if self._skipping:
+            return
+        room = self.max_line_bytes - len(self._pending)
+        if end - start > room:
+            self._pending += chunk[start:start + room]
+            self._skipping = True
+            self.long_lines += 1
+        else:
+            self._pending += chunk[start:end]
+
+    def check(self) -> str | None:
+        """At the end of the file: ``None`` while it is fine, else why it cannot be followed.
+
+        Reopens a rotated file, and reads a truncated or refilled one again from its start.
+        """
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return f"{self.path} is gone (deleted, or rotated away and not recreated)"
+        except OSError as exc:
+            return f"cannot read {self.path}: {exc.strerror}"
+        try:
+            if self._fd is None:
+                self.open()
+                return None
+            current = os.fstat(self._fd)
+            replaced = (now.st_ino, now.st_dev) != (current.st_ino, current.st_dev)
+            if replaced or now.st_size < self._position or (
+                    self._head and os.pread(self._fd, len(self._head), 0) != self._head):
+                self.open()
+                self.reopened += 1
+        except OSError as exc:
+            self.close()
+            return f"cannot read {self.path}: {exc.strerror}"
+        return None
