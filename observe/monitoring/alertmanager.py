@@ -14,15 +14,17 @@ Routing (https://prometheus.io/docs/alerting/latest/configuration/#route): each 
 class (the alerts' ``xid_class`` label: ``node_reboot``, ``gpu_reset``, ``nvlink_fabric``,
 ``application``, ``unknown``) goes to the receiver its setting names, grouped by ``node`` and
 ``xid_class``, so one node's burst (eight GPUs falling off the bus) is one notification.
-FsdpGpuLost goes with ``node_reboot`` (the same first action, a reboot), grouped by node. The run
+FsdpGpuLost goes with ``node_reboot`` (the same first action, a reboot), grouped by node;
+FsdpGpuReadingStale (NVML calls that hang) with ``gpu_reset`` (the usual repair). The run
 alerts go to ``receiver_training`` grouped by ``namespace`` and ``run_id``: every rank of an FSDP
 run stalls together, and that is one notification per run.
 
 Inhibition (https://prometheus.io/docs/alerting/latest/configuration/#inhibit_rule): a
 ``node_reboot`` XID on a node mutes ``gpu_reset`` and ``application`` XIDs on that node (a reboot
-resets every GPU and ends every job there); a lost GPU mutes the XID alerts of that GPU (the
-lost-GPU page says all there is to do). A stalled run is not muted by a GPU fault (it is the
-training team's page); its ``likely_cause`` annotation names the fault (``rules``).
+resets every GPU and ends every job there); a lost GPU mutes the XID alerts and the
+stale-reading alert of that GPU (the lost-GPU page says all there is to do). A stalled run is not
+muted by a GPU fault (it is the training team's page); its ``likely_cause`` annotation names the
+fault (``rules``).
 
 The root route matches only fsdp-observe's alert names, so under the operator's
 ``alertmanagerConfigMatcherStrategy: None`` the AlertmanagerConfig takes no other alert.
@@ -71,6 +73,8 @@ def _routes(s: Settings) -> list[dict[str, Any]]:
         for cls, field in CLASS_RECEIVERS.items()]
     routes.append({"matchers": [_matcher("alertname", "FsdpGpuLost")], "receiver": s.receiver_node_reboot,
                    "group_by": GROUP_BY_NODE})
+    routes.append({"matchers": [_matcher("alertname", "FsdpGpuReadingStale")], "receiver": s.receiver_gpu_reset,
+                   "group_by": GROUP_BY_NODE})
     routes.append({"matchers": [_matcher("alertname", "|".join(TRAINING_ALERTS), "=~")],
                    "receiver": s.receiver_training, "group_by": GROUP_BY_RUN})
     return routes
@@ -86,6 +90,8 @@ def _inhibitions() -> list[dict[str, Any]]:
         {"source": [_matcher("xid_class", "node_reboot")],
          "target": [_matcher("xid_class", "gpu_reset|application", "=~")], "equal": ["node"]},
         {"source": [_matcher("alertname", "FsdpGpuLost")], "target": [_matcher("xid_class", ".+", "=~")],
+         "equal": ["node", "gpu_uuid"]},
+        {"source": [_matcher("alertname", "FsdpGpuLost")], "target": [_matcher("alertname", "FsdpGpuReadingStale")],
          "equal": ["node", "gpu_uuid"]},
     ]
 

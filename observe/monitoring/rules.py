@@ -262,6 +262,26 @@ def gpu_lost_alert(s: Settings) -> dict[str, Any]:
         f"Runs on this GPU: {_runs_on_gpu(s)}. {xid.REBOOT}", s, recommended_action=xid.REBOOT)
 
 
+#: What to do about a GPU whose NVML calls hang.
+STALE_ACTION = ("Run nvidia-smi -q -i <gpu> on the node: if it hangs or errors too, the driver no longer "
+                "answers for this GPU; drain it and reset it (RESET_GPU), or reboot the node if the reset "
+                "fails. Look for XIDs in the kernel log around the time.")
+
+
+def gpu_stale_alert(s: Settings) -> dict[str, Any]:
+    """A GPU whose NVML reading has not finished within the agent's deadline for ``gpu_stale_for``
+    (value: seconds since its last complete reading)."""
+    gpu = "node, gpu, gpu_uuid"
+    stale = (f"max by (namespace, {gpu}) ({s.agent(c.GPU_READING_AGE.name)})\n"
+             f"and on ({gpu})\n(max by ({gpu}) ({s.agent(c.GPU_READING_STALE.name)}) == 1)")
+    return _alert(
+        "FsdpGpuReadingStale", stale, s.gpu_stale_for, "warning", f"NVML readings of {_GPU} are stale",
+        f"The agent's NVML reading of {_GPU} has not finished within its deadline for "
+        f"{{{{ $value | humanizeDuration }}}}: a driver call that hangs (the agent leaves the GPU's figures out "
+        f"and goes on with the others). Runs on this GPU: {_runs_on_gpu(s)}. {STALE_ACTION}", s,
+        recommended_action=STALE_ACTION)
+
+
 def _run_gpus_in_dcgm_labels(s: Settings) -> str:
     """The GPUs CUDA ranks use, carrying dcgm-exporter's node and UUID labels too, so panels join
     DCGM series to runs without a ``label_replace`` on every DCGM series at every step."""
@@ -394,7 +414,7 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
 def rule_file(settings: Settings | None = None) -> dict[str, Any]:
     """The rule file as a mapping: ``{"groups": [training, gpu, nodes]}``."""
     s = settings or Settings()
-    gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s)]
+    gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s), gpu_stale_alert(s)]
     return {"groups": [{"name": "fsdp-observe.training", "rules": training_rules(s)},
                        {"name": "fsdp-observe.gpu", "rules": gpu},
                        {"name": "fsdp-observe.nodes", "rules": node_rules(s)}]}

@@ -65,6 +65,8 @@ class Settings:
         xid_application_burst: application-class XIDs on one GPU within ``xid_window`` that make
             a burst (one such XID is usually the job's own bug).
         gpu_lost_for: ``for`` of the GPU-lost alert.
+        gpu_stale_for: how long the agent's NVML reading of a GPU may stay unfinished (a driver
+            call that hangs) before FsdpGpuReadingStale fires.
         stall_time: no optimizer step on a rank for this long (and the rank not finished) is a
             stall.
         stall_for: ``for`` of the stall alert.
@@ -110,6 +112,7 @@ class Settings:
     xid_for: str = "1m"
     xid_application_burst: int = 3
     gpu_lost_for: str = "1m"
+    gpu_stale_for: str = "5m"
     stall_time: str = "15m"
     stall_for: str = "2m"
     straggler_ratio: float = 1.5
@@ -143,9 +146,9 @@ class Settings:
             expected = kinds[str(f.type)]
             if isinstance(value, bool) != (f.type == "bool") or not isinstance(value, expected):
                 raise UserError(f.name, f"expected {str(f.type)}, got {value!r}", f"give a {str(f.type)} value")
-        for name in ("xid_window", "xid_for", "gpu_lost_for", "stall_time", "stall_for", "straggler_for",
-                     "throughput_baseline", "throughput_offset", "throughput_for", "group_wait", "group_interval",
-                     "repeat_interval"):
+        for name in ("xid_window", "xid_for", "gpu_lost_for", "gpu_stale_for", "stall_time", "stall_for",
+                     "straggler_for", "throughput_baseline", "throughput_offset", "throughput_for", "group_wait",
+                     "group_interval", "repeat_interval"):
             try:
                 duration_seconds(getattr(self, name))
             except ValueError as exc:

@@ -59,7 +59,7 @@ def test_amtool_accepts_the_committed_file() -> None:
     committed = REPO / "dashboards" / alertmanager.CONFIG_FILE
     done = amtool("check-config", str(committed))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS" in done.stdout and " - 2 inhibit rules" in done.stdout
+    assert "SUCCESS" in done.stdout and " - 3 inhibit rules" in done.stdout
     assert f" - {len(alertmanager.receiver_names(Settings()))} receivers" in done.stdout
 
 
@@ -89,6 +89,7 @@ def test_each_severity_class_routes_to_the_receiver_its_setting_names(tmp_path: 
 def test_lost_gpus_runs_and_foreign_alerts(tmp_path: Path) -> None:
     path = write(tmp_path, alertmanager.config(DISTINCT))
     assert routes_to(path, "alertname=FsdpGpuLost", "node=gpu-node-1") == "reboot-pager"
+    assert routes_to(path, "alertname=FsdpGpuReadingStale", "node=gpu-node-1") == "reset-pager"
     for name in alertmanager.TRAINING_ALERTS:
         assert routes_to(path, f"alertname={name}", "namespace=ml", "run_id=llama-ft") == "ml-oncall"
     # someone else's alert, even one carrying our labels, stays on the root route
@@ -115,6 +116,8 @@ def test_inhibitions() -> None:
         {"source_matchers": ['xid_class="node_reboot"'], "target_matchers": ['xid_class=~"gpu_reset|application"'],
          "equal": ["node"]},
         {"source_matchers": ['alertname="FsdpGpuLost"'], "target_matchers": ['xid_class=~".+"'],
+         "equal": ["node", "gpu_uuid"]},
+        {"source_matchers": ['alertname="FsdpGpuLost"'], "target_matchers": ['alertname="FsdpGpuReadingStale"'],
          "equal": ["node", "gpu_uuid"]},
     ]
 
@@ -203,7 +206,7 @@ def test_the_alertmanagerconfig_validates_against_the_operator_crd(crd_schema: d
     # them as routes, so check each against the route schema
     route_schema = crd_schema["properties"]["spec"]["properties"]["route"]
     children = resource["spec"]["route"]["routes"]
-    assert len(children) == len(alertmanager.CLASS_RECEIVERS) + 2
+    assert len(children) == len(alertmanager.CLASS_RECEIVERS) + 3
     for child in children:
         validate_against(child, route_schema)
         assert unknown_fields(child, route_schema) == []

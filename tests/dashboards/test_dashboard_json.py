@@ -269,7 +269,7 @@ def test_the_rules_name_only_known_metrics_and_follow_the_recording_rule_convent
                     assert "xid_class" in rule["labels"] or '"xid_class"' in rule["expr"], rule["alert"]
                     assert all(label in rule["expr"] for label in ("node", "gpu", "gpu_uuid", "pci_bus", "xid"))
                 extra = ({"xid_name", "recommended_action"} if "Xid" in rule["alert"] else
-                         {"recommended_action"} if rule["alert"] == "FsdpGpuLost" else
+                         {"recommended_action"} if rule["alert"] in ("FsdpGpuLost", "FsdpGpuReadingStale") else
                          {"likely_cause"} if rule["alert"] == "FsdpTrainingStalled" else set())
                 assert set(rule["annotations"]) == {"summary", "description", "runbook_url", *extra}
                 assert rule["annotations"]["runbook_url"].endswith("#" + rule["alert"].lower())

@@ -193,6 +193,24 @@ CASES += [
 ]
 
 
+CASES += [
+    # GPU 0's NVML reading stops finishing at 10m (stale, its age growing a minute a minute); GPU
+    # 1 was stale for one scrape only (a slow call, not a hang). Five minutes later: the first.
+    ("FsdpGpuReadingStale", [
+        {"series": f'{c.GPU_READING_STALE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x9 1x20"},
+        {"series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "1x9 60+60x20"},
+        {"series": f'{c.GPU_READING_STALE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x9 1 0x19"},
+        {"series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "1x9 2 1x19"}],
+     [11, 14], 15,
+     [({"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "severity": "warning"},
+       {"summary": f"NVML readings of GPU 0 (GPU-0000000a) of node {NODE} are stale",
+        "description": f"The agent's NVML reading of GPU 0 (GPU-0000000a) of node {NODE} has not finished within its "
+                       f"deadline for 6m 0s: a driver call that hangs (the agent leaves the GPU's figures out and goes "
+                       f"on with the others). Runs on this GPU: llama-ft. {rules.STALE_ACTION}",
+        "runbook_url": f"{BOOK}#fsdpgpureadingstale", "recommended_action": rules.STALE_ACTION})]),
+]
+
+
 def phases(labels: str, current: str, minutes: int) -> list[dict]:
     return [{"series": f'{c.TRAIN_PHASE.name}{{{labels},phase="{p}"}}', "values": f"{int(p == current)}x{minutes}"}
             for p in ("training", "checkpointing", "finished")]
@@ -322,6 +340,7 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_the_cases_assume_the_default_settings() -> None:
     assert (S.xid_window, S.xid_for, S.xid_application_burst, S.gpu_lost_for) == ("10m", "1m", 3, "1m")
+    assert S.gpu_stale_for == "5m"
     assert (S.stall_time, S.stall_for, S.straggler_ratio, S.straggler_for) == ("15m", "2m", 1.5, "10m")
     assert (S.throughput_drop_ratio, S.throughput_baseline, S.throughput_offset, S.throughput_for) == (
         0.7, "1h", "10m", "15m")
