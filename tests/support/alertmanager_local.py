@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from observe.prometheus_local import LocalServer
 
 #: Where Debian puts the binary (it is not called ``alertmanager`` there).
 DEBIAN_BINARY = "/usr/bin/prometheus-alertmanager"
@@ -25,27 +25,12 @@ def binary() -> str | None:
     return shutil.which("alertmanager")
 
 
-@dataclass
-class LocalAlertmanager:
-    """A running Alertmanager and its URL."""
-
-    proc: subprocess.Popen
-    url: str
-    log: Path
+class LocalAlertmanager(LocalServer):
+    """A running Alertmanager and its URL (its log in ``folder``)."""
 
     def alerts(self) -> list[dict]:
         """What it holds now (API v2), active, inhibited and silenced alike."""
         return httpx.get(f"{self.url}/api/v2/alerts", timeout=5).raise_for_status().json()
-
-    def stop(self) -> None:
-        """SIGTERM, then wait (SIGKILL after 10 s)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def start(folder: Path, config_text: str, port: int, timeout: float = 20.0) -> LocalAlertmanager:
@@ -66,14 +51,8 @@ def start(folder: Path, config_text: str, port: int, timeout: float = 20.0) -> L
         proc = subprocess.Popen([exe, f"--config.file={config}", f"--storage.path={folder / 'data'}",
                                  "--cluster.listen-address=", f"--web.listen-address=127.0.0.1:{port}"],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    running = LocalAlertmanager(proc, f"http://127.0.0.1:{port}", log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{running.url}/-/ready", timeout=1).status_code == 200:
-                return running
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
+    running = LocalAlertmanager(proc, f"http://127.0.0.1:{port}", folder)
+    if running.wait_ready(timeout):
+        return running
     running.stop()
     raise RuntimeError(f"Alertmanager did not start: {log.read_text(errors='replace')[-2000:]}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.local_http import BackgroundServer, QuietHandler
 
 
 class WebhookReceiver:
@@ -21,7 +22,7 @@ class WebhookReceiver:
         self._received: list[tuple[str, dict[str, Any]]] = []
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's hook
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver._lock:
@@ -30,17 +31,12 @@ class WebhookReceiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, *args: object) -> None:  # keep test output quiet
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._server = BackgroundServer(Handler)
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return self._server.url
 
     def received(self) -> list[tuple[str, dict[str, Any]]]:
         """Every notification so far, oldest first."""
@@ -49,5 +45,4 @@ class WebhookReceiver:
 
     def close(self) -> None:
         """Stop serving."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._server.close()
