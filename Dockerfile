@@ -40,7 +40,7 @@ RUN if [ -f /etc/apt/sources.list.d/debian.sources ]; then \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/fsdp-observe
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY observe ./observe
 COPY trainer ./trainer
 # torch from PyPI (the CUDA build on Linux x86_64), then the trainer with the etcd rendezvous

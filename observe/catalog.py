@@ -61,16 +61,30 @@ class Metric:
 
 # --- trainer (one set per rank; constant labels TRAINER_LABELS / TRAINER_CUDA_LABELS) --------
 
+#: Values of ``fsdp_train_info``'s ``instrumentation`` label: which entry point drives the steps.
+#: ``trainer``: the reference trainer (``trainer/``); ``api``: a user's loop through
+#: ``observe.training.TrainingMetrics``; ``hf``: the Hugging Face ``TrainerCallback``;
+#: ``lightning``: the Lightning ``Callback``; ``auto``: zero-code injection (``fsdp-observe run``,
+#: or the ``.pth`` switched on by ``INSTRUMENT_ENV``), steps counted from optimizer hooks.
+INSTRUMENTATIONS: tuple[str, ...] = ("trainer", "api", "hf", "lightning", "auto")
+#: Environment variable that switches zero-code instrumentation on (``1``) in every Python process
+#: that inherits it; the Lightning callback's entry point is active only while it is set.
+INSTRUMENT_ENV = "FSDP_OBSERVE_INSTRUMENT"
+
 TRAIN_INFO = Metric(
     "fsdp_train_info", "gauge",
-    "Static facts of this training process (value 1).",
+    "Static facts of this training process (value 1). instrumentation: the entry point that feeds "
+    "the series (trainer, api, hf, lightning, auto); loss_source, grad_norm_source, tokens_source: "
+    "how the loss, gradient norm and token count were obtained (values ending in _heuristic were "
+    "captured without the loop's help); a label is absent when its value is unknown.",
     ("model", "sharding_strategy", "mixed_precision", "world_size", "device_type", "backend",
-     "activation_checkpointing", "mesh"),
+     "activation_checkpointing", "mesh", "instrumentation", "loss_source", "grad_norm_source", "tokens_source"),
 )
 TRAIN_STEPS = Metric("fsdp_train_steps_total", "counter", "Optimizer steps completed by this rank.")
 TRAIN_LABELLED_TOKENS = Metric(
     "fsdp_train_labelled_tokens_total", "counter",
-    "Tokens that carried a training label (padding and -100 excluded) processed by this rank.",
+    "Tokens that carried a training label (padding and -100 excluded) processed by this rank "
+    "(how they were counted: fsdp_train_info's tokens_source).",
 )
 TRAIN_SAMPLES = Metric("fsdp_train_samples_total", "counter", "Sequences processed by this rank.")
 TRAIN_STEP_SECONDS = Metric(
@@ -106,8 +120,10 @@ TRAIN_GLOBAL_TOKENS_PER_SECOND = Metric(
 )
 TRAIN_LOSS = Metric(
     "fsdp_train_loss", "gauge",
-    "Training loss (cross-entropy, nats per token), token-weighted mean over all ranks and the "
-    "last log window.",
+    "Training loss (cross-entropy, nats per token) over the last log window. How it is averaged is "
+    "fsdp_train_info's loss_source: global_token_mean (the trainer: token-weighted over all ranks), "
+    "rank_token_mean, rank_mean (this rank only), hf_logged (Hugging Face's logged loss: mean of the "
+    "ranks' means), backward_heuristic (the scalars passed to backward(), this rank).",
 )
 TRAIN_GRAD_NORM = Metric(
     "fsdp_train_grad_norm", "gauge", "Global L2 norm of the gradients before clipping, last log step.",
@@ -146,6 +162,17 @@ TRAIN_DEVICE_ALLOC_RETRIES = Metric(
 TRAIN_EXPORTER_ERRORS = Metric(
     "fsdp_train_exporter_errors_total", "counter",
     "Errors inside the metrics exporter (logged once; training continues).",
+)
+#: Values of ``fsdp_train_instrumentation_problem``'s ``problem`` label.
+#: ``port_taken``: the rank's port was held by another process, so it serves on a port the kernel
+#: chose (logged once; a PodMonitor does not find it there); ``no_local_rank``: the launcher set no
+#: ``LOCAL_RANK``, so the port and ``local_rank`` label come from the global rank.
+INSTRUMENTATION_PROBLEMS: tuple[str, ...] = ("port_taken", "no_local_rank")
+TRAIN_INSTRUMENTATION_PROBLEM = Metric(
+    "fsdp_train_instrumentation_problem", "gauge",
+    "1 for each problem the instrumentation of this process met (port_taken: serving on a fallback "
+    "port; no_local_rank: the launcher set no LOCAL_RANK); absent when there is none.",
+    ("problem",),
 )
 
 # --- trainer: where wall time goes (phases, restarts, checkpoints, goodput, validation) ------
@@ -219,7 +246,7 @@ TRAINER_METRICS: tuple[Metric, ...] = (
     TRAIN_GLOBAL_TOKENS_PER_SECOND, TRAIN_LOSS, TRAIN_GRAD_NORM, TRAIN_LEARNING_RATE,
     TRAIN_FLOPS_PER_TOKEN, TRAIN_MFU, TRAIN_DEVICE_MEMORY_ALLOCATED, TRAIN_DEVICE_MEMORY_RESERVED,
     TRAIN_DEVICE_MEMORY_PEAK, TRAIN_PROCESS_RESIDENT_MEMORY_PEAK, TRAIN_DEVICE_ALLOC_RETRIES,
-    TRAIN_EXPORTER_ERRORS,
+    TRAIN_EXPORTER_ERRORS, TRAIN_INSTRUMENTATION_PROBLEM,
 )
 
 

@@ -15,7 +15,6 @@ with the generated rules (``observe.monitoring.rules``) scraping the agent and t
 from __future__ import annotations
 
 import json
-import os
 import re
 import select
 import signal
@@ -28,25 +27,39 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from observe import prometheus_local, promtext
+from observe import prometheus_local, promtext, stopping
 from observe.catalog import AGENT_PORT, TRAIN_STEP
 from observe.errors import PortInUseError
 from observe.model import NodeSnapshot
 from observe.ports import free_port, port_is_free
+from observe.supervise import Supervised
 
 
-def watch(agent_url: str, metrics_urls: list[str], proc: subprocess.Popen) -> bool:
-    """Run ``fsdp-observe top`` over the demo's agent and ranks until the user quits; then stop the
-    run if it is still going. Returns whether it was stopped."""
+def watch(agent_url: str, metrics_urls: list[str], run: Supervised) -> bool:
+    """Run ``fsdp-observe top`` over the demo's agent and ranks until the user quits or the demo gets
+    a stop signal (which ``run`` has passed on already); when the user quit a run still going, stop
+    it as Ctrl-C would (SIGINT: the ranks agree on a step and exit 130). Returns whether the user did."""
     from observe.sources.direct import DirectSource, Endpoint
     from observe.tui.app import make_app
 
-    make_app(DirectSource([Endpoint(agent_url)], [Endpoint(u) for u in metrics_urls])).run()
-    if proc.poll() is None:
-        print("fsdp-observe demo: the terminal UI was closed; stopping the run", flush=True)
-        os.killpg(proc.pid, signal.SIGTERM)
-        return True
-    return False
+    make_app(DirectSource([Endpoint(agent_url)], [Endpoint(u) for u in metrics_urls]),
+             should_stop=run.stop.requested.is_set).run()
+    if run.stop.requested.is_set() or run.proc is None or run.proc.poll() is not None:
+        return False
+    print("fsdp-observe demo: the terminal UI was closed; stopping the run (SIGINT, as Ctrl-C)", flush=True)
+    run.send(signal.SIGINT)
+    return True
+
+
+def outcome(status: int, closed_ui: bool) -> str:
+    """How the demo's summary names the run's end, from its exit status (``trainer.signals``)."""
+    if status == 0:
+        return "finished"
+    if status == stopping.exit_status(signal.SIGINT):
+        return "stopped (the terminal UI was closed)" if closed_ui else "stopped by SIGINT (Ctrl-C)"
+    if status == stopping.exit_status(signal.SIGTERM):
+        return "stopped by SIGTERM"
+    return "FAILED"
 
 
 @dataclass

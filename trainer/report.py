@@ -1,7 +1,9 @@
 """Rank 0's log: one line per event, an optional progress bar, and the JSON log (``--log-json``).
 
 JSON records, one object per line, each with an ``event``: ``start``, ``resume``, ``window``
-(one per log window), ``validation``, ``checkpoint``, ``sigterm`` and ``end``. A restarted run
+(one per log window), ``validation``, ``checkpoint``, ``stop`` (the ranks agreed to stop on
+SIGTERM or SIGINT) and ``end`` (with ``exit_status`` and ``stopped_by``, the signal's name or
+``null``). A restarted run
 appends to the same file, so the file tells the run's whole story, attempt by attempt.
 """
 
@@ -13,6 +15,7 @@ import time
 
 import numpy as np
 
+from observe import stopping
 from observe.training.flops import peak_flops
 from observe.training.window import WindowStats
 from trainer import distributed
@@ -82,11 +85,11 @@ class Reporter:
                goodput: float | None) -> None:
         """Log one closed window."""
         per_device = global_tps / self.rt.world_size
-        mfu = None if self.peak is None else self.fpt * stats.tokens_per_second / self.peak
+        mfu = None if self.peak is None else self.fpt * (stats.tokens_per_second or 0.0) / self.peak
         eta = (self.cfg.steps - step) * stats.step_seconds
         self._print(f"step {step:>6}/{self.cfg.steps} | loss {loss:7.4f} | tokens/s {global_tps:,.0f} "
                     f"({per_device:,.0f}/rank) | MFU {_percent(mfu)} | "
-                    f"step {stats.step_seconds * 1000:.1f} ms | data {stats.data_wait_ratio:.1%} | "
+                    f"step {stats.step_seconds * 1000:.1f} ms | data {_percent(stats.data_wait_ratio)} | "
                     f"goodput {_percent(goodput)} | ETA {format_duration(eta)}")
         self._emit({"event": "window", "step": step, "window_steps": stats.steps, "loss": loss,
                     "global_tokens_per_second": global_tps, "tokens_per_second": stats.tokens_per_second,
@@ -105,14 +108,29 @@ class Reporter:
         self._emit({"event": "checkpoint", "step": step, "path": path, "seconds": seconds, "reason": reason,
                     "time": time.time()})
 
-    def stopping(self, step: int, since_signal: float | None) -> None:
-        """Log that the ranks agreed to stop after ``step`` because of SIGTERM."""
+    def stopping(self, step: int, signum: int, since_signal: float | None, saving: bool, saved: bool = False,
+                 loading: bool = False) -> None:
+        """Log that the ranks agreed to stop after ``step`` because of signal ``signum``.
+
+        Args:
+            saving: a checkpoint of ``step`` is about to be saved.
+            saved: a checkpoint of ``step`` exists already (``saving`` is then False).
+            loading: the signal came while the ranks were loading: no step of this attempt ran.
+        """
+        name = stopping.signal_name(signum)
         waited = "" if since_signal is None else f" ({since_signal:.2f} s after the signal)"
-        self._print(f"SIGTERM: all ranks stop after step {step}{waited}, saving and exiting")
-        self._emit({"event": "sigterm", "step": step, "since_signal_seconds": since_signal, "time": time.time()})
+        if loading:
+            self._print(f"{name}: all ranks stop before their first step{waited}; nothing new to save; exiting")
+        else:
+            then = ("saving a checkpoint and exiting" if saving else f"step {step} is saved already; exiting"
+                    if saved else "exiting (no --checkpoint-dir: nothing is saved)")
+            self._print(f"{name}: all ranks stop after step {step}{waited}; {then}")
+        self._emit({"event": "stop", "signal": name, "step": step, "since_signal_seconds": since_signal,
+                    "saving": saving, "loading": loading, "time": time.time()})
 
     def finish(self, step: int, step_times: list[float], goodput: float | None, phase_seconds: dict[str, float],
-               peak_memory: list[dict], exit_status: int, weights_sha256: list[str] | None = None) -> None:
+               peak_memory: list[dict], exit_status: int, weights_sha256: list[str] | None = None,
+               stopped_by: int | None = None) -> None:
         """Log the summary of this process's part of the run and close outputs.
 
         Args:
@@ -123,6 +141,7 @@ class Reporter:
             peak_memory: per rank, ``{"rss_bytes": peak RSS or None, "device_bytes": CUDA peak or None}``.
             exit_status: the status the process exits with.
             weights_sha256: per-rank digests of the full weights (``--verify-weights``).
+            stopped_by: the signal the ranks agreed to stop for (``None``: the run was not stopped).
         """
         if self.bar is not None:
             self.bar.close()
@@ -133,7 +152,8 @@ class Reporter:
                   "phase_seconds": phase_seconds, "restarts": self.rt.restart_count,
                   "peak_rss_bytes": [m["rss_bytes"] for m in peak_memory],
                   "device_peak_bytes": [m["device_bytes"] for m in peak_memory],
-                  "exit_status": exit_status}
+                  "exit_status": exit_status,
+                  "stopped_by": None if stopped_by is None else stopping.signal_name(stopped_by)}
         if weights_sha256 is not None:
             record["weights_sha256"] = weights_sha256
         self._emit(record)
@@ -145,8 +165,9 @@ class Reporter:
         if device:
             parts.append(f"device peak {max(device) / 2**30:.2f} GiB/rank")
         memory = ", ".join(parts) or "peak memory n/a"
-        self._print(f"done: step {step}, {len(step_times)} steps in {wall:.1f} s | goodput {_percent(goodput)} | "
-                    f"restarts {self.rt.restart_count} | {memory}")
+        how = "done" if stopped_by is None else f"stopped by {stopping.signal_name(stopped_by)}"
+        self._print(f"{how}: step {step}, {len(step_times)} steps in {wall:.1f} s | goodput {_percent(goodput)} | "
+                    f"restarts {self.rt.restart_count} | {memory} | exit status {exit_status}")
         if weights_sha256 is not None:
             same = len(set(weights_sha256)) == 1
             self._print(f"weights: {'identical on all' if same else 'DIFFER across'} {len(weights_sha256)} ranks "

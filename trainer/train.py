@@ -1,15 +1,18 @@
 """The training run: build in a fixed order, then a thin loop.
 
-Build order (``Trainer.__init__``): process group → mesh → which checkpoint to resume → SIGTERM
-handling → tokenizer → model skeleton on the meta device → metrics exporter (so a taken port
+Build order (``Trainer.__init__``): process group → mesh → which checkpoint to resume → stop-signal
+vote and grace deadline → tokenizer → model skeleton on the meta device → metrics exporter (so a taken port
 fails fast) → activation checkpointing + FSDP2 → each rank's shards allocated and filled →
 optimizer and schedule → checkpoint loaded → data at the checkpoint's position → validation
 batches.
 
-The loop (``Trainer.train``): the decision to log is made before each step; loss and token
-sums stay on the device and are read, with one all-reduce, on log steps only, so other steps
-never synchronise host and device. After each step: validation and checkpoint when due, and the
-SIGTERM vote (a CPU all-reduce on a side group, read one step later: see ``trainer.signals``).
+The loop (``Trainer.train``): every step goes through the public ``observe.training.TrainingMetrics``
+(the one code path every entry point uses): data wait and tokens from its ``batches()``, the
+step from ``step()``, loss sums that stay on the device and are read, with one all-reduce
+(``global_loss``), on log steps only, so other steps never synchronise host and device. After
+each step: validation and checkpoint when due, and the stop vote for SIGTERM/SIGINT (a CPU
+all-reduce on a side group, read one step later: see ``trainer.signals``). With ``--metrics off`` the same object
+keeps the accounting for the log without serving.
 """
 
 from __future__ import annotations
@@ -17,29 +20,28 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from observe.catalog import TRAINER_CUDA_LABELS, TRAINER_LABELS
+from observe import stopping
 from observe.errors import UserError
-from observe.training.collector import DeviceMemory, TrainerMetrics, process_resident_memory_peak_bytes
-from observe.training.flops import flops_per_token, peak_flops
-from observe.training.phases import Goodput, PhaseClock, process_start_time
-from observe.training.server import serve
-from observe.training.window import LogWindow, WindowStats, is_log_step
+from observe.training import Step, TrainingMetrics, WindowReport
+from observe.training.collector import process_resident_memory_peak_bytes
+from observe.training.flops import flops_per_token
+from observe.training.phases import process_start_time
 from trainer import distributed
 from trainer.checkpoint import Checkpointer, RunPosition
-from trainer.data import BatchIterator, ByteTokenizer, HFTokenizer
+from trainer.data import Batch, BatchIterator, ByteTokenizer, HFTokenizer
 from trainer.model import build_model, materialize
 from trainer.parallelize import build_mesh, parallelize
 from trainer.report import Reporter
 from trainer.runspec.checkpoint_files import TrainerState, resolve_resume, resume_candidates
 from trainer.runspec.config import TrainConfig
-from trainer.signals import SIGTERM_EXIT_STATUS, StopRequest
+from trainer.signals import STOP_EXIT_STATUSES, StopRequest
 from trainer.validation import evaluate, token_loss_sum, validation_batches
 from trainer.verify import full_weights_sha256, gather_from_ranks
 
@@ -72,15 +74,6 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.T
     return total
 
 
-def device_memory(device: torch.device) -> DeviceMemory | None:
-    """The CUDA caching allocator's figures, or ``None`` on CPU (absent, never 0)."""
-    if device.type != "cuda":
-        return None
-    stats = torch.cuda.memory_stats(device)
-    return DeviceMemory(stats.get("allocated_bytes.all.current", 0), stats.get("reserved_bytes.all.current", 0),
-                        stats.get("allocated_bytes.all.peak", 0), stats.get("num_alloc_retries", 0))
-
-
 def peak_memory(device: torch.device) -> dict:
     """This process's peak RSS (bytes, the kernel's ``VmHWM``; ``None`` where unknown) and the
     CUDA allocator's peak allocated bytes (``None`` on CPU)."""
@@ -91,8 +84,8 @@ def peak_memory(device: torch.device) -> dict:
 def run(cfg: TrainConfig, files: list[Path]) -> int:
     """Train per ``cfg`` on ``files``; return the process exit status.
 
-    0 on success; 143 after a SIGTERM-triggered save; 1 when ``--verify-weights`` finds ranks
-    that disagree.
+    0 on success; 143 after SIGTERM and 130 after SIGINT (the ranks agreed on a step and saved it
+    when ``--checkpoint-dir`` is set); 1 when ``--verify-weights`` finds ranks that disagree.
     """
     return Trainer(cfg, files).train()
 
@@ -112,9 +105,7 @@ class Trainer:
         resume_from = candidates[0] if candidates else None
         self.run_id = distributed.resolve_run_id(
             cfg.metrics.run_id or (TrainerState.read(resume_from).run_id if resume_from else None))
-        self.phases = PhaseClock("restarting" if resume_from or rt.restart_count else "loading_weights",
-                                 already=time.time() - self.process_started)
-        self.stop = StopRequest(cfg.checkpoint.sigterm_grace, rt.rank)
+        self.stop = StopRequest(cfg.checkpoint.sigterm_grace, rt.rank, checkpointing=cfg.checkpoint.dir is not None)
         self.stop.install()
 
         tokenizer = HFTokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else ByteTokenizer()
@@ -123,15 +114,16 @@ class Trainer:
             raise UserError("--tokenizer", f"{tokenizer.vocab_size} tokens exceed the model's vocabulary "
                               f"of {model.config.vocab_size}", "use the tokenizer that belongs to the model")
         self.fpt = flops_per_token(model, cfg.data.seq_len)
-        self.goodput = Goodput(run_started=self.process_started)
-        self.metrics = self._start_exporter() if cfg.metrics.enabled else None
         self.reporter = Reporter(cfg, rt, self.run_id, self.fpt, self.mesh_shape) if rt.is_main else None
+        self.metrics = self._start_metrics(model, "restarting" if resume_from or rt.restart_count else None)
+        self.phases, self.goodput = self.metrics.phases, self.metrics.goodput
 
         self.model = parallelize(model, mesh, cfg.parallel)
         materialize(self.model, rt.device, cfg.model, cfg.seed)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.optim.lr, betas=(0.9, 0.95),
                                            weight_decay=cfg.optim.weight_decay, foreach=True)
+        self.optimizer.register_step_pre_hook(self.metrics.read_learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio))
 
@@ -172,22 +164,23 @@ class Trainer:
         dist.broadcast_object_list(box, src=0)
         return [Path(p) for p in box[0] or []]
 
-    def _start_exporter(self) -> TrainerMetrics:
-        rt, cfg = self.rt, self.cfg
-        label_names = TRAINER_CUDA_LABELS if rt.gpu_uuid else TRAINER_LABELS
-        label_values = (self.run_id, str(rt.rank), str(rt.local_rank), rt.node, rt.gpu_uuid or "")  # "" cut by zip
-        p = cfg.parallel
-        metrics = TrainerMetrics(
-            labels=dict(zip(label_names, label_values, strict=False)),
+    def _start_metrics(self, model: torch.nn.Module, phase: str | None) -> TrainingMetrics:
+        """The rank's ``TrainingMetrics``: global token-weighted loss (one all-reduce per log
+        window), served on ``--metrics-port + local_rank`` unless ``--metrics off``; a taken port
+        is an error here (the launcher checked the ports already)."""
+        rt, cfg, p = self.rt, self.cfg, self.cfg.parallel
+        metrics = TrainingMetrics(
+            planned_steps=cfg.steps, model=model, seq_len=cfg.data.seq_len, log_every=cfg.metrics.log_every,
+            global_loss=True, run_id=self.run_id, port_base=cfg.metrics.port_base, address=cfg.metrics.address,
+            serve=cfg.metrics.enabled, port_fallback=False, port_setting="--metrics-port", phase=phase,
+            device=rt.device,
+            instrumentation="trainer", on_window=self._report_window,
             info={"model": cfg.model.name, "sharding_strategy": p.sharding_strategy,
-                  "mixed_precision": p.mixed_precision, "world_size": str(rt.world_size),
-                  "device_type": rt.device.type, "backend": rt.backend,
+                  "mixed_precision": p.mixed_precision, "device_type": rt.device.type, "backend": rt.backend,
                   "activation_checkpointing": p.activation_checkpointing,
-                  "mesh": "x".join(map(str, self.mesh_shape))},
-            planned_steps=cfg.steps, flops_per_token=self.fpt, peak_flops=peak_flops(rt.device_name),
-            export_global=rt.is_main, phases=self.phases, goodput=self.goodput, restarts=rt.restart_count,
-        )
-        serve(metrics, cfg.metrics.address, cfg.metrics.port_base + rt.local_rank)
+                  "mesh": "x".join(map(str, self.mesh_shape))})
+        metrics.collector.flops_per_token = self.fpt
+        metrics.collector.tracks_checkpoints = True
         return metrics
 
     def _resume(self, candidates: list[Path]) -> Path:
@@ -213,115 +206,95 @@ class Trainer:
 
     def _restored(self, state: TrainerState) -> None:
         self.position = RunPosition(state.step, state.batches_consumed)
-        self.goodput.run_started, self.goodput.productive_seconds = state.run_started, state.productive_seconds
-        if self.metrics is not None:
-            self.metrics.on_checkpoint_loaded(state.step, self.load_seconds, state.saved_at)
+        self.metrics.checkpoint_loaded(state.step, self.load_seconds, state.saved_at, state.run_started,
+                                       state.productive_seconds)
 
     # -- the loop ----------------------------------------------------------------------------
 
     def train(self) -> int:
         """Run the steps from the resumed position to ``--steps``; return the exit status."""
         cfg = self.cfg
-        if self.stop.agree_now():  # SIGTERM while loading: nothing new to save
-            return self._finish(SIGTERM_EXIT_STATUS)
-        self.phases.enter("training")
-        window = LogWindow(start_step=self.position.step)
-        sums = torch.zeros(2, dtype=torch.float64, device=self.rt.device)  # loss, labelled tokens: on the device
+        if agreed := self.stop.agree_now():  # a stop signal while loading: nothing new to save
+            return self._stop_after(self.position.step, agreed, loading=True)
+        self.metrics.enter_phase("training")
+        batches = self.metrics.batches(self.batches)  # times next(), counts samples and labelled tokens
         for step in range(self.position.step + 1, cfg.steps + 1):
-            log_now = is_log_step(step, cfg.metrics.log_every, cfg.steps)
             t0 = time.perf_counter()
-            data_wait, labelled, samples, grad_norm, lr = self._optimizer_step(sums)
-            step_seconds = time.perf_counter() - t0
-            self.step_times.append(step_seconds)
-            self.goodput.add_step(step_seconds)
+            with self.metrics.step() as s:  # a log step reads the window's device sums (one all-reduce)
+                self._optimizer_step(s, batches)
+            self.step_times.append(time.perf_counter() - t0)
             self.position.step = step
             self.position.batches_consumed += cfg.optim.grad_accum_steps
-            window.add(data_wait, labelled)
-            if self.metrics is not None:
-                self.metrics.on_step(step, step_seconds, data_wait, labelled, samples, lr)
             if self.reporter is not None:
                 self.reporter.tick()
-            if log_now:
-                self._log_window(step, window.close(step), sums, grad_norm, lr)
             last = step == cfg.steps
             if self.val_batches is not None and (step % cfg.validation.every == 0 or last):
                 self._validate(step)
             if self.checkpointer is not None and ((cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last):
                 self._save("final" if last else "periodic")
-            if self.stop.poll() and not last:
-                if self.reporter is not None:
-                    self.reporter.stopping(step, self.stop.seconds_since_request())
-                if self.checkpointer is not None and self.checkpointer.last_saved_step != step:
-                    self._save("sigterm")
-                return self._finish(SIGTERM_EXIT_STATUS)
+            if (agreed := self.stop.poll()) and not last:
+                return self._stop_after(step, agreed)
         return self._finish(0)
 
-    def _optimizer_step(self, sums: torch.Tensor) -> tuple[float, int, int, torch.Tensor, float]:
+    def _optimizer_step(self, s: Step, batches: Iterator[Batch]) -> None:
         """Forward and backward over ``--grad-accum-steps`` micro-batches, clip, step.
 
-        Adds each micro-batch's summed loss and labelled tokens to the device tensor ``sums``.
-        Returns host figures (data wait seconds, labelled tokens, sequences), the gradient norm
-        as a device tensor (read on log steps only) and the learning rate the step used.
+        Each micro-batch's summed loss goes to ``s`` with its labelled tokens (token-weighted,
+        kept on the device); the gradient norm too (a device tensor, read on log steps only).
         """
         accum, device = self.cfg.optim.grad_accum_steps, self.rt.device
-        data_wait, labelled, samples = 0.0, 0, 0
         for _ in range(accum):
-            t_data = time.perf_counter()
-            batch = next(self.batches)
-            data_wait += time.perf_counter() - t_data
+            batch = next(batches)
             loss_sum = token_loss_sum(self.model, batch, device)
             # the micro-batch's token mean, averaged over micro-batches here and over data-parallel
             # ranks by FSDP's gradient reduction: the mean over the global batch
             (loss_sum / max(1, batch.labelled_tokens) / accum).backward()
-            sums[0] += loss_sum.detach()
-            sums[1] += batch.labelled_tokens
-            labelled += batch.labelled_tokens
-            samples += batch.samples
-        grad_norm = clip_grad_norm(self.params, self.cfg.optim.grad_clip)
+            s.loss(loss_sum, tokens=batch.labelled_tokens, reduction="sum")
+        s.grad_norm(clip_grad_norm(self.params, self.cfg.optim.grad_clip))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        lr = float(self.scheduler.get_last_lr()[0])  # LambdaLR's rates are Python floats
         self.scheduler.step()
-        return data_wait, labelled, samples, grad_norm, lr
 
-    def _log_window(self, step: int, stats: WindowStats, sums: torch.Tensor, grad_norm: torch.Tensor,
-                    lr: float) -> None:
-        """The log step: one all-reduce of the window's sums and tokens/s, one read, then reset."""
-        device = self.rt.device
-        totals = torch.cat([sums, torch.tensor([stats.tokens_per_second], dtype=torch.float64, device=device)])
-        dist.all_reduce(totals)
-        global_loss_sum, global_labels, global_tps = totals.tolist()
-        sums.zero_()
-        loss = global_loss_sum / max(1.0, global_labels)
-        norm = float(grad_norm)
-        if self.metrics is not None:
-            self.metrics.on_window(stats, loss, norm, global_tps, device_memory(device))
-        if self.reporter is not None:
-            self.reporter.window(step, stats, loss, norm, global_tps, lr, self.goodput.ratio())
+    def _report_window(self, w: WindowReport) -> None:
+        """Rank 0's log line of a closed window (``TrainingMetrics(on_window=...)``)."""
+        if self.reporter is None:
+            return
+        # the trainer gives a loss, a grad norm and an optimizer every step, and all-reduces tokens/s
+        assert w.loss is not None and w.grad_norm is not None and w.global_tokens_per_second is not None
+        assert w.learning_rate is not None
+        self.reporter.window(w.step, w.stats, w.loss, w.grad_norm, w.global_tokens_per_second, w.learning_rate,
+                             self.goodput.ratio())
 
     def _validate(self, step: int) -> None:
-        self.phases.enter("validating")
-        started = time.perf_counter()
         assert self.val_batches is not None  # validation runs only with --val-every, which holds batches out
-        loss, perplexity = evaluate(self.model, self.val_batches, self.rt.device)
-        if self.metrics is not None:
-            self.metrics.on_validation(loss, perplexity)
+        with self.metrics.phase("validating"):
+            started = time.perf_counter()
+            loss, perplexity = evaluate(self.model, self.val_batches, self.rt.device)
+            self.metrics.validation(loss, perplexity)
         if self.reporter is not None:
             self.reporter.validation(step, loss, perplexity, time.perf_counter() - started)
-        self.phases.enter("training")
 
     def _save(self, reason: str) -> None:
-        self.phases.enter("checkpointing")
         assert self.checkpointer is not None  # saves happen only with --checkpoint-dir
-        path, seconds = self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.position,
-                                               self.goodput, reason)
-        if self.metrics is not None:
-            self.metrics.on_checkpoint_saved(self.position.step, seconds, time.time())
+        with self.metrics.phase("checkpointing"):
+            path, seconds = self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.position,
+                                                   self.goodput, reason)
+            self.metrics.checkpoint_saved(seconds, step=self.position.step)
         if self.reporter is not None:
             self.reporter.checkpoint(self.position.step, str(path), seconds, reason)
-        self.phases.enter("training")
 
-    def _finish(self, status: int) -> int:
+    def _stop_after(self, step: int, signum: int, loading: bool = False) -> int:
+        """The ranks agreed to stop after ``step`` for ``signum``: save unless that step is saved or no
+        step ran (``loading``), finish."""
+        saving = not loading and self.checkpointer is not None and self.checkpointer.last_saved_step != step
+        if self.reporter is not None:
+            self.reporter.stopping(step, signum, self.stop.seconds_since_request(), saving,
+                                   saved=self.checkpointer is not None and not saving, loading=loading)
+        if saving:
+            self._save(stopping.signal_name(signum).lower())
+        return self._finish(stopping.exit_status(signum), signum)
+
+    def _finish(self, status: int, stopped_by: int | None = None) -> int:
         """Verify weights if asked, log the summary, linger for a last scrape, shut down."""
         self.stop.close()
         digests = None
@@ -330,11 +303,11 @@ class Trainer:
             if len(set(digests)) != 1:
                 status = 1
         memory = gather_from_ranks(peak_memory(self.rt.device))
-        self.phases.enter("finished")
+        self.metrics.enter_phase("finished")
         if self.reporter is not None:
             self.reporter.finish(self.position.step, self.step_times, self.goodput.ratio(),
-                                 self.phases.seconds(), memory, status, digests)
-        if self.metrics is not None and self.cfg.metrics.linger_seconds > 0 and status != SIGTERM_EXIT_STATUS:
-            self.stop.sleep(self.cfg.metrics.linger_seconds)
+                                 self.phases.seconds(), memory, status, digests, stopped_by)
+        self.metrics.close(linger_seconds=0 if status in STOP_EXIT_STATUSES else self.cfg.metrics.linger_seconds,
+                           sleep=self.stop.sleep)
         distributed.shutdown()
         return status

@@ -260,16 +260,19 @@ class GpuCollector:
                             START_DEADLINE_SECONDS)
         return True
 
-    def stop(self) -> None:
-        """End the worker threads and shut NVML down (skipped while a call still hangs: it could block)."""
+    def stop(self, release_nvml: bool = True) -> None:
+        """End the worker threads and shut NVML down (skipped while a call still hangs, or when
+        ``release_nvml`` is False: ``nvmlShutdown`` could block behind it)."""
         stuck = [g.index for g in self.gpus if g.worker.busy]
         for worker in [g.worker for g in self.gpus] + ([self._event_worker] if self._event_worker else []):
             worker.close()
         if stuck:
             log.warning("not calling nvmlShutdown: NVML calls for GPU(s) %s never returned", stuck)
             self.nvml.available = False
-        else:
+        elif release_nvml:
             self.nvml.shutdown()
+        else:
+            self.nvml.available = False
 
     def _settle(self, jobs: list[tuple[_Gpu, Job[None] | None]], seconds: float) -> None:
         """Wait for start-up identity jobs; a lost GPU is marked, a slow one is tried again later."""

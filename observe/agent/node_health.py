@@ -173,11 +173,12 @@ class NodeHealthReporter:
         self._thread = threading.Thread(target=self._run, name="node-health", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread (after the call in flight, if any)."""
+    def stop(self, wait_seconds: float = 2.0) -> None:
+        """Stop the thread: at once when idle, after the call in flight otherwise (waiting at most
+        ``wait_seconds``, so the agent stops within its budget; the daemon thread ends with it)."""
         self._queue.put(None)
         if self._thread is not None:
-            self._thread.join(timeout=15)
+            self._thread.join(timeout=wait_seconds)
 
     def offer(self, event: XidEvent) -> None:
         """An XID was just counted; never blocks."""

@@ -1,9 +1,15 @@
 """The running agent: a collection loop on its own timer publishing snapshots to the HTTP server.
 
-Start-up order: bind the port (a taken port fails before anything else starts), start the
-collectors, take and publish the first snapshot (so ``/metrics`` answers as soon as the URL is
-printed), then collect every ``interval`` seconds on a fixed schedule (a slow collection skips
-the ticks it overran instead of piling up).
+Start-up order: bind the port (a taken port fails before anything else starts), then the
+collection thread, which starts the collectors, takes the first snapshot at once and then
+collects every ``interval`` seconds on a fixed schedule (a slow collection skips the ticks it
+overran instead of piling up). The caller waits for the first snapshot (``wait_first``) before
+it prints the URL, so ``/metrics`` answers as soon as the URL is out.
+
+The main thread never calls NVML or reads ``/proc`` itself, so it stays free to act on a stop
+signal however long a collection takes. ``stop`` is bounded: a collection stuck in the driver
+is abandoned after ``STOP_JOIN_SECONDS`` (NVML is then not shut down: ``nvmlShutdown`` would
+wait for the stuck call) and the process exits anyway; ``docs/agent.md`` gives the whole budget.
 """
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ from observe.agent.sampler import Sampler, Settings
 from observe.agent.server import Latest, Published, ServerErrors, make_server
 
 log = logging.getLogger(__name__)
+
+#: How long ``stop`` waits for a collection in progress (seconds) before abandoning it.
+STOP_JOIN_SECONDS = 1.0
+#: How often the HTTP server looks at its shutdown flag (seconds; ``stop`` waits up to this long).
+SERVER_POLL_SECONDS = 0.1
 
 
 class Agent:
@@ -43,6 +54,7 @@ class Agent:
         self.server: ThreadingHTTPServer = make_server(address, port, self.latest, self.http_errors)
         self.sampler = Sampler(settings, extra_errors=self.http_errors.counts)
         self._stop = threading.Event()
+        self._first = threading.Event()
         self._loop: threading.Thread | None = None
         self._serving: threading.Thread | None = None
 
@@ -58,41 +70,53 @@ class Agent:
         self.latest.publish(published)
         return published
 
-    def start(self) -> None:
-        """Start the collectors, publish a first snapshot, then collect and serve on background threads."""
-        self.sampler.start()
-        self.collect_once()
+    def start(self, wait: bool = True) -> None:
+        """Serve, and start the collectors and collect (the first snapshot at once), on background threads.
+
+        Args:
+            wait: return only once the first snapshot is published; ``False`` returns at once
+                (the command line then waits with ``wait_first``, watching for a stop signal).
+        """
         self._loop = threading.Thread(target=self._collect_forever, name="collect", daemon=True)
         self._loop.start()
-        self._serving = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
-                                         name="http", daemon=True)
+        self._serving = threading.Thread(target=self.server.serve_forever,
+                                         kwargs={"poll_interval": SERVER_POLL_SECONDS}, name="http", daemon=True)
         self._serving.start()
+        if wait:
+            self._first.wait()
+
+    def wait_first(self, timeout: float | None = None) -> bool:
+        """Block until the first snapshot is published (or ``timeout`` seconds); return whether it is."""
+        return self._first.wait(timeout)
 
     def _collect_forever(self) -> None:
+        if self._stop.is_set():
+            return
+        self.sampler.start()  # here, not on the caller's thread: opening NVML can hang in the driver too
         interval = self.settings.interval_seconds
-        next_tick = time.monotonic() + interval
+        next_tick = time.monotonic()
         while not self._stop.wait(max(0.0, next_tick - time.monotonic())):
             try:
                 self.collect_once()
             except Exception:
                 log.exception("collection failed; serving the previous snapshot")
+            self._first.set()
             now = time.monotonic()
             next_tick += interval * max(1, int((now - next_tick) // interval) + 1)
 
-    def request_stop(self) -> None:
-        """Make ``wait`` return (safe from a signal handler)."""
-        self._stop.set()
-
-    def wait(self) -> None:
-        """Block until ``request_stop`` or ``stop`` is called."""
-        self._stop.wait()
-
     def stop(self) -> None:
-        """Stop collecting and serving; release NVML, the kernel log and descriptors."""
+        """Stop collecting and serving; release the kernel log, descriptors and (unless a collection
+        is stuck in the driver) NVML. Returns within about ``SERVER_POLL_SECONDS`` +
+        ``STOP_JOIN_SECONDS`` + the kernel-log watcher's poll period."""
         self._stop.set()
         if self._serving is not None:
             self.server.shutdown()
         self.server.server_close()
+        stuck = False
         if self._loop is not None:
-            self._loop.join(timeout=10)
-        self.sampler.stop()
+            self._loop.join(timeout=STOP_JOIN_SECONDS)
+            stuck = self._loop.is_alive()
+        if stuck:
+            log.warning("a collection is still inside a driver call after %g s; exiting without waiting "
+                        "for it (NVML is not shut down)", STOP_JOIN_SECONDS)
+        self.sampler.stop(release_nvml=not stuck)

@@ -176,14 +176,16 @@ class Sampler:
         self.watcher.start()
         self.gpus.start(xid_events=not self.watcher.up)
 
-    def stop(self) -> None:
-        """Stop the watcher and the GPU workers, shut NVML down, close the process table."""
+    def stop(self, release_nvml: bool = True) -> None:
+        """Stop the watcher and the GPU workers, shut NVML down (not when ``release_nvml`` is False:
+        a collection is still inside an NVML call, which ``nvmlShutdown`` would wait for), close
+        the process table."""
         self.watcher.stop()
         if self.cursor is not None:
             self.cursor.close()
         if self.health is not None:
             self.health.stop()
-        self.gpus.stop()
+        self.gpus.stop(release_nvml)
         self.table.close()
 
     def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:

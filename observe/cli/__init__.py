@@ -24,6 +24,8 @@ from observe.flags import OneLineParser
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("observe.cli.demo", "a two-rank CPU fine-tune on this machine, watched end to end", "all"),
     "train": ("observe.cli.train", "validate, then start a local torchrun run of the trainer", "trainer"),
+    "run": ("observe.cli.run", "run your own training command unchanged, with per-step metrics on every rank",
+            "training"),
     "scaling": ("observe.cli.scaling", "throughput, step time and memory against the number of ranks", "scaling"),
     "job": ("observe.cli.job", "render a PyTorchJob; show, read and stop one on Kubernetes", "k8s"),
     "top": ("observe.cli.top", "the terminal UI: nodes, GPUs, processes, the training run and XID alerts", ""),

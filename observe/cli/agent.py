@@ -1,8 +1,14 @@
 """``fsdp-observe agent`` (also ``python -m observe.cli agent``): the node agent's command line.
 
 A mistake in the flags (a taken port, an unreadable ``--kernel-log``, a bad interval) is one
-line on stderr, ``error: FLAG: PROBLEM; FIX``, with exit status 2 and no traceback. SIGTERM and
-SIGINT stop the agent cleanly (exit status 0).
+line on stderr, ``error: FLAG: PROBLEM; FIX``, with exit status 2 and no traceback.
+
+SIGTERM and SIGINT stop the agent with exit status 0 within ``STOP_GRACE_SECONDS`` of the first
+one, whatever it is doing (starting, collecting, blocked in a slow NVML call, following the
+kernel log, serving): the handlers only record the signal (``observe.stopping``), the main
+thread waits for it and stops the threads with bounded waits, and past
+``FORCED_EXIT_SECONDS`` the process exits regardless. The DaemonSet's
+``terminationGracePeriodSeconds`` is ``STOP_GRACE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -10,17 +16,25 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
 from importlib import metadata
 
+from observe import stopping
 from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY
 from observe.catalog import AGENT_PORT
 from observe.errors import UserError, bind_error
 from observe.flags import OneLineParser
 
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0
+#: The agent exits within this many seconds of the first SIGTERM/SIGINT (daemonsets/agent-daemonset.yaml's
+#: terminationGracePeriodSeconds). A normal stop takes well under 2 s (``observe.agent.run.Agent.stop``).
+STOP_GRACE_SECONDS = 5.0
+#: Past this many seconds after the first stop signal the process ends with ``os._exit(0)`` whatever
+#: its threads are doing (one second before the grace period, so the kubelet never needs SIGKILL).
+FORCED_EXIT_SECONDS = STOP_GRACE_SECONDS - 1.0
+#: How often start-up looks for a stop signal while it waits for the first snapshot (seconds).
+STARTUP_POLL_SECONDS = 0.05
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,6 +170,10 @@ def main(argv: list[str]) -> int:
     Raises:
         UserError: a bad flag, an unreadable file or a taken port.
     """
+    stop = stopping.install()  # before anything slow: a signal during start-up is kept, not lost
+    stop.exit_after(FORCED_EXIT_SECONDS, status=lambda _: 0, message=lambda signum: (
+        f"fsdp-observe agent: still stopping {FORCED_EXIT_SECONDS:g} s after {stopping.signal_name(signum)}; "
+        "exiting now"))
     from observe.agent.run import Agent
     from observe.agent.sampler import Settings
 
@@ -174,15 +192,20 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         raise bind_error("--port", ns.address, ns.port, exc,
                          "stop what holds it or pass --port with a free port") from None
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: agent.request_stop())
-    agent.start()
-    host = ns.address if ns.address not in ("0.0.0.0", "::") else "127.0.0.1"
-    host = f"[{host}]" if ":" in host else host
-    print(f"fsdp-observe agent: node {ns.node}, every {ns.interval:g} s, serving http://{host}:{agent.port}/metrics "
-          f"and /snapshot", flush=True)
     try:
-        agent.wait()
+        if stop.requested.is_set():
+            return 0
+        agent.start(wait=False)  # the first collection runs on the collection thread, never on this one
+        while not agent.wait_first(STARTUP_POLL_SECONDS):
+            if stop.requested.is_set():
+                return 0
+        host = ns.address if ns.address not in ("0.0.0.0", "::") else "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        print(f"fsdp-observe agent: node {ns.node}, every {ns.interval:g} s, "
+              f"serving http://{host}:{agent.port}/metrics and /snapshot", flush=True)
+        stop.wait()
+        return 0
     finally:
+        if stop.requested.is_set():
+            stop.ignore_further()
         agent.stop()
-    return 0

@@ -13,15 +13,13 @@ scraping the agent and the ranks, and prints its URL. The pieces live in ``obser
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from observe import prometheus_local
+from observe import prometheus_local, stopping
 from observe.catalog import AGENT_PORT
 from observe.cli import require
 from observe.errors import UserError
@@ -58,13 +56,21 @@ def wants_tui(ns: argparse.Namespace) -> bool:
     return not ns.no_tui and sys.stdin.isatty() and sys.stdout.isatty()
 
 
+#: Seconds a rank may outlive torchrun before the demo SIGKILLs it.
+ORPHAN_GRACE_SECONDS = 5.0
+
+
 def main(argv: list[str]) -> int:
-    """Run the demo; return the trainer's exit status (0 when the TUI was closed early).
+    """Run the demo; return the run's exit status, the one its summary and JSON ``end`` record show:
+    0 finished, 130 stopped by SIGINT (Ctrl-C, or the terminal UI closed with q), 143 stopped by
+    SIGTERM, anything else failed.
 
     Raises:
         UserError: a bad flag, a taken ``--agent-port``, no ``prometheus`` binary for ``--prometheus``.
     """
+    stop = stopping.install()  # first: SIGTERM/SIGINT are passed on to the run (observe.supervise), never lost
     from observe import demo
+    from observe.supervise import Supervised
     from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
 
     ns = build_parser().parse_args(argv)
@@ -108,19 +114,22 @@ def main(argv: list[str]) -> int:
     train_log = open(out / "train.log", "wb") if tui else None  # the TUI owns the terminal
     if train_log is not None:
         print(f"  training output: {out / 'train.log'}; opening fsdp-observe top (q quits and stops the run)")
-    proc = subprocess.Popen(torchrun_command(cfg, ns.nproc_per_node),
-                            env=torchrun_env(ns.nproc_per_node), start_new_session=True,
-                            stdout=train_log, stderr=subprocess.STDOUT if train_log else None)
+    run = Supervised(stop, orphan_grace=ORPHAN_GRACE_SECONDS)
     scraper.start()
-    stopped = False
+    closed_ui = False
     try:
-        if tui:
-            stopped = demo.watch(agent_url, urls, proc)
-        status = proc.wait()
-    except KeyboardInterrupt:
-        os.killpg(proc.pid, signal.SIGTERM)
-        status = proc.wait()
+        if stop.signum is None:
+            run.start(torchrun_command(cfg, ns.nproc_per_node, quiet=True),
+                      env=torchrun_env(ns.nproc_per_node), stdout=train_log,
+                      stderr=subprocess.STDOUT if train_log else None)
+            if tui:
+                closed_ui = demo.watch(agent_url, urls, run)
+            status = run.wait()
+        else:  # stopped before training started
+            status = stopping.exit_status(stop.signum)
     finally:
+        if stop.signum is not None:
+            stop.ignore_further()  # a late signal must not kill the demo before its summary
         if train_log is not None:
             train_log.close()
         scraper.stop()
@@ -131,8 +140,7 @@ def main(argv: list[str]) -> int:
             prometheus.stop()
     windows, end = demo.read_log(log_json)
     rows = demo.summary_rows(windows, end, scraper.records, status)
-    outcome = "stopped (the terminal UI was closed)" if stopped else "finished" if status == 0 else "FAILED"
-    demo.print_table(f"fsdp-observe demo: run {run_id} {outcome}",
+    demo.print_table(f"fsdp-observe demo: run {run_id} {demo.outcome(status, closed_ui)}",
                      rows[:-1] + demo.agent_rows(snapshot, agent_url) + rows[-1:])
     print(f"\nJSON log: {log_json}")
-    return 0 if stopped else status
+    return status

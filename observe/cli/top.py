@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from observe import stopping
 from observe.catalog import AGENT_PORT
 from observe.errors import UserError
 from observe.flags import OneLineParser
@@ -142,11 +143,12 @@ def check_terminal() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Run the TUI until ``q`` (or Ctrl-C); return 0.
+    """Run the TUI until ``q``, Ctrl-C, SIGTERM or SIGINT (the terminal is restored either way); return 0.
 
     Raises:
         UserError: a bad flag, no usable source, or no terminal.
     """
+    stop = stopping.install()  # recorded only; the app polls it (observe.tui.app.TopApp.should_stop)
     ns = build_parser().parse_args(argv)
     source = make_source(ns)
     try:
@@ -156,5 +158,8 @@ def main(argv: list[str]) -> int:
         raise
     from observe.tui.app import make_app
 
-    make_app(source, interval=ns.interval).run()
+    if stop.signum is None:
+        make_app(source, interval=ns.interval, should_stop=stop.requested.is_set).run()
+    if stop.signum is not None:
+        stop.ignore_further()
     return 0

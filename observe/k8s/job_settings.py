@@ -108,6 +108,11 @@ class JobSettings:
         shm_size [SHM_SIZE]: size limit of the memory-backed ``/dev/shm`` (e.g. ``64Gi``).
         metrics_port [METRICS_PORT]: rank ``r`` serves ``/metrics`` on ``metrics_port + r``.
         trainer_args [TRAINER_ARGS]: further trainer flags (``--steps 5000 ...``).
+        command [COMMAND]: your own training program instead of our trainer: what torchrun runs,
+            a script in your image and its flags (``/app/train.py --lr 1e-4``) or ``-m package.module
+            ...``; the pods run it with zero-code instrumentation on (``FSDP_OBSERVE_INSTRUMENT=1``;
+            the image must have fsdp-observe installed). ``MODEL``, ``DATA``, ``SHARDING_STRATEGY``
+            and ``TRAINER_ARGS`` belong to our trainer and cannot be combined with it.
     """
 
     job_name: str = "fsdp"
@@ -132,6 +137,7 @@ class JobSettings:
     shm_size: str | None = None
     metrics_port: int = TRAINER_PORT_BASE
     trainer_args: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
 
     # --- derived values (valid after validate()) ------------------------------------------
 
@@ -210,6 +216,7 @@ class JobSettings:
             raise UserError("SHM_SIZE", f"{s.shm_size!r} is not a Kubernetes quantity", "write e.g. SHM_SIZE=64Gi")
         _in_range("METRICS_PORT", s.metrics_port, 1024, 65535 - s.ranks_per_node)
         _trainer_values(s.trainer_args)
+        _check_command(s.command)
         return s
 
     def trainer_config(self, run_id: str) -> TrainConfig:
@@ -256,6 +263,19 @@ def _check_model(model: str) -> None:
         return
     raise UserError("MODEL", f"{model!r} is neither a preset, an absolute path in the image, nor a hub id",
                       f"use one of {', '.join(PRESETS)}, /path/in/image, or org/name")
+
+
+#: Settings of our trainer that a job running the user's own COMMAND cannot use.
+TRAINER_ONLY_KEYS = ("MODEL", "DATA", "SHARDING_STRATEGY", "TRAINER_ARGS")
+#: Launchers COMMAND must not start with: the pod already runs torchrun.
+_LAUNCHERS = re.compile(r"(.*/)?(torchrun|python[0-9.]*|accelerate|deepspeed)")
+
+
+def _check_command(command: tuple[str, ...]) -> None:
+    if command and _LAUNCHERS.fullmatch(command[0]):
+        rest = " ".join(command[1:]) or "train.py"
+        raise UserError("COMMAND", f"starts with {command[0]!r}, but the pod already runs torchrun",
+                        f"write only what torchrun runs, e.g. COMMAND=\"{rest}\"")
 
 
 def _trainer_values(args: tuple[str, ...]) -> dict[str, Any]:
@@ -323,6 +343,11 @@ def settings_from_mapping(raw: dict[str, Any]) -> JobSettings:
             raise UserError(upper, "unknown setting", fix)
         name = _KEY_TO_FIELD[upper]
         values[name] = _coerce(_KEY_OF_FIELD[name], str(_FIELDS[name].type), value)
+    if values.get("command"):
+        given = [key for key in TRAINER_ONLY_KEYS if _KEY_TO_FIELD[key] in values]
+        if given:
+            raise UserError(given[0], "configures fsdp-observe's trainer, but COMMAND runs your own program",
+                            f"remove {given[0]} (pass your program's own flags in COMMAND)")
     return JobSettings(**values).validate()
 
 

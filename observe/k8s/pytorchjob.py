@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from observe.catalog import INSTRUMENT_ENV
 from observe.flags import to_argv
 from observe.k8s import names
 from observe.k8s.job_settings import JobSettings
@@ -66,15 +67,26 @@ SHOWN_TRAINER_SETTINGS = ("parallel.sharding_strategy", "metrics.port_base", "me
 
 def trainer_command(s: JobSettings, run_id: str) -> list[str]:
     """The pod's command: ``torchrun --no-python fsdp-observe-trainer`` with the flags of
-    ``s.trainer_config(run_id)`` (the job's settings, then ``TRAINER_ARGS``).
+    ``s.trainer_config(run_id)`` (the job's settings, then ``TRAINER_ARGS``), or torchrun over the
+    user's own ``COMMAND``.
 
     Rendezvous options are not on the command line: the operator passes them from
     ``elasticPolicy`` as ``PET_*`` variables, which torchrun reads as its defaults.
     """
+    if s.command:
+        return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", *s.command]
     cfg = s.trainer_config(run_id)
     shown = ("model.preset" if cfg.model.path is None else "model.path", *SHOWN_TRAINER_SETTINGS)
     return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", "--no-python", TRAINER_COMMAND,
             *to_argv(cfg, explicit=shown)]
+
+
+def instrumentation_env(s: JobSettings, run_id: str) -> list[tuple[str, str]]:
+    """What turns metrics on in a pod running the user's ``COMMAND``: the variable the installed
+    ``.pth`` reads, the port base the trainer PodMonitor scrapes (``metrics-<local_rank>``) and the
+    run id the pods are labelled with."""
+    return [(INSTRUMENT_ENV, "1"), ("FSDP_OBSERVE_PORT_BASE", str(s.metrics_port)),
+            ("FSDP_OBSERVE_RUN_ID", run_id)]
 
 
 def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
@@ -135,6 +147,8 @@ def _container(s: JobSettings, run_id: str) -> dict[str, Any]:
         {"name": names.NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         *({"name": k, "value": v} for k, v in BASE_ENV + (GPU_ENV if s.gpu_per_node else ())),
     ]
+    if s.command:  # the user's own program: zero-code instrumentation (observe.training.inject)
+        env += [{"name": k, "value": v} for k, v in instrumentation_env(s, run_id)]
     if s.hf_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": s.hf_token_secret, "key": s.hf_token_secret_key}}})

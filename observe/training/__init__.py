@@ -1,7 +1,32 @@
 """The training-metrics core: every per-step training number, for any FSDP run.
 
-Torch-free at import. ``collector`` turns host-side state into ``fsdp_train_*`` series at scrape
-time; ``window`` (log windows), ``phases`` (phases and goodput), ``flops`` (FLOPs per token, peak
-FLOP/s, MFU), ``histogram`` and ``server`` (the per-rank endpoint and its port rule) feed it.
-Nothing here imports the top-level ``trainer`` package: a user's own ``trainer.py`` may shadow it.
+``TrainingMetrics`` (``api``) is the public API, for a user's own loop and for every other
+entry point: the reference trainer, the Hugging Face callback (``hf``), the Lightning callback
+(``lightning``) and zero-code injection (``inject``, ``fsdp-observe run``). Beneath it:
+``collector`` turns host-side state into ``fsdp_train_*`` series at scrape time; ``window`` (log
+windows), ``phases`` (phases and goodput), ``flops`` (FLOPs per token, peak FLOP/s, MFU),
+``histogram``, ``tensors`` (device values read on log steps only), ``rankenv`` (labels from
+torchrun's environment) and ``server`` (the per-rank endpoint and its port rule).
+
+Torch-free at import. Nothing here imports the top-level ``trainer`` package: a user's own
+``trainer.py`` may shadow it. The exports load on first use (PEP 562), so the injector's
+start-up hook, which lives in this package, imports nothing but the standard library into
+every Python process.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from observe.training.api import Step, TrainingMetrics, WindowReport
+
+__all__ = ["Step", "TrainingMetrics", "WindowReport"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from observe.training import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

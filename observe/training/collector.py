@@ -58,22 +58,31 @@ class DeviceMemory:
 class TrainerMetrics(Collector):
     """Per-rank training state exported as ``fsdp_train_*`` series.
 
+    A value an entry point cannot know is ``None`` and its series is absent, never 0: planned
+    steps without a configured end, FLOPs per token without a model, labelled tokens and samples
+    before (or without) a counted batch, data wait without a watched data iterator, checkpoint
+    times where no checkpoint is watched (``tracks_checkpoints``).
+
     Args:
         labels: constant labels on every series: ``run_id``, ``rank``, ``local_rank``, ``node``
             and, on CUDA, ``gpu_uuid`` (``observe.catalog.TRAINER_LABELS``).
-        info: values of ``fsdp_train_info``'s extra labels (model, sharding_strategy, ...).
-        planned_steps: the step the run is configured to reach.
-        flops_per_token: model FLOPs per token (``observe.training.flops.flops_per_token``).
+        info: values of ``fsdp_train_info``'s extra labels (model, sharding_strategy, ...); may
+            be changed later (the next scrape shows the new set).
+        planned_steps: the step the run is configured to reach, or ``None``.
+        flops_per_token: model FLOPs per token (``observe.training.flops.flops_per_token``), or ``None``.
         peak_flops: the device's dense BF16 peak FLOP/s, or ``None`` (then MFU is absent).
         export_global: export the run-wide series (global tokens/s); rank 0 only.
         phases: the rank's ``PhaseClock`` (phase state series and seconds per phase).
         goodput: the run's ``Goodput`` (read at scrape time).
         restarts: torchrun's restart count of this worker group.
+        tracks_checkpoints: the entry point sees checkpoint saves and loads, so their histograms
+            are exported (empty until the first one) rather than absent.
     """
 
-    def __init__(self, labels: dict[str, str], info: dict[str, str], planned_steps: int,
-                 flops_per_token: int, peak_flops: float | None, export_global: bool,
-                 phases: PhaseClock | None = None, goodput: Goodput | None = None, restarts: int = 0) -> None:
+    def __init__(self, labels: dict[str, str], info: dict[str, str], planned_steps: int | None,
+                 flops_per_token: int | None, peak_flops: float | None, export_global: bool,
+                 phases: PhaseClock | None = None, goodput: Goodput | None = None, restarts: int = 0,
+                 tracks_checkpoints: bool = True) -> None:
         self.labels = dict(labels)
         self.info = dict(info)
         self.planned_steps = planned_steps
@@ -81,12 +90,12 @@ class TrainerMetrics(Collector):
         self.peak_flops = peak_flops
         self.export_global = export_global
         self.steps_total = 0
-        self.labelled_tokens_total = 0
-        self.samples_total = 0
+        self.labelled_tokens_total: int | None = None
+        self.samples_total: int | None = None
         self.step = 0
         self.last_step_timestamp: float | None = None
         self.step_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
-        self.data_wait_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
+        self.data_wait_seconds: Histogram | None = None
         self.learning_rate: float | None = None
         self.window: WindowStats | None = None
         self.loss: float | None = None
@@ -96,6 +105,8 @@ class TrainerMetrics(Collector):
         self.phases = phases
         self.goodput = goodput
         self.restarts = restarts
+        self.tracks_checkpoints = tracks_checkpoints
+        self.problems: dict[str, str] = {}
         self.checkpoint_save_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
         self.checkpoint_load_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
         self.last_checkpoint_step: int | None = None
@@ -106,20 +117,31 @@ class TrainerMetrics(Collector):
 
     # -- updates from the training loop (host values only) ------------------------------------
 
-    def on_step(self, step: int, step_seconds: float, data_wait_seconds: float,
-                labelled_tokens: int, samples: int, learning_rate: float) -> None:
-        """Record one completed optimizer step. Host floats and ints only."""
+    def on_step(self, step: int, step_seconds: float, data_wait_seconds: float | None,
+                labelled_tokens: int | None, samples: int | None, learning_rate: float | None) -> None:
+        """Record one completed optimizer step. Host floats and ints only; ``None`` = not known
+        for this step (the series stays absent until some step knows it)."""
         self.steps_total += 1
-        self.labelled_tokens_total += labelled_tokens
-        self.samples_total += samples
+        if labelled_tokens is not None:
+            self.add_labelled_tokens(labelled_tokens)
+        if samples is not None:
+            self.samples_total = (self.samples_total or 0) + samples
         self.step = step
         self.step_seconds.observe(step_seconds)
-        self.data_wait_seconds.observe(data_wait_seconds)
-        self.learning_rate = learning_rate
+        if data_wait_seconds is not None:
+            if self.data_wait_seconds is None:
+                self.data_wait_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
+            self.data_wait_seconds.observe(data_wait_seconds)
+        if learning_rate is not None:
+            self.learning_rate = learning_rate
         self.last_step_timestamp = time.time()
 
-    def on_window(self, window: WindowStats, loss: float, grad_norm: float | None,
-                  global_tokens_per_second: float, memory: DeviceMemory | None) -> None:
+    def add_labelled_tokens(self, tokens: int) -> None:
+        """Count labelled tokens that were known only later (read from the device on a log step)."""
+        self.labelled_tokens_total = (self.labelled_tokens_total or 0) + tokens
+
+    def on_window(self, window: WindowStats, loss: float | None, grad_norm: float | None,
+                  global_tokens_per_second: float | None, memory: DeviceMemory | None) -> None:
         """Record the figures of a closed log window (after the log step's all-reduce)."""
         self.window = window
         self.loss = loss
@@ -144,8 +166,9 @@ class TrainerMetrics(Collector):
 
     @property
     def mfu(self) -> float | None:
-        """MFU of the last window, or ``None`` (no window yet, or no known peak)."""
-        if self.window is None:
+        """MFU of the last window, or ``None`` (no window yet, no FLOPs per token, no token count,
+        or no known peak)."""
+        if self.window is None or self.flops_per_token is None or self.window.tokens_per_second is None:
             return None
         return mfu(self.flops_per_token, self.window.tokens_per_second, self.peak_flops)
 
@@ -173,19 +196,26 @@ class TrainerMetrics(Collector):
         info.add_metric(values + list(self.info.values()), 1)
         yield info
         yield self._counter(c.TRAIN_STEPS, self.steps_total)
-        yield self._counter(c.TRAIN_LABELLED_TOKENS, self.labelled_tokens_total)
-        yield self._counter(c.TRAIN_SAMPLES, self.samples_total)
+        if self.labelled_tokens_total is not None:
+            yield self._counter(c.TRAIN_LABELLED_TOKENS, self.labelled_tokens_total)
+        if self.samples_total is not None:
+            yield self._counter(c.TRAIN_SAMPLES, self.samples_total)
         yield self._histogram(c.TRAIN_STEP_SECONDS, self.step_seconds)
-        yield self._histogram(c.TRAIN_DATA_WAIT_SECONDS, self.data_wait_seconds)
+        if self.data_wait_seconds is not None:
+            yield self._histogram(c.TRAIN_DATA_WAIT_SECONDS, self.data_wait_seconds)
         yield self._gauge(c.TRAIN_STEP, self.step)
-        yield self._gauge(c.TRAIN_PLANNED_STEPS, self.planned_steps)
-        yield self._gauge(c.TRAIN_FLOPS_PER_TOKEN, self.flops_per_token)
         yield self._counter(c.TRAIN_RESTARTS, self.restarts)
-        yield self._histogram(c.TRAIN_CHECKPOINT_SAVE_SECONDS, self.checkpoint_save_seconds)
-        yield self._histogram(c.TRAIN_CHECKPOINT_LOAD_SECONDS, self.checkpoint_load_seconds)
+        saves, loads = self.checkpoint_save_seconds, self.checkpoint_load_seconds
+        if self.tracks_checkpoints or any(saves.counts) or any(loads.counts):
+            yield self._histogram(c.TRAIN_CHECKPOINT_SAVE_SECONDS, saves)
+            yield self._histogram(c.TRAIN_CHECKPOINT_LOAD_SECONDS, loads)
+        if self.problems:
+            yield self._problem_family()
         if self.phases is not None:
             yield from self._phase_families(self.phases)
         optional = {
+            c.TRAIN_PLANNED_STEPS: self.planned_steps,
+            c.TRAIN_FLOPS_PER_TOKEN: self.flops_per_token,
             c.TRAIN_LAST_STEP_TIMESTAMP: self.last_step_timestamp,
             c.TRAIN_LEARNING_RATE: self.learning_rate,
             c.TRAIN_LOSS: self.loss,
@@ -215,6 +245,13 @@ class TrainerMetrics(Collector):
                 yield self._gauge(metric, value)
         if self.memory is not None:
             yield self._counter(c.TRAIN_DEVICE_ALLOC_RETRIES, self.memory.alloc_retries)
+
+    def _problem_family(self) -> GaugeMetricFamily:
+        metric = c.TRAIN_INSTRUMENTATION_PROBLEM
+        family = GaugeMetricFamily(metric.name, metric.help, labels=list(self.labels) + ["problem"])
+        for problem in sorted(self.problems):
+            family.add_metric(list(self.labels.values()) + [problem], 1)
+        return family
 
     def _phase_families(self, phases: PhaseClock) -> Iterator:
         names, values = list(self.labels) + ["phase"], list(self.labels.values())

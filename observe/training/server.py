@@ -6,6 +6,9 @@ so every rank of a node has its own port and a PodMonitor can name them ``metric
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.registry import Collector
 
@@ -18,21 +21,36 @@ def rank_port(local_rank: int, port_base: int = TRAINER_PORT_BASE) -> int:
     return port_base + local_rank
 
 
-def serve(metrics: Collector, address: str, port: int, field: str = "--metrics-port") -> CollectorRegistry:
+@dataclass
+class Served:
+    """A running endpoint: the registry it serves and where."""
+
+    registry: CollectorRegistry
+    address: str
+    port: int
+    _httpd: Any
+
+    def shutdown(self) -> None:
+        """Stop serving and close the socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def serve(metrics: Collector, address: str, port: int, field: str = "--metrics-port") -> Served:
     """Serve ``metrics`` (and this process's CPU/RSS) as Prometheus text on ``address:port``.
 
     Uses a fresh ``CollectorRegistry`` (never the global one) and prometheus_client's threaded
-    HTTP server.
+    HTTP server on a daemon thread. Port 0 lets the kernel choose (``Served.port`` says which).
 
     Raises:
-        UserError: the port is taken or cannot be bound (flag ``--metrics-port``).
+        UserError: the port is taken (``PortInUseError``) or cannot be bound (naming ``field``).
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)
     ProcessCollector(registry=registry)
     try:
-        start_http_server(port, addr=address, registry=registry)
+        httpd, _ = start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
         raise bind_error(field, address, port, exc,
                          f"stop what holds it or pass {field} with a free base port") from None
-    return registry
+    return Served(registry, address, int(httpd.server_port), httpd)

@@ -25,14 +25,14 @@ class WindowStats:
     Attributes:
         steps: optimizer steps in the window (>= 1).
         seconds: wall time of the window.
-        data_wait_seconds: time spent waiting for batches within it.
-        labelled_tokens: labelled tokens this rank processed within it.
+        data_wait_seconds: time spent waiting for batches within it (``None``: not watched).
+        labelled_tokens: labelled tokens this rank processed within it (``None``: not counted).
     """
 
     steps: int
     seconds: float
-    data_wait_seconds: float
-    labelled_tokens: int
+    data_wait_seconds: float | None
+    labelled_tokens: int | None
 
     @property
     def step_seconds(self) -> float:
@@ -40,13 +40,17 @@ class WindowStats:
         return self.seconds / self.steps
 
     @property
-    def data_wait_ratio(self) -> float:
-        """Share of the window spent waiting for data, 0..1."""
+    def data_wait_ratio(self) -> float | None:
+        """Share of the window spent waiting for data, 0..1 (``None`` when not watched)."""
+        if self.data_wait_seconds is None:
+            return None
         return self.data_wait_seconds / self.seconds if self.seconds > 0 else 0.0
 
     @property
-    def tokens_per_second(self) -> float:
-        """This rank's labelled tokens per second over the window."""
+    def tokens_per_second(self) -> float | None:
+        """This rank's labelled tokens per second over the window (``None`` when not counted)."""
+        if self.labelled_tokens is None:
+            return None
         return self.labelled_tokens / self.seconds if self.seconds > 0 else 0.0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.app import App
@@ -27,6 +28,8 @@ SCREENS = Binding.Group("screens", compact=True)
 
 #: Refreshes after which the objects alive are frozen out of the garbage collector's sight.
 FREEZE_REFRESHES = 3
+#: How often the app looks at ``should_stop`` (seconds).
+STOP_POLL_SECONDS = 0.1
 
 
 class SnapshotReady(Message):
@@ -40,6 +43,8 @@ class TopApp(App):
         source: where data comes from (``observe.sources``).
         interval: seconds between refreshes; ``None`` adapts to the node count.
         poll: start the fan-in thread on mount (tests that feed snapshots by hand pass ``False``).
+        should_stop: polled every ``STOP_POLL_SECONDS``; when it returns True the app exits (a stop
+            signal recorded by ``observe.stopping``: the handler itself never touches the app).
     """
 
     CSS_PATH = Path(__file__).with_name("top.tcss")
@@ -56,8 +61,10 @@ class TopApp(App):
         Binding("4", "show('grid')", "grid", group=SCREENS),
     ]
 
-    def __init__(self, source: Source, interval: float | None = None, poll: bool = True) -> None:
+    def __init__(self, source: Source, interval: float | None = None, poll: bool = True,
+                 should_stop: Callable[[], bool] | None = None) -> None:
         super().__init__()
+        self.should_stop = should_stop
         self.source = source
         self.poll = poll
         self.poller = Poller(source, self._deliver, interval)
@@ -123,6 +130,12 @@ class TopApp(App):
         self.push_screen(ClusterScreen())
         if self.poll:
             self.poller.start()
+        if self.should_stop is not None:
+            self.set_interval(STOP_POLL_SECONDS, self._exit_if_asked)
+
+    def _exit_if_asked(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            self.exit()
 
     def on_unmount(self) -> None:
         if self.poll:
@@ -156,6 +169,7 @@ class TopApp(App):
             self.push_screen(GridScreen())
 
 
-def make_app(source: Source, interval: float | None = None, poll: bool = True) -> TopApp:
+def make_app(source: Source, interval: float | None = None, poll: bool = True,
+             should_stop: Callable[[], bool] | None = None) -> TopApp:
     """The ``fsdp-observe top`` application over ``source`` (see ``TopApp``)."""
-    return TopApp(source, interval=interval, poll=poll)
+    return TopApp(source, interval=interval, poll=poll, should_stop=should_stop)

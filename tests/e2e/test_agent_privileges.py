@@ -150,7 +150,7 @@ def test_a_non_root_user_would_do_with_an_ambient_capability(world_readable: Pat
 def test_the_measured_privileges_are_the_manifests() -> None:
     """The setpriv flags above are the DaemonSet's and the restricted component's securityContext."""
     from observe.k8s import names
-    from tests.k8s.kube_checks import kustomize
+    from tests.support.kube_checks import kustomize
 
     ds = next(o for o in kustomize(REPO / "daemonsets") if o["kind"] == "DaemonSet"
               and o["metadata"]["name"] == names.AGENT_NAME)

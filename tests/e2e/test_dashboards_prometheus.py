@@ -49,10 +49,12 @@ from observe.monitoring import dashboards, rules
 from observe.monitoring.settings import Settings
 from observe.ports import free_port, free_port_block
 from tests.support import dcgm_exposition as fixtures
+from tests.support import grafana_queries
 from tests.support.fake_nvml import FakeNvml
+from tests.support.grafana_queries import panel_queries, substitute
 from tests.support.processes import REPO, AgentProcess, wait_for
 from tests.support.replay import StaticServer, cuda_rank_exposition
-from trainer.runspec.launch import trainer_executable
+from trainer.runspec.launch import installed_script
 
 NODE, MIG_NODE = fixtures.NODE, fixtures.MIG_NODE
 DCGM_UUIDS = fixtures.TRAINING_UUIDS
@@ -182,7 +184,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
         trainer_log = tmp / "trainer.log"
         with open(trainer_log, "w") as log:
             trainer = subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", trainer_executable(),
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", installed_script(),
                  "--steps", "60", "--seq-len", "64", "--batch-size", "2", "--log-every", "2", "--warmup-steps", "2",
                  "--metrics-address", "127.0.0.1", "--metrics-port", str(base), "--metrics-linger", "600",
                  "--run-id", RUN_ID, "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", "30",
@@ -216,23 +218,8 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
 # --- the dashboards' own variables and queries ------------------------------------------------
 
 def variable_values(board: dict, span: float) -> dict[str, str]:
-    """Each variable as "All" (its allValue; this node for one without "All"), and Grafana's
-    built-in intervals for this range."""
-    values = {v["name"]: v.get("allValue", NODE) for v in board["templating"]["list"] if v["type"] == "query"}
-    rate_interval = max(STEP + SCRAPE, 4 * SCRAPE)  # Grafana: max($__interval + scrape, 4 x scrape)
-    values.update(__rate_interval=f"{rate_interval:g}s", __interval=f"{STEP:g}s", __range=f"{math.ceil(span)}s")
-    return values
-
-
-def substitute(expr: str, values: dict[str, str]) -> str:
-    """Grafana's interpolation of ``$name`` and ``${name}`` (``$1`` of label_replace is left alone)."""
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2), m.group(0)), expr)
-
-
-def panel_queries(board: dict) -> Iterator[tuple[str, dict]]:
-    for panel in board["panels"]:
-        for target in panel.get("targets", []):
-            yield f"{board['uid']} / {panel['title']} / {target['refId']}", target
+    """The dashboard's variables at "All" for this stack (node, step and scrape interval)."""
+    return grafana_queries.variable_values(board, span, NODE, STEP, SCRAPE)
 
 
 def finite_values(data: dict) -> list[float]:

@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.support.trainer_runs import FAST, events, losses, read_log, run_trainer
 from trainer.data import IGNORE_INDEX, BatchIterator, ByteTokenizer
-from trainer.runspec.launch import trainer_executable
+from trainer.runspec.launch import installed_script
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_weights_that_do_not_fit_the_config_are_one_line(checkpoint: Path, corpu
     config = json.loads((broken / "config.json").read_text())
     config["intermediate_size"] = 128
     (broken / "config.json").write_text(json.dumps(config))
-    proc = subprocess.run([trainer_executable(), "--model", str(broken), "--data", str(corpus),
+    proc = subprocess.run([installed_script(), "--model", str(broken), "--data", str(corpus),
                            "--steps", "1", "--metrics", "off"], capture_output=True, text=True, env=subprocess_env,
                           timeout=120)
     assert proc.returncode == 2, proc.stderr

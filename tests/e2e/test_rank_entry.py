@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainer.runspec.launch import trainer_executable
+from trainer.runspec.launch import installed_script
 
 SHADOW = "raise SystemExit('the trainer.py of the working directory ran')\n"
 
@@ -37,7 +37,7 @@ def test_a_rank_with_a_taken_port_exits_2_in_one_line(port_block, subprocess_env
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", port))
         holder.listen()
-        proc = subprocess.run([trainer_executable(), "--steps", "1", "--metrics-address", "127.0.0.1",
+        proc = subprocess.run([installed_script(), "--steps", "1", "--metrics-address", "127.0.0.1",
                                "--metrics-port", str(port)], capture_output=True, text=True,
                               env=subprocess_env, timeout=120)
     assert proc.returncode == 2, proc.stderr

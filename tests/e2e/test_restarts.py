@@ -176,13 +176,15 @@ def test_sigterm_saves_exits_within_grace_and_the_run_resumes_exactly(corpus: Pa
     assert "grace period" not in output and "terminate called" not in output
 
     records = read_log(tmp_path / "run.jsonl")
-    stopped = events(records, "sigterm")[0]["step"]
+    stop = events(records, "stop")[0]
+    stopped = stop["step"]
+    assert stop["signal"] == "SIGTERM"
     assert 7 <= stopped < STEPS
     assert f"SIGTERM: all ranks stop after step {stopped}" in output
     saved = newest_complete(tmp_path / "ckpt")
     assert saved == step_dir(tmp_path / "ckpt", stopped)
     assert TrainerState.read(saved).reason in ("sigterm", "periodic")  # periodic when it fell on a multiple of 5
-    assert events(records, "end")[0]["exit_status"] == 143
+    assert events(records, "end")[0]["exit_status"] == 143 and events(records, "end")[0]["stopped_by"] == "SIGTERM"
 
     proc = run_trainer(args, subprocess_env)
     assert proc.returncode == 0, proc.stdout[-4000:]

@@ -23,7 +23,7 @@ from observe.monitoring.queries import scaling_queries
 from observe.scaling.cluster import find_window
 from observe.sources.prometheus import PrometheusAPI
 from tests.support.processes import wait_for
-from trainer.runspec.launch import trainer_executable
+from trainer.runspec.launch import installed_script
 
 STEPS, SEQ, BATCH, WARMUP = 60, 128, 4, 3
 RUNS = {"scale-a": 1, "scale-b": 2}
@@ -56,7 +56,7 @@ def prometheus(tmp_path: Path, port_block):
 
 
 def start_run(run_id: str, ranks: int, port: int, env: dict[str, str], tmp_path: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "--no-python", trainer_executable(),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "--no-python", installed_script(),
            "--steps", str(STEPS), "--log-every", "5", "--seq-len", str(SEQ), "--batch-size", str(BATCH),
            "--metrics-address", "127.0.0.1", "--metrics-port", str(port), "--metrics-linger", "3",
            "--run-id", run_id]

@@ -12,7 +12,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from observe import catalog as c
-from trainer.runspec.launch import trainer_executable
+from trainer.runspec.launch import installed_script
 
 REQUIRED = [c.TRAIN_INFO, c.TRAIN_STEPS, c.TRAIN_LABELLED_TOKENS, c.TRAIN_SAMPLES, c.TRAIN_STEP_SECONDS,
             c.TRAIN_DATA_WAIT_SECONDS, c.TRAIN_STEP, c.TRAIN_LAST_STEP_TIMESTAMP, c.TRAIN_WINDOW_STEP_SECONDS,
@@ -28,7 +28,7 @@ def scrape(url: str) -> dict[str, list]:
 def test_two_rank_run_trains_and_exports(tmp_path: Path, port_block, subprocess_env) -> None:
     base = port_block(2)
     log_json = tmp_path / "run.jsonl"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", trainer_executable(),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", installed_script(),
            "--steps", "40", "--log-every", "5", "--seq-len", "128", "--batch-size", "4", "--lr", "3e-3",
            "--metrics-address", "127.0.0.1", "--metrics-port", str(base), "--metrics-linger", "4",
            "--log-json", str(log_json), "--run-id", "e2e-run"]

@@ -27,6 +27,8 @@
  *   proc GPU PID BYTES                              a compute process
  *   sample GPU PID TIMESTAMP SM MEM                 a process utilisation sample
  *   xid GPU CODE                                    an XID event, delivered once per file load
+ *   sleep_ms N                                      every device call first sleeps N ms, as a driver
+ *                                                   call stuck in the kernel would (sleep_ms@N: GPU N)
  *
  * Build: gcc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c
  * Leave a function out with -DOMIT_<function name>, as an old driver would.
@@ -131,6 +133,16 @@ static int gpu_count(void) {
     return n > MAX_GPUS ? MAX_GPUS : (int)n;
 }
 
+/* sleep_ms: hold the calling thread in C (GIL released by ctypes) for that long. */
+static void stall(int gpu) {
+    const char *v = setting("sleep_ms", gpu);
+    long ms = v ? strtol(v, NULL, 0) : 0;
+    if (ms > 0) {
+        struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+        while (nanosleep(&ts, &ts) != 0) {}
+    }
+}
+
 static int is_mig(int gpu) { const char *v = setting("mig", gpu); return v && atoi(v) == 1; }
 
 static void sleep_for(int gpu) {
@@ -152,6 +164,7 @@ static unsigned long long bus_of(int gpu) {
     load(); \
     if (!(dev) || (dev)->index < 0 || (dev)->index >= gpu_count()) return INVALID_ARGUMENT; \
     sleep_for((dev)->index); \
+    stall((dev)->index); \
     if (is_lost((dev)->index)) return GPU_IS_LOST; \
     const int gpu = (dev)->index; (void)gpu
 

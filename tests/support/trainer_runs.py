@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.runspec.launch import trainer_executable
+from trainer.runspec.launch import installed_script
 
 #: Small, fast settings shared by the multi-process trainer tests (tiny preset, 2 x 64 tokens).
 FAST = ["--seq-len", "64", "--batch-size", "2", "--lr", "3e-3", "--warmup-steps", "2", "--log-every", "1"]
@@ -20,7 +20,7 @@ def torchrun_cmd(trainer_args: list[str], nproc: int = 2, rdzv: list[str] | None
     """``python -m torch.distributed.run ... --no-python fsdp-observe-trainer ARGS`` (standalone c10d unless ``rdzv``)."""
     launch = rdzv if rdzv is not None else ["--standalone"]
     return [sys.executable, "-m", "torch.distributed.run", *launch, f"--nproc-per-node={nproc}",
-            f"--max-restarts={max_restarts}", "--no-python", trainer_executable(), *trainer_args]
+            f"--max-restarts={max_restarts}", "--no-python", installed_script(), *trainer_args]
 
 
 def run_trainer(trainer_args: list[str], env: dict[str, str], nproc: int = 2, timeout: float = 240,

@@ -64,7 +64,7 @@ def test_unknown_command_is_a_usage_error(capsys) -> None:
     result = run_cli(["frobnicate"], capsys)
     assert result.status == 2
     assert result.stderr == ("error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, "
-                             "demo, job, scaling, top, train\n")
+                             "demo, job, run, scaling, top, train\n")
 
 
 @pytest.mark.parametrize("argv, line", [

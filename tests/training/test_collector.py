@@ -92,7 +92,7 @@ def test_served_over_http_and_a_taken_port_is_a_config_error(port_block) -> None
 
 
 def test_every_trainer_metric_follows_the_naming_rules() -> None:
-    assert c.TRAIN_INFO.labels == tuple(INFO)
+    assert c.TRAIN_INFO.labels == (*INFO, "instrumentation", "loss_source", "grad_norm_source", "tokens_source")
     for metric in c.TRAINER_METRICS:
         assert metric.name.startswith("fsdp_train_")
         assert (metric.kind == "counter") == metric.name.endswith("_total")

@@ -95,7 +95,7 @@ class TrainerState:
         run_started: Unix time at which the run's first attempt started (goodput's wall clock).
         productive_seconds: step time of the steps up to ``step`` (goodput's numerator); steps
             done after this checkpoint by an attempt that then failed are not in it.
-        reason: why it was saved: ``periodic``, ``final`` or ``sigterm``.
+        reason: why it was saved: ``periodic``, ``final``, ``sigterm`` or ``sigint`` (a stop on that signal).
         saved_at: Unix time of the save.
         save_seconds: how long the DCP save took.
         files: name -> size in bytes of every file the save wrote (``trainer.json`` aside), as

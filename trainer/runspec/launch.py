@@ -111,35 +111,44 @@ def check_not_finished(cfg: TrainConfig) -> None:
                           f"pass --steps above {step} to continue it, or --resume never to start over")
 
 
-def torchrun_command(cfg: TrainConfig, nproc_per_node: int, max_restarts: int = 0) -> list[str]:
+#: The console script of ``trainer.launcher``: torchrun (the same flags) whose stop on SIGTERM or
+#: SIGINT is one line and exits with the ranks' status (143 / 130) instead of a traceback and 1.
+#: ``fsdp-observe train`` and ``demo`` start the ranks through it.
+QUIET_TORCHRUN = "fsdp-observe-torchrun"
+
+
+def torchrun_command(cfg: TrainConfig, nproc_per_node: int, max_restarts: int = 0, quiet: bool = False) -> list[str]:
     """The command line of a single-node torchrun (c10d rendezvous on a free local port) over
     the ``fsdp-observe-trainer`` console script with ``cfg.to_argv()``.
 
     ``max_restarts``: torchrun restarts the whole worker group this often after a rank fails
-    (the ranks then resume from the newest complete checkpoint).
+    (the ranks then resume from the newest complete checkpoint). ``quiet``: run torchrun through
+    ``QUIET_TORCHRUN`` (``trainer.launcher``), as ``fsdp-observe train`` and ``demo`` do. Both are
+    console scripts, so a ``trainer.py`` in the working directory cannot shadow them.
 
     Raises:
-        UserError: the console script is not installed (``trainer_executable``).
+        UserError: a console script is not installed (``installed_script``).
     """
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}", "--no-python",
-            trainer_executable(), *cfg.to_argv()]
+    torchrun = [installed_script(QUIET_TORCHRUN)] if quiet else [sys.executable, "-m", "torch.distributed.run"]
+    return [*torchrun, "--standalone", f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}",
+            "--no-python", installed_script(TRAINER_COMMAND), *cfg.to_argv()]
 
 
-def trainer_executable() -> str:
-    """The path of the ``fsdp-observe-trainer`` console script: the one installed beside this
-    Python (``sys.executable``'s folder, as pip installs it into a virtualenv), else on PATH.
+def installed_script(name: str = TRAINER_COMMAND) -> str:
+    """The path of one of the project's console scripts (``fsdp-observe-trainer`` by default): the
+    one installed beside this Python (``sys.executable``'s folder, as pip installs it into a
+    virtualenv), else on PATH.
 
     Raises:
         UserError: neither exists (the project is not installed with pip).
     """
-    beside = Path(sys.executable).parent / TRAINER_COMMAND
+    beside = Path(sys.executable).parent / name
     if os.access(beside, os.X_OK):
         return str(beside)
-    found = shutil.which(TRAINER_COMMAND)
+    found = shutil.which(name)
     if found is None:
-        raise UserError(TRAINER_COMMAND, f"the rank's command is not installed (not beside {sys.executable}, "
-                        "not on PATH)", "pip install -e '.[trainer]' in this environment")
+        raise UserError(name, f"the command is not installed (not beside {sys.executable}, not on PATH)",
+                        "pip install -e '.[trainer]' in this environment")
     return found
 
 

@@ -1,0 +1,168 @@
+"""A Hugging Face ``TrainerCallback`` that feeds fsdp-observe's per-step series.
+
+    from observe.training.hf import FsdpObserveCallback
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[FsdpObserveCallback()])
+
+or no code at all: under ``fsdp-observe run`` (or with ``FSDP_OBSERVE_INSTRUMENT=1`` and the
+package installed) the injector appends this callback to every ``Trainer``.
+
+What it reads, on every rank (Hugging Face calls callbacks on every process):
+
+- ``on_train_begin``: ``state.max_steps`` (planned steps), the model (FLOPs per token once a
+  batch's length is known), and it serves the rank's endpoint;
+- ``on_step_end``: one optimizer step (``state.global_step``) and its wall time, measured from
+  the previous step's end, so it includes the data fetch; and the phase that follows:
+  ``validating`` when ``control.should_evaluate``, then ``checkpointing`` when
+  ``control.should_save`` (``DefaultFlowCallback`` set them just before this callback runs);
+- ``on_optimizer_step``: the learning rate of the step (before the scheduler moves it);
+- ``on_log`` (at ``logging_steps``): ``loss``, ``grad_norm``, ``learning_rate``; and
+  ``num_input_tokens_seen`` when the user enabled ``include_num_input_tokens_seen`` (this
+  callback never enables it: it costs a gather and a device sync per micro-batch). Hugging
+  Face's logged ``loss`` is the mean over ranks of each rank's mean micro-batch loss since the
+  last log, **not token-weighted** (``loss_source="hf_logged"``); the same value on every rank.
+- ``on_evaluate``: ``eval_loss`` as the validation loss (Hugging Face's mean over evaluation
+  batches); ``on_save``: the checkpoint's time, since the phase began.
+
+Without the injector, the data wait is the gap between a step's end (or the last log, evaluation
+or save) and the next ``on_step_begin``, in which Hugging Face fetches the next batches; tokens
+come only from ``num_input_tokens_seen`` (input tokens, divided by the world size:
+``tokens_source="hf_input_tokens"``). Under the injector the DataLoader hook gives both exactly
+(``tokens_source="labels"``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+
+from observe.training import session
+from observe.training.api import TrainingMetrics
+from observe.training.inject import bootstrap
+
+__all__ = ["FsdpObserveCallback"]
+
+
+class FsdpObserveCallback(TrainerCallback):
+    """Feeds the rank's ``TrainingMetrics`` (``instrumentation="hf"``) from Trainer events.
+
+    Args:
+        **metrics_kwargs: passed to ``TrainingMetrics`` (``port_base``, ``run_id``, ``info`` ...).
+    """
+
+    def __init__(self, **metrics_kwargs: Any) -> None:
+        self.metrics_kwargs = metrics_kwargs
+        self.metrics: TrainingMetrics | None = None
+        self._last_event = time.perf_counter()
+        self._tokens_seen: float | None = None
+        self._phase_started: float | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        """Serve the rank's endpoint; planned steps from ``state.max_steps``."""
+        current = session.current()
+        if current is not None and current.instrumentation == "hf" and not current.closed:
+            self.metrics = current
+        else:
+            self.metrics = TrainingMetrics(planned_steps=state.max_steps or None, model=model,
+                                           log_every=_log_every(args, state), instrumentation="hf",
+                                           **self.metrics_kwargs)
+        self.metrics.windows_at_log_steps = False  # windows end at on_log, as Hugging Face's do
+        self.metrics.step_index = int(state.global_step or 0)
+        self._last_event = time.perf_counter()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """A step starts; without the injector, the gap since the last event is its data wait."""
+        m = self.metrics
+        if m is None:
+            return
+        now = time.perf_counter()
+        if bootstrap.hooks_installed:
+            m.begin_step(self._last_event)
+        else:
+            m.record_batch(None, self._last_event, now, count=False)
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
+        """The learning rate this step used."""
+        m = self.metrics
+        if m is not None and optimizer is not None:
+            m.read_learning_rate(optimizer)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """One optimizer step done; enter the phase Hugging Face does next."""
+        m = self.metrics
+        if m is None:
+            return
+        now = time.perf_counter()
+        m.end_step(now)
+        self._last_event = now
+        if control.should_evaluate:
+            self._enter(m, "validating")
+        elif control.should_save:
+            self._enter(m, "checkpointing")
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """A training log: the window's loss, gradient norm, learning rate (and input tokens)."""
+        m = self.metrics
+        self._last_event = time.perf_counter()
+        if m is None or not logs or "loss" not in logs:
+            return
+        seen, tokens = logs.get("num_input_tokens_seen"), None
+        if seen is not None and not bootstrap.hooks_installed:  # global input tokens: this rank's share
+            before = self._tokens_seen or 0.0
+            self._tokens_seen = float(seen)
+            tokens = int(round((float(seen) - before) / max(1, m.rank_env.world_size)))
+        m.set_info(loss_source="hf_logged")
+        if logs.get("grad_norm") is not None:
+            m.set_info(grad_norm_source="hf_logged")
+        m.record_window(loss=float(logs["loss"]), grad_norm=_float(logs.get("grad_norm")),
+                        learning_rate=_float(logs.get("learning_rate")), tokens=tokens,
+                        tokens_source="hf_input_tokens")
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None,
+                    **kwargs: Any) -> None:
+        """The validation loss; then checkpointing if a save follows, else back to training."""
+        m = self.metrics
+        if m is None:
+            return
+        if metrics and metrics.get("eval_loss") is not None:
+            m.validation(float(metrics["eval_loss"]))
+        if control.should_save:
+            self._enter(m, "checkpointing")
+        else:
+            self._enter(m, "training")
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """A checkpoint was written: its time since the checkpointing phase began."""
+        m = self.metrics
+        if m is None:
+            return
+        now = time.perf_counter()
+        if m.phases.current == "checkpointing" and self._phase_started is not None:
+            m.checkpoint_saved(now - self._phase_started, step=int(state.global_step))
+        self._enter(m, "training")
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Close the last window and enter ``finished``; the endpoint lingers until the process
+        ends (under the injector) or for ``linger_seconds`` now (explicit use)."""
+        m = self.metrics
+        if m is not None:
+            m.training_ended()
+
+    def _enter(self, m: TrainingMetrics, phase: str) -> None:
+        if m.phases.current != phase:
+            m.enter_phase(phase)
+        self._phase_started = time.perf_counter()
+        self._last_event = self._phase_started
+
+
+def _log_every(args: Any, state: Any) -> int:
+    """Hugging Face's ``logging_steps`` as a step count (a float below 1 is a share of max_steps)."""
+    steps = getattr(args, "logging_steps", 500) or 500
+    if isinstance(steps, float) and steps < 1:
+        return max(1, int(steps * (state.max_steps or 0)))
+    return max(1, int(steps))
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)

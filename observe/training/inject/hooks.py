@@ -1,0 +1,249 @@
+"""The injector's hooks into torch, installed once the program has imported torch.
+
+What they capture for any PyTorch loop, without its help:
+
+- **optimizer steps and step time**: ``torch.optim``'s global step hooks
+  (``register_optimizer_step_post_hook``). Steps are counted per optimizer and the run's step
+  is the highest count, so gradient accumulation (one ``step()`` per several micro-batches),
+  several optimizers, and a container optimizer that is itself an ``Optimizer`` (its inner
+  optimizers fire too) all count right. An optimizer whose ``__init__`` skips
+  ``Optimizer.__init__`` (accelerate's wrapper) fires through the optimizer it wraps.
+- **learning rate** of the optimizer that drives the count, read in the pre-hook;
+- **data wait, samples and labelled tokens**: ``next()`` on any ``torch.utils.data.DataLoader``
+  iterator, timed, its batch counted on the host (``observe.training.tensors.count_batch``);
+- **loss** (heuristic, ``loss_source="backward_heuristic"``): the one-element tensors passed to
+  ``torch.autograd.backward`` (what ``loss.backward()`` calls) during one step, summed on their
+  device. Right when the loop scales micro-batch losses by 1/accumulation before ``backward()``
+  (Hugging Face, Lightning, most loops); off by the loss scale under fp16 ``GradScaler``;
+- **gradient norm** (heuristic, ``grad_norm_source="clip_grad_norm_heuristic"``): the value
+  ``torch.nn.utils.clip_grad_norm_`` returned in the step; absent when the loop does not clip;
+- **phase**: ``loading_weights`` (or ``restarting``) until the first step, ``training`` after it,
+  ``finished`` at exit; **CUDA memory** on log steps (host-side allocator counters).
+
+The endpoint is created at the first optimizer step (``TrainingMetrics``, ``instrumentation="auto"``),
+so a process that never steps never binds; at exit it lingers for a final scrape. When another
+entry point drives the steps (the Hugging Face or Lightning callback, a ``TrainingMetrics`` of the
+script's own), these hooks feed it only what it asks for (``Driver.accepts``). None of them reads a
+device value: tensors are kept and read on log steps.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+import weakref
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from observe.training import session
+from observe.training.inject import bootstrap
+from observe.training.tensors import Accumulator, count_batch, is_tensor
+
+#: What each entry point lets these hooks feed: ``steps`` (step count, time, loss, learning rate),
+#: ``data_wait`` (DataLoader wait), ``tokens`` (samples and labelled tokens of the DataLoader's
+#: batches: these run one batch ahead of training where a framework prefetches, so Lightning
+#: counts the batch it trains on itself), ``grad_norm`` (what ``clip_grad_norm_`` returned).
+ACCEPTS: dict[str, frozenset[str]] = {
+    "auto": frozenset({"steps", "data_wait", "tokens", "grad_norm"}),
+    "hf": frozenset({"data_wait", "tokens"}),
+    "lightning": frozenset({"data_wait", "grad_norm"}),
+}
+#: Phases in which fetched batches are not the training step's (an evaluation loop's).
+_NOT_TRAINING = ("validating", "checkpointing", "finished")
+
+
+class AutoState:
+    """Per-process state of the hooks: step counts per optimizer and the open step's values."""
+
+    def __init__(self) -> None:
+        self.counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.steps = 0
+        self.loss = Accumulator()
+        self.grad_norm: Any = None
+        self.learning_rate: Any = None
+        self.first_activity: float | None = None
+        #: batches fetched before the first step made the endpoint: (counts, started, ended)
+        self.pending: list[tuple[Any, float, float]] = []
+
+    def accepts(self, what: str) -> Any:
+        """The process's ``TrainingMetrics`` if it takes ``what`` from these hooks, else ``None``."""
+        m = session.current()
+        if m is None:
+            return None
+        return m if what in ACCEPTS.get(m.instrumentation, frozenset()) else None
+
+    # -- optimizer -----------------------------------------------------------------------------
+
+    def pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Global step pre-hook: the learning rate of the step that will move the count."""
+        if self.counts.get(optimizer, 0) + 1 > self.steps:
+            groups = getattr(optimizer, "param_groups", None)
+            if groups:
+                self.learning_rate = groups[0].get("lr")
+
+    def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Global step post-hook: count; when the highest count moves, one run step is done."""
+        count = self.counts.get(optimizer, 0) + 1
+        self.counts[optimizer] = count
+        if count <= self.steps:
+            return
+        self.steps = count
+        m = session.current()
+        if m is None:
+            m = make_metrics()
+            if self.first_activity is not None:
+                m.begin_step(self.first_activity)
+        if "steps" not in ACCEPTS.get(m.instrumentation, frozenset()):
+            self._forget_step()
+            return
+        if not self.loss.empty:
+            m.add_loss(self.loss.device if self.loss.device is not None else self.loss.host)
+            if m.collector.info.get("loss_source") != "backward_heuristic":
+                m.set_info(loss_source="backward_heuristic")
+        if self.grad_norm is not None:
+            m.set_grad_norm(self.grad_norm, "clip_grad_norm_heuristic")
+        if self.learning_rate is not None:
+            m.record_learning_rate(self.learning_rate)
+        self._forget_step()
+        m.end_step()
+
+    def _forget_step(self) -> None:
+        self.loss.reset()
+        self.grad_norm, self.first_activity = None, None
+
+    # -- backward, clipping, data ------------------------------------------------------------
+
+    def on_backward(self, tensors: Any) -> None:
+        """Sum the one-element floating tensors passed to ``backward`` (no read)."""
+        items = tensors if isinstance(tensors, (tuple, list)) else (tensors,)
+        for t in items:
+            if is_tensor(t) and t.numel() == 1 and t.is_floating_point():
+                self.loss.add(t)
+        if self.first_activity is None:
+            self.first_activity = time.perf_counter()
+
+    def on_clip(self, norm: Any) -> None:
+        """Keep what ``clip_grad_norm_`` returned for the open step (or give it to a driver that
+        takes grad norms and drives its own steps)."""
+        self.grad_norm = norm
+        m = self.accepts("grad_norm")
+        if m is not None and m.instrumentation != "auto":
+            m.set_grad_norm(norm, "clip_grad_norm_heuristic")
+
+    def on_batch(self, batch: Any, started: float, ended: float) -> None:
+        """One DataLoader batch: its wait and counts go to the open step."""
+        if self.first_activity is None or started < self.first_activity:
+            self.first_activity = started
+        m = self.accepts("data_wait")
+        if m is None:
+            if session.current() is None:  # before the first step: counts kept until the endpoint exists
+                self.pending.append((count_batch(batch), started, ended))
+            return
+        if m.phases.current in _NOT_TRAINING:
+            return
+        m.record_batch(batch, started, ended, count="tokens" in ACCEPTS[m.instrumentation])
+
+
+STATE = AutoState()
+
+
+def make_metrics() -> Any:
+    """The process's endpoint, created at its first optimizer step (``instrumentation="auto"``),
+    given what was fetched before it; closed (lingering) at exit."""
+    from observe.training.api import TrainingMetrics
+
+    m = TrainingMetrics(instrumentation="auto")
+    for counts, started, ended in STATE.pending:
+        m.record_batch(None, started, ended, counts=counts)
+    STATE.pending.clear()
+    return m
+
+
+def _close_at_exit() -> None:
+    m = session.current()
+    if m is not None:
+        m.close()
+
+
+# -- installation --------------------------------------------------------------------------------
+
+def install(torch: ModuleType) -> None:
+    """Install every hook into the imported ``torch`` (idempotent)."""
+    if bootstrap.hooks_installed:
+        return
+    bootstrap.hooks_installed = True
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from torch.utils.data import dataloader
+
+    register_optimizer_step_pre_hook(STATE.pre_step)
+    register_optimizer_step_post_hook(STATE.post_step)
+    _wrap(torch.autograd, "backward", _backward_wrapper)
+    clip = _clip_wrapper(torch.nn.utils.clip_grad_norm_)
+    torch.nn.utils.clip_grad_norm_ = clip
+    torch.nn.utils.clip_grad.clip_grad_norm_ = clip
+    base = dataloader._BaseDataLoaderIter
+    base.__next__ = _next_wrapper(base.__next__)  # type: ignore[method-assign]
+    atexit.register(_close_at_exit)
+
+
+def _wrap(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+    setattr(owner, name, make(getattr(owner, name)))
+
+
+def _backward_wrapper(original: Any) -> Any:
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        STATE.on_backward(tensors)
+        return original(tensors, *args, **kwargs)
+
+    # Not wrapped in torch.compiler.disable: that imports torch._dynamo (seconds) into every process
+    # that imports torch. backward() is called outside compiled regions (dynamo graph-breaks on it).
+    backward.__wrapped__ = original  # type: ignore[attr-defined]
+    backward.__doc__ = original.__doc__
+    return backward
+
+
+def _clip_wrapper(original: Any) -> Any:
+    def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
+        norm = original(*args, **kwargs)
+        STATE.on_clip(norm)
+        return norm
+
+    clip_grad_norm_.__wrapped__ = original  # type: ignore[attr-defined]
+    clip_grad_norm_.__doc__ = original.__doc__
+    return clip_grad_norm_
+
+
+def _next_wrapper(original: Any) -> Any:
+    def timed_next(self: Any) -> Any:
+        started = time.perf_counter()
+        batch = original(self)
+        STATE.on_batch(batch, started, time.perf_counter())
+        return batch
+
+    timed_next.__name__ = timed_next.__qualname__ = "__next__"
+    timed_next.__wrapped__ = original  # type: ignore[attr-defined]
+    return timed_next
+
+
+def attach_hf(trainer_module: ModuleType) -> None:
+    """Append the Hugging Face callback to ``transformers.trainer.DEFAULT_CALLBACKS`` (a private
+    list every ``Trainer`` starts from); where it is missing, add it in ``Trainer.__init__``; where
+    neither exists, do nothing (the torch hooks still count the steps)."""
+    from observe.training.hf import FsdpObserveCallback
+
+    defaults = getattr(trainer_module, "DEFAULT_CALLBACKS", None)
+    if isinstance(defaults, list):
+        if FsdpObserveCallback not in defaults:
+            defaults.append(FsdpObserveCallback)
+        return
+    trainer_cls = getattr(trainer_module, "Trainer", None)
+    init = getattr(trainer_cls, "__init__", None)
+    if trainer_cls is None or init is None or not hasattr(trainer_cls, "add_callback"):
+        return
+
+    def init_with_callback(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.add_callback(FsdpObserveCallback)
+
+    trainer_cls.__init__ = init_with_callback

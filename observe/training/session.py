@@ -1,0 +1,37 @@
+"""The one ``TrainingMetrics`` of this process, so entry points that meet in one process share it.
+
+Zero-code injection, the Hugging Face and Lightning callbacks and a user's own ``TrainingMetrics``
+may all be active in one rank (``fsdp-observe run`` appends the Hugging Face callback, say). They
+feed one collector and one endpoint: the first that drives steps registers it here and the
+others find it. An explicit ``TrainingMetrics`` or a callback replaces one that injection made
+on its own (``instrumentation`` ``auto``). Standard library only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+_current: Any = None
+
+
+def current() -> Any:
+    """The process's ``TrainingMetrics``, or ``None``."""
+    return _current
+
+
+def register(metrics: Any) -> Any:
+    """Make ``metrics`` the process's; return the one it replaced (``None`` if none)."""
+    global _current
+    with _lock:
+        previous, _current = _current, metrics
+    return previous
+
+
+def unregister(metrics: Any) -> None:
+    """Forget ``metrics`` if it is still the process's (after ``close``)."""
+    global _current
+    with _lock:
+        if _current is metrics:
+            _current = None
