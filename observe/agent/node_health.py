@@ -33,7 +33,9 @@ a repair stays cleared.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -41,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
+
+import httpx
 
 from observe.model import NodeHealth, XidEvent
 from observe.xid import SEVERITY_ACTION, lookup
@@ -160,6 +164,7 @@ class NodeHealthReporter:
         self._written_tick = 0  # the tick of the latest condition write
         self._condition_due = False  # a critical XID came since the condition was last checked
         self._taint_due = False  # a reboot-class XID came since the taint was last checked
+        self._earlier: tuple[str, list[str]] | None = None  # what a run before a restart named, unrepaired
         self._logged: set[str] = set()
         self._state = NodeHealth(condition_type=CONDITION_TYPE if condition else "",
                                  taint_key=TAINT_KEY if taint else "")
@@ -301,8 +306,8 @@ class NodeHealthReporter:
             return
         ours = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION_TYPE),
                     None)
-        earlier = None
         if ours is None or ours.get("status") != "True":
+            self._earlier = None
             if self._reported:  # a person cleared what this agent wrote: what it named is repaired,
                 for key in [k for k, tick in self._seen.items() if tick <= self._written_tick]:
                     self._faults.pop(key, None)  # unless its XID came again since
@@ -316,8 +321,8 @@ class NodeHealthReporter:
                 self._condition_due = False  # the same fault again: the condition says it already
                 return
             if not self._reported:  # set by this agent before a restart, still unrepaired: keep it in
-                earlier = _parse(ours)
-        reason, message = self._compose(earlier)
+                self._earlier = _parse(ours)
+        reason, message = self._compose(self._earlier)
         now = _now()
         condition = {"type": CONDITION_TYPE, "status": "True", "reason": reason, "message": message,
                      "lastHeartbeatTime": now}
@@ -386,59 +391,83 @@ class NodeHealthReporter:
             self._state = dataclasses.replace(self._state, **changes, updated_unix=time.time())
 
 
+#: Where a pod finds the API server and its service-account credentials
+#: (https://kubernetes.io/docs/tasks/run-application/access-api-from-pod/).
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+class NoApiServer(Exception):
+    """Neither ``--kube-api`` nor the pod's ``KUBERNETES_SERVICE_HOST`` says where the API server is."""
+
+
 class KubeNodeApi:
-    """``NodeApi`` through the official ``kubernetes`` client, credentials as kubectl finds them
-    (``observe.k8s.kubeconfig``: a kubeconfig, else the pod's service account).
+    """``NodeApi`` over HTTPS with ``httpx`` (a base dependency: the slim agent image carries no
+    Kubernetes client), authenticated by a bearer token read from ``token_file`` at every call
+    (the kubelet rotates bound service-account tokens).
+
+    Args:
+        server: the API server's URL; default ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``.
+        token_file: default the pod's service-account token. ca_file: the CA bundle that signs the
+            API server's certificate; default the pod's (``ca.crt``).
+        timeout: seconds for one call.
 
     Raises:
+        NoApiServer: from the constructor, outside a pod without ``server``.
         ApiFailure: from each call, with the HTTP status and the API server's message.
     """
 
-    def __init__(self, kubeconfig: str | None = None, timeout: float = 10.0) -> None:
-        from kubernetes import client
-
-        from observe.k8s.kubeconfig import load
-
-        cfg, _ = load(kubeconfig)
-        self._core = client.CoreV1Api(client.ApiClient(cfg))
+    def __init__(self, server: str | None = None, token_file: str | None = None, ca_file: str | None = None,
+                 timeout: float = 10.0) -> None:
+        if server is None:
+            host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            if not host:
+                raise NoApiServer("not in a pod (no KUBERNETES_SERVICE_HOST) and no --kube-api")
+            server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+        self.server = server.rstrip("/")
+        self.token_file = token_file or f"{SERVICE_ACCOUNT}/token"
+        ca = ca_file or f"{SERVICE_ACCOUNT}/ca.crt"
+        self._verify: str | bool = ca if os.path.exists(ca) else True
         self._timeout = timeout
 
-    def _call(self, call: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        import json
-
-        import urllib3
-        from kubernetes.client.exceptions import ApiException
-
+    def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
+        call = f"{method} {path.removeprefix('/api/v1/')}"
         try:
-            return fn(*args, _request_timeout=self._timeout, **kwargs)
-        except ApiException as exc:
-            try:
-                message = json.loads(exc.body or "{}").get("message") or exc.reason
-            except ValueError:
-                message = exc.reason
-            raise ApiFailure(int(exc.status or 0), f"{exc.status} {exc.reason}: {message}", call) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            with open(self.token_file, encoding="ascii") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            raise ApiFailure(0, f"cannot read the token {self.token_file} ({exc.strerror})", call) from None
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            response = httpx.request(method, self.server + path, headers=headers, timeout=self._timeout,
+                                     content=None if body is None else json.dumps(body), verify=self._verify)
+        except httpx.HTTPError as exc:
             raise ApiFailure(0, f"no answer from the API server ({type(exc).__name__})", call) from None
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("message") or response.reason_phrase
+            except ValueError:
+                message = response.text.strip()[:200] or response.reason_phrase
+            raise ApiFailure(response.status_code, f"{response.status_code} {response.reason_phrase}: {message}",
+                             call)
+        try:
+            return response.json()
+        except ValueError:
+            raise ApiFailure(response.status_code, "the answer is not JSON", call) from None
 
     def patch_status(self, node: str, body: dict[str, Any]) -> None:
         """Strategic-merge PATCH of the node's status."""
-        self._call(f"PATCH nodes/{node}/status", self._core.patch_node_status, node, body,
-                   _content_type="application/strategic-merge-patch+json")
+        self._call("PATCH", f"/api/v1/nodes/{node}/status", body, "application/strategic-merge-patch+json")
 
     def read(self, node: str) -> dict[str, Any]:
         """The node as JSON."""
-        import json
-
-        response = self._call(f"GET nodes/{node}", self._core.read_node, node, _preload_content=False)  # no models
-        return dict(json.loads(response.data))
+        return dict(self._call("GET", f"/api/v1/nodes/{node}"))
 
     def read_status(self, node: str) -> dict[str, Any]:
         """The node as JSON, through its status subresource (``get`` on ``nodes/status``)."""
-        import json
-
-        response = self._call(f"GET nodes/{node}/status", self._core.read_node_status, node, _preload_content=False)
-        return dict(json.loads(response.data))
+        return dict(self._call("GET", f"/api/v1/nodes/{node}/status"))
 
     def json_patch(self, node: str, ops: list[dict[str, Any]]) -> None:
         """JSON PATCH of the node."""
-        self._call(f"PATCH nodes/{node}", self._core.patch_node, node, ops, _content_type="application/json-patch+json")
+        self._call("PATCH", f"/api/v1/nodes/{node}", ops, "application/json-patch+json")

@@ -68,8 +68,8 @@ class Settings:
         state_dir: where the XID cursor and counts are kept across restarts
             (``observe.agent.xid_cursor``); ``None`` keeps nothing.
         node_condition, node_taint: write GPU health on the Kubernetes Node
-            (``observe.agent.node_health``); kubeconfig: the credentials for it (``None``: the
-            pod's service account, else kubectl's search).
+            (``observe.agent.node_health``); kube_api, kube_token_file, kube_ca_file: where the API
+            server is and the credentials for it (``None``: the pod's service account).
     """
 
     node: str
@@ -84,7 +84,9 @@ class Settings:
     state_dir: str | None = None
     node_condition: bool = False
     node_taint: bool = False
-    kubeconfig: str | None = None
+    kube_api: str | None = None
+    kube_token_file: str | None = None
+    kube_ca_file: str | None = None
 
 
 def own_usage() -> tuple[float | None, int | None]:
@@ -146,8 +148,9 @@ class Sampler:
         self._by_bus: dict[str, GpuInfo] = {}
         self.health: NodeHealthReporter | None = None
         if settings.node_condition or settings.node_taint:
-            self.health = NodeHealthReporter(settings.node, KubeNodeApi(settings.kubeconfig), settings.node_condition,
-                                             settings.node_taint, gpu_of=self._gpu_of)
+            api = KubeNodeApi(settings.kube_api, settings.kube_token_file, settings.kube_ca_file)
+            self.health = NodeHealthReporter(settings.node, api, settings.node_condition, settings.node_taint,
+                                             gpu_of=self._gpu_of)
             self.xids.listeners.append(self.health.offer)
         self.errors: Counter[str] = Counter()
         self._once = OnceLog(log, self.errors)

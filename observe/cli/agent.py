@@ -70,9 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--node-taint", action="store_true", default=_env_flag("FSDP_OBSERVE_NODE_TAINT"),
                     help=f"taint the node {TAINT_KEY}=NodeReboot:NoSchedule on a reboot-class XID (needs --state-dir "
                          "and get/patch on nodes; default $FSDP_OBSERVE_NODE_TAINT, else off)")
-    ap.add_argument("--kubeconfig", metavar="FILE",
-                    help="credentials for --node-condition/--node-taint (default: the pod's service account, "
-                         "else $KUBECONFIG or ~/.kube/config)")
+    ap.add_argument("--kube-api", metavar="URL",
+                    help="the Kubernetes API server for --node-condition/--node-taint (default: the pod's, "
+                         "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+    ap.add_argument("--kube-token-file", metavar="FILE",
+                    help="bearer token for it, read at every call (default: the pod's service-account token)")
+    ap.add_argument("--kube-ca-file", metavar="FILE",
+                    help="CA bundle of its certificate (default: the pod's service-account ca.crt)")
     ap.add_argument("--max-processes", type=int, default=100, metavar="N",
                     help="processes kept in /snapshot, busiest first (default 100; the full count is always reported)")
     ap.add_argument("--process-series", type=int, default=20, metavar="N",
@@ -90,23 +94,24 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _check_kube_credentials(kubeconfig: str | None) -> None:
-    """Fail at start-up, not on the first XID, when no credentials can be found.
+def _check_kube_credentials(ns: argparse.Namespace) -> None:
+    """Fail at start-up, not on the first XID, when the API server or its token cannot be found.
 
     Raises:
-        UserError: no kubeconfig and not in a pod (named as ``fsdp-observe job`` names it).
+        UserError: outside a pod without ``--kube-api``, or an unreadable token file.
     """
-    from kubernetes.config.config_exception import ConfigException
-
-    from observe.k8s.kubeconfig import explain, load
+    from observe.agent.node_health import KubeNodeApi, NoApiServer
 
     try:
-        load(kubeconfig)
-    except (ConfigException, OSError, ValueError) as exc:
-        field, problem, fix = explain(exc, kubeconfig, None)
-        raise UserError("--node-condition/--node-taint", f"{field}: {problem}",
-                        f"{fix}; in a pod, mount the service-account token (daemonsets/components/node-condition)"
+        api = KubeNodeApi(ns.kube_api, ns.kube_token_file, ns.kube_ca_file)
+    except NoApiServer as exc:
+        raise UserError("--kube-api", str(exc), "run the agent in a pod with its service-account token "
+                        "(daemonsets/components/node-condition), or pass --kube-api URL and --kube-token-file FILE"
                         ) from None
+    if not os.access(api.token_file, os.R_OK):
+        raise UserError("--kube-token-file", f"cannot read {api.token_file}",
+                        "mount the service-account token (automountServiceAccountToken: true, as the node-health "
+                        "components do) or pass a readable --kube-token-file")
 
 
 def validate(ns: argparse.Namespace) -> None:
@@ -145,7 +150,7 @@ def validate(ns: argparse.Namespace) -> None:
                         "needs --state-dir (without it a restarted agent re-reads old XIDs and sets again what a "
                         "person cleared after the repair)", "pass --state-dir DIR")
     if ns.node_condition or ns.node_taint:
-        _check_kube_credentials(ns.kubeconfig)
+        _check_kube_credentials(ns)
     if ns.state_dir is not None:
         try:
             os.makedirs(ns.state_dir, exist_ok=True)
@@ -186,7 +191,7 @@ def main(argv: list[str]) -> int:
                         kernel_log_source=ns.kernel_log_source, max_processes=ns.max_processes,
                         interval_seconds=ns.interval, nvml_timeout_seconds=ns.nvml_timeout, version=_version(),
                         state_dir=ns.state_dir, node_condition=ns.node_condition, node_taint=ns.node_taint,
-                        kubeconfig=ns.kubeconfig)
+                        kube_api=ns.kube_api, kube_token_file=ns.kube_token_file, kube_ca_file=ns.kube_ca_file)
     try:
         agent = Agent(settings, ns.address, ns.port, ns.process_series, ns.command_label)
     except OSError as exc:

@@ -1,6 +1,6 @@
 """A real agent process sets the node condition and taint through the recorded-API test server, once.
 
-``python -m observe.cli agent --node-condition --node-taint --state-dir ... --kubeconfig ...`` on
+``python -m observe.cli agent --node-condition --node-taint --state-dir ... --kube-api ...`` on
 the stand-in NVML follows a kernel-log file; the API server is ``tests/support/fake_apiserver.py``
 (recorded Node bodies over real HTTP; no API server runs here). A GPU falls off the bus: one
 condition write and one taint; the same XID again and an agent restart write nothing more (the
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY
-from tests.support.fake_apiserver import RecordedAPIServer, Reply, write_kubeconfig
+from tests.support.fake_apiserver import TOKEN, RecordedAPIServer, Reply
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import AgentProcess, wait_for
 
@@ -43,8 +43,10 @@ def test_an_xid_79_sets_the_condition_and_the_taint_once_across_a_restart(native
     nvml.set("gpus 2")
     log = tmp_path / "kern.log"
     log.write_text("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06\n")
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
     flags = ["--interval", "0.2", "--node", NODE, "--kernel-log", str(log), "--state-dir", str(tmp_path / "state"),
-             "--node-condition", "--node-taint", "--kubeconfig", str(write_kubeconfig(tmp_path / "kc", server.url))]
+             "--node-condition", "--node-taint", "--kube-api", server.url, "--kube-token-file", str(token)]
     agent = AgentProcess(flags, nvml.env(), tmp_path)
     try:
         wait_for(lambda: len(agent.snapshot()["gpus"]) == 2, what="the GPUs")
@@ -92,3 +94,15 @@ def test_node_health_without_a_state_dir_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr == (
         "error: --node-condition: needs --state-dir (without it a restarted agent re-reads old XIDs and sets again "
         "what a person cleared after the repair); pass --state-dir DIR\n")
+
+
+def test_node_health_outside_a_pod_is_one_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    done = subprocess.run([sys.executable, "-m", "observe.cli", "agent", "--node-taint", "--port", "0",
+                           "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2 and done.stderr.startswith(
+        "error: --kube-api: not in a pod (no KUBERNETES_SERVICE_HOST) and no --kube-api; run the agent in a pod")

@@ -1,7 +1,9 @@
 """The node condition and taint, written by the real ``kubernetes`` client to the recorded-API test server.
 
-The server (``fake_apiserver.py``, the one test double here: no API server runs where the tests
-run) answers with recorded Node and Status bodies and keeps every request, so these tests check
+The agent's own HTTP client (httpx: the slim agent image has no Kubernetes client) talks to the
+recorded-API test server (``tests/support/fake_apiserver.py``, the one test double here: no API
+server runs where the tests run), which answers with recorded Node and Status bodies and keeps
+every request, so these tests check
 the exact PATCH bodies and content types, that a second XID writes nothing new, and that a
 refused call is one log line, not a stop.
 """
@@ -17,7 +19,7 @@ import pytest
 from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY, KubeNodeApi, NodeHealthReporter
 from observe.model import XidEvent
 from observe.xid import REBOOT, RESET_GPU, lookup
-from tests.support.fake_apiserver import RecordedAPIServer, Reply
+from tests.support.fake_apiserver import TOKEN, RecordedAPIServer, Reply
 from tests.support.processes import wait_for
 
 NODE = "gpu-node-1"
@@ -64,14 +66,22 @@ CLEAR = " Clear this condition after the repair (docs/alerting.md)."
 
 
 @pytest.fixture
-def reporter(api_server, kubeconfig):
+def token(tmp_path) -> str:
+    """A token file holding the recorded server's bearer token, as a pod's service-account token."""
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def reporter(api_server, token):
     """``reporter(routes, condition=..., taint=...)``: a started reporter against a recorded server."""
     made: list[NodeHealthReporter] = []
 
     def make(server_routes: dict, condition: bool = True, taint: bool = False) -> tuple[NodeHealthReporter,
                                                                                           RecordedAPIServer]:
         server = api_server(server_routes)
-        r = NodeHealthReporter(NODE, KubeNodeApi(kubeconfig(server.url)), condition, taint,
+        r = NodeHealthReporter(NODE, KubeNodeApi(server.url, token_file=token), condition, taint,
                                gpu_of=lambda bus: GPUS.get(bus or "", (None, None)), retry_seconds=0.5)
         r.start()
         made.append(r)
@@ -158,10 +168,17 @@ def test_a_condition_set_before_a_restart_is_kept_in_and_never_downgraded(report
     r.offer(xid_event(48, "0000:10:00"))
     wait_for(lambda: patches(server, STATUS), what="the PATCH")
     (condition,) = written(server)
+    condition = dict(condition)
     assert "lastTransitionTime" not in condition
     assert (condition["reason"], condition["message"]) == (
         "NodeReboot", f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}; XID 79 (GPU has fallen off the bus) on "
                       f"{GPU1}. Action: {REBOOT}{CLEAR}")
+    server.routes[("GET", STATUS)] = with_condition(condition)
+    r.offer(xid_event(74, "0000:10:00"))  # a later write still names what the earlier run did
+    wait_for(lambda: len(patches(server, STATUS)) == 2, what="the second PATCH")
+    assert written(server)[1]["message"] == (
+        f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}; XID 74 (NVLink error) on {GPU0}; XID 79 (GPU has "
+        f"fallen off the bus) on {GPU1}. Action: {REBOOT}{CLEAR}")
 
 
 def test_a_reboot_class_xid_taints_the_node_keeping_its_other_taints(reporter) -> None:
@@ -233,8 +250,8 @@ def test_rbac_denial_is_one_log_line_and_the_agent_goes_on(reporter, caplog: pyt
     assert r.state().status == "" and r.state().error.startswith("GET nodes/gpu-node-1 failed: 403")
 
 
-def test_an_unreachable_api_server_is_counted_not_raised(kubeconfig) -> None:
-    r = NodeHealthReporter(NODE, KubeNodeApi(kubeconfig("http://127.0.0.1:9")), condition=True, taint=False,
+def test_an_unreachable_api_server_is_counted_not_raised(token) -> None:
+    r = NodeHealthReporter(NODE, KubeNodeApi("http://127.0.0.1:9", token_file=token), condition=True, taint=False,
                            retry_seconds=60)
     r.start()
     try:
@@ -243,3 +260,28 @@ def test_an_unreachable_api_server_is_counted_not_raised(kubeconfig) -> None:
         assert r.state().error.startswith(f"GET nodes/{NODE}/status failed: no answer from the API server")
     finally:
         r.stop()
+
+
+def test_the_token_is_read_at_every_call(reporter, token) -> None:
+    """Bound service-account tokens rotate: a changed file is used from the next call on."""
+    from pathlib import Path
+
+    r, server = reporter(routes())
+    Path(token).write_text("rotated-token\n")
+    r.offer(xid_event(48, "0000:10:00"))
+    wait_for(lambda: r.error_counts().get("node_condition_failed"), what="the refusal")
+    assert server.requests[-1].authorization == "Bearer rotated-token"
+    assert r.state().error.startswith(f"GET nodes/{NODE}/status failed: 401 Unauthorized: Unauthorized")
+
+
+def test_outside_a_pod_without_an_address_is_refused(monkeypatch) -> None:
+    import pytest as _pytest
+
+    from observe.agent.node_health import NoApiServer
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with _pytest.raises(NoApiServer, match="no KUBERNETES_SERVICE_HOST"):
+        KubeNodeApi()
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    assert KubeNodeApi().server == "https://[fd00::1]:6443"
