@@ -114,12 +114,16 @@ def run_once(kind: str, instrumented: bool, steps: int, folder: Path, model_dir:
     if instrumented:
         scraper.start()
     try:
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        __file__, "--worker", kind, "--steps", str(steps), "--record", str(record),
-                        "--model-dir", str(model_dir)], env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                               __file__, "--worker", kind, "--steps", str(steps), "--record", str(record),
+                               "--model-dir", str(model_dir)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
     finally:
         stop.set()
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.splitlines()[-15:])
+        raise SystemExit(f"the {kind} run ({'with' if instrumented else 'without'} metrics) exited "
+                         f"{proc.returncode}; its last lines:\n{tail}")
     return median_step(record)
 
 
