@@ -12,7 +12,6 @@ training stream skips it and the validation stream is made of those documents on
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.runspec.corpus import read_documents
+from trainer.runspec.corpus import is_held_out, read_documents
 
 #: Target value of positions that carry no label (torch's ``cross_entropy`` default).
 IGNORE_INDEX = -100
@@ -87,18 +86,6 @@ def count_labelled_tokens(targets: np.ndarray | torch.Tensor) -> int:
 
 class EmptyStream(ValueError):
     """A whole pass over the corpus yielded no token (every document empty or held out)."""
-
-
-def is_held_out(text: str, fraction: float) -> bool:
-    """Whether a document belongs to the held-out (validation) split.
-
-    The first 8 bytes of the BLAKE2b digest of its UTF-8 text, read as a fraction of 2**64, fall
-    below ``fraction``: the split depends on the text only, not on file order, epoch or world size.
-    """
-    if fraction <= 0:
-        return False
-    digest = hashlib.blake2b(text.encode("utf-8", errors="replace"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") < fraction * 2**64
 
 
 def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int | None = None,

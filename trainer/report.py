@@ -19,7 +19,7 @@ from observe import stopping
 from observe.training.flops import peak_flops
 from observe.training.window import WindowStats
 from trainer import distributed
-from trainer.runspec.config import TrainConfig
+from trainer.runspec.config import DEFAULT_LINGER_SECONDS, TrainConfig
 
 
 def format_duration(seconds: float) -> str:
@@ -174,6 +174,17 @@ class Reporter:
                         f"(sha256 {', '.join(sorted({d[:12] for d in weights_sha256}))})")
         if self.json is not None:
             self.json.close()
+
+    def lingering(self, scrapers: int) -> None:
+        """Say that rank 0 keeps serving /metrics for a final scrape (``scrapers`` waited for; 0: a
+        fixed ``--metrics-linger``)."""
+        linger = self.cfg.metrics.linger_seconds
+        if scrapers:
+            who = "its scraper has" if scrapers == 1 else f"its {scrapers} scrapers have"
+            self._print(f"serving /metrics until {who} scraped the end once more (at most "
+                        f"{DEFAULT_LINGER_SECONDS:g} s; --metrics-linger 0 skips this)")
+        else:
+            self._print(f"serving /metrics for {linger or 0:g} s more (--metrics-linger)")
 
     def _print(self, line: str) -> None:
         if self.bar is not None:

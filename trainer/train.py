@@ -172,6 +172,7 @@ class Trainer:
         metrics = TrainingMetrics(
             planned_steps=cfg.steps, model=model, seq_len=cfg.data.seq_len, log_every=cfg.metrics.log_every,
             global_loss=True, run_id=self.run_id, port_base=cfg.metrics.port_base, address=cfg.metrics.address,
+            linger_seconds=cfg.metrics.linger_seconds,
             serve=cfg.metrics.enabled, port_fallback=False, port_setting="--metrics-port", phase=phase,
             device=rt.device,
             instrumentation="trainer", on_window=self._report_window,
@@ -307,7 +308,7 @@ class Trainer:
         if self.reporter is not None:
             self.reporter.finish(self.position.step, self.step_times, self.goodput.ratio(),
                                  self.phases.seconds(), memory, status, digests, stopped_by)
-        self.metrics.close(linger_seconds=0 if status in STOP_EXIT_STATUSES else self.cfg.metrics.linger_seconds,
-                           sleep=self.stop.sleep)
+        self.metrics.close(linger_seconds=0 if status in STOP_EXIT_STATUSES else None, sleep=self.stop.sleep,
+                           on_wait=None if self.reporter is None else self.reporter.lingering)
         distributed.shutdown()
         return status

@@ -145,8 +145,10 @@ class TrainingMetrics:
             exporting ``fsdp_train_instrumentation_problem{problem="port_taken"}`` (default);
             ``False`` raises ``PortInUseError`` instead, naming ``port_setting``.
         port_setting: the setting a bind error names (default ``FSDP_OBSERVE_PORT_BASE``).
-        linger_seconds: how long ``close`` keeps serving (default ``FSDP_OBSERVE_LINGER_SECONDS``,
-            else 20 s, a bit more than the trainer PodMonitor's 15 s interval).
+        linger_seconds: how long ``close`` keeps serving after the last step (default
+            ``FSDP_OBSERVE_LINGER_SECONDS``); without either, until every scraper seen in the last
+            20 s (a bit more than the trainer PodMonitor's 15 s interval) has scraped once more, at
+            most 20 s (``observe.training.server``).
         phase: the phase the process is in now (default ``loading_weights``, or ``restarting``
             after a torchrun restart); its time is counted from the process start.
         device: device of the window all-reduce (default: that of the loss tensors given).
@@ -172,6 +174,9 @@ class TrainingMetrics:
         self.instrumentation = instrumentation
         self.log_every = max(1, log_every or env_int(LOG_EVERY_ENV, DEFAULT_LOG_EVERY))
         self.global_loss = global_loss
+        #: The linger at ``close``: a fixed time when given (argument or ``FSDP_OBSERVE_LINGER_SECONDS``),
+        #: else until every recent scraper scraped once more, at most ``DEFAULT_LINGER_SECONDS``.
+        self.linger_until_scraped = linger_seconds is None and os.environ.get(LINGER_ENV) is None
         self.linger_seconds = env_float(LINGER_ENV, DEFAULT_LINGER_SECONDS) if linger_seconds is None \
             else linger_seconds
         self.run_id = resolve_run_id(run_id, env)
@@ -218,6 +223,9 @@ class TrainingMetrics:
         self._grad_norm: Any = None
         self._learning_rate: Any = None
         self._closed = False
+        #: How the linger at ``close`` ended (``observe.training.server.Served.linger``), ``None``
+        #: when there was none.
+        self.linger_outcome: str | None = None
         self._checkpoint_recorded = False
         #: ``end_step`` closes the window on log steps; an entry point whose framework reduces
         #: its own windows (Hugging Face's ``on_log``) turns this off and calls ``record_window``.
@@ -569,9 +577,15 @@ class TrainingMetrics:
         if not bootstrap.hooks_installed:
             self.close()
 
-    def close(self, linger_seconds: float | None = None, sleep: Callable[[float], Any] = time.sleep) -> None:
-        """Close the last window, enter ``finished``, keep serving ``linger_seconds`` (default: the
-        constructor's) for a final scrape, then stop serving. Idempotent."""
+    def close(self, linger_seconds: float | None = None, sleep: Callable[[float], Any] = time.sleep,
+              on_wait: Callable[[int], None] | None = None) -> None:
+        """Close the last window, enter ``finished``, keep serving for the final scrapes, then stop
+        serving. Idempotent.
+
+        The linger (``observe.training.server.Served.linger``): the constructor's, or a fixed
+        ``linger_seconds`` given here. ``sleep`` waits between looks (a true result ends it);
+        ``on_wait`` is called with the number of scrapers waited for before a wait.
+        """
         if self._closed:
             return
         self._closed = True
@@ -580,11 +594,13 @@ class TrainingMetrics:
         except Exception:  # noqa: BLE001 - e.g. a process group already destroyed: keep what we have
             log.debug("last window not read", exc_info=True)
         self.phases.enter("finished")
+        ended = time.monotonic()
         if self._hook is not None:
             self._hook.remove()
         linger = self.linger_seconds if linger_seconds is None else linger_seconds
+        until_scraped = self.linger_until_scraped and linger_seconds is None
         if self.served is not None and linger > 0 and self.step_index > 0:
-            sleep(linger)
+            self.linger_outcome = self.served.linger(ended, linger, until_scraped, sleep, on_wait=on_wait)
         if self.served is not None:
             self.served.shutdown()
         session.unregister(self)

@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 
 from observe.supervise import catches, running
-from tests.support.trainer_runs import FAST, events, read_log
 from tests.support.processes import REPO
 from tests.support.stop_stress import descendants, kill_quietly, rank_processes
+from tests.support.trainer_runs import FAST, events, read_log
 from trainer.runspec.checkpoint_files import newest_complete, step_dir
 
 #: The ranks' --sigterm-grace: start-up on a loaded 2-core machine can take 10 s, and a signal during it

@@ -230,7 +230,8 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
         if saved.get(key) != have:
             raise UserError(flag, f"checkpoint {path.name} was written with {key} {saved.get(key)!r}, this run "
                               f"has {have!r}, so it cannot continue exactly",
-                              "use the checkpoint's value, or --resume never to start over")
+                            f"use the checkpoint's value ({saved.get(key)!r}) to continue that run, or a new "
+                            "--checkpoint-dir to start another")
 
 
 def resolve_resume(checkpoint_dir: str | None, resume: str,
