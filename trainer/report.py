@@ -86,11 +86,12 @@ class Reporter:
         """Log one closed window."""
         per_device = global_tps / self.rt.world_size
         mfu = None if self.peak is None else self.fpt * (stats.tokens_per_second or 0.0) / self.peak
-        eta = (self.cfg.steps - step) * stats.step_seconds
+        steady = stats.steady_step_seconds  # the process's first step (warm-up) left out
+        eta = "n/a" if steady is None else format_duration((self.cfg.steps - step) * steady)
         self._print(f"step {step:>6}/{self.cfg.steps} | loss {loss:7.4f} | tokens/s {global_tps:,.0f} "
                     f"({per_device:,.0f}/rank) | MFU {_percent(mfu)} | "
                     f"step {stats.step_seconds * 1000:.1f} ms | data {_percent(stats.data_wait_ratio)} | "
-                    f"goodput {_percent(goodput)} | ETA {format_duration(eta)}")
+                    f"goodput {_percent(goodput)} | ETA {eta}")
         self._emit({"event": "window", "step": step, "window_steps": stats.steps, "loss": loss,
                     "global_tokens_per_second": global_tps, "tokens_per_second": stats.tokens_per_second,
                     "mfu": mfu, "step_seconds": stats.step_seconds, "data_wait_ratio": stats.data_wait_ratio,

@@ -36,7 +36,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from observe import catalog as c
@@ -213,7 +213,9 @@ class TrainingMetrics:
         self._batch_tokens: Accumulator | None = None
         self._loss_tokens: Accumulator | None = None
         self._window_started: float | None = None
+        self._first_step_ended: float | None = None  # the process's first step, until its window closes
         self._window_steps = 0
+        self._steps_run = 0  # steps of this process (step_index continues a resumed run's count)
         self._window_data_wait: float | None = None
         self._window_tokens = Accumulator()
         self._window_tokens_known = False
@@ -384,6 +386,9 @@ class TrainingMetrics:
             self._window_started = started
         if self.phases.current in ("loading_weights", "restarting"):
             self.phases.enter("training")
+        if self._steps_run == 0:
+            self._first_step_ended = now
+        self._steps_run += 1
         self.step_index += 1
         seconds = max(0.0, now - started)
         self.goodput.add_step(seconds)
@@ -425,6 +430,10 @@ class TrainingMetrics:
                 self.collector.add_labelled_tokens(extra)
             tokens = int(self._window_tokens.host) + extra
         stats = WindowStats(self._window_steps, seconds, self._window_data_wait, tokens)
+        if self._first_step_ended is not None:  # the window holds the process's first step (warm-up)
+            started = self._window_started if self._window_started is not None else self._first_step_ended
+            stats = replace(stats, warmup_steps=1, warmup_seconds=max(0.0, self._first_step_ended - started))
+            self._first_step_ended = None
         has_loss = not (self._loss_sum.empty and self._loss_weight.empty)
         global_tps = None
         if self.global_loss:
