@@ -184,10 +184,13 @@ class DirectSource:
         agents: node agents (base URLs; ``/snapshot`` is added).
         trainers: trainer ranks (``/metrics`` is added when missing).
         concurrency: requests in flight at most. timeout: seconds per request.
+        run_id: follow this run only: an endpoint that answers with another run's series (another
+            process on the port) is an error line, never shown as the run.
     """
 
     def __init__(self, agents: list[Endpoint], trainers: list[Endpoint], concurrency: int = 64,
-                 timeout: float = 1.5) -> None:
+                 timeout: float = 1.5, run_id: str | None = None) -> None:
+        self.run_id = run_id
         self.fetcher = HttpFetcher(concurrency=concurrency, timeout=timeout)
         self._nodes: dict[str, NodeStatus] = {}
         self._ranks: dict[str, list[RankStatus]] = {}
@@ -279,6 +282,12 @@ class DirectSource:
             ranks = ranks_from_samples(parse_exposition(body.decode("utf-8", "replace")), url, time.time())
             if not ranks:
                 raise FetchError("malformed", "no fsdp_train_* series with a rank label")
+            if self.run_id is not None:
+                others = sorted({r.run_id for r in ranks} - {self.run_id})
+                ranks = [r for r in ranks if r.run_id == self.run_id]
+                if not ranks:
+                    raise FetchError("malformed", f"answers for run {others[0]!r}, not {self.run_id!r}: another "
+                                                  "process holds this port")
         except asyncio.CancelledError:
             self._mark_ranks(url, "slow", "no answer before the refresh deadline")
             raise
