@@ -87,3 +87,29 @@ def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, 
             proc.wait()
         fleet.close()
         os.close(main)
+
+
+def test_a_finished_run_is_shown_finished_with_its_final_figures(subprocess_env) -> None:
+    """D5: the ranks stopped serving the moment the last step ended, so the TUI froze at 199/200 with
+    the step-180 loss and 'unreachable'. Now they serve until the TUI scraped the end once more."""
+    main, child, env = _terminal(subprocess_env)
+    proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "demo", "--steps", "30", "--log-every", "10",
+                             "--agent-port", "0"], stdin=child, stdout=child, stderr=child, env=env,
+                            start_new_session=True)
+    os.close(child)
+    try:
+        read_until(main, r"Cluster .*1 agent, 2 trainer endpoints", 60)
+        os.write(main, b"2")  # the Run screen
+        shown = read_until(main, r"Step\s+30 / 30 .*ETA done", 240)
+        read_until(main, r"finished", 30)
+        os.write(main, b"q")
+        summary = read_until(main, r"JSON log\s+\S+", 60)
+        assert proc.wait(timeout=60) == 0
+        last_loss = re.search(r"loss, last window\s+(\d+\.\d+) \(to step 30\)", summary)
+        assert last_loss and last_loss.group(1) in shown  # the TUI showed the final window's loss
+        assert "unreachable" not in shown.rsplit("30 / 30", 1)[-1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
