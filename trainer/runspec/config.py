@@ -32,6 +32,7 @@ from trainer.runspec.checkpoint_files import (
 )
 from trainer.runspec.corpus import check_enough_text, check_jsonl_text, resolve_data_files
 from trainer.runspec.presets import PRESETS
+from trainer.runspec.weights import check_model_dir
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 MIXED_PRECISION = ("fp32", "bf16", "pure-bf16")
@@ -353,12 +354,40 @@ class TrainConfig:
         })
 
     def validate(self, world_size: int | None = None, local_world_size: int | None = None) -> list[Path]:
-        """Check every setting; return the resolved data files.
+        """Check every setting and the files it names; return the resolved data files.
 
         Args:
             world_size, local_world_size: the ranks in the run and per node, when known (the
                 launcher knows them before torchrun starts; a rank reads them from torchrun).
-                The mesh layout and a resume's world size are checked only when given.
+                The mesh layout, the corpus size and a resume's world size are checked only when given.
+
+        Raises:
+            UserError: naming the first flag at fault and how to fix it.
+        """
+        self.check_settings(world_size, local_world_size)
+        m, d, o, x = self.model, self.data, self.optim, self.metrics
+        if m.path is not None:
+            check_model_dir(Path(m.path))
+        if m.tokenizer is not None and not Path(m.tokenizer).exists():
+            raise UserError("--tokenizer", f"{m.tokenizer!r} does not exist",
+                              "pass a local Hugging Face tokenizer directory, or omit it for bytes")
+        if x.log_json is not None:
+            _appendable_file(Path(x.log_json), "--log-json")
+        if self.checkpoint.dir is not None:
+            _writable_dir(Path(self.checkpoint.dir))
+        files = resolve_data_files(d.paths)
+        for path in files:
+            if path.suffix == ".jsonl":
+                check_jsonl_text(path)
+        if world_size is not None:
+            check_enough_text(files, world_size, d.batch_size, o.grad_accum_steps, d.seq_len,
+                              self.validation.fraction if self.validation.every else 0.0)
+        self._validate_resume(files, world_size)
+        return files
+
+    def check_settings(self, world_size: int | None = None, local_world_size: int | None = None) -> None:
+        """The checks of ``validate`` that read no file of this machine: what ``fsdp-observe job render``
+        can check for ranks that run elsewhere (their model, data and checkpoint paths are in the pod).
 
         Raises:
             UserError: naming the first flag at fault and how to fix it.
@@ -369,20 +398,6 @@ class TrainConfig:
             raise UserError("--preset", f"unknown preset {m.preset!r}",
                             (f"did you mean {close}? " if close else "") +
                             f"choose one of {', '.join(PRESETS)} or pass --model PATH")
-        if m.path is not None and not Path(m.path).is_dir():
-            raise UserError("--model", f"{m.path!r} is not a local directory (weights are read shard by "
-                              "shard from local files)",
-                              "download it first, e.g. huggingface-cli download ID --local-dir DIR, and pass DIR")
-        if m.tokenizer is not None and not Path(m.tokenizer).exists():
-            raise UserError("--tokenizer", f"{m.tokenizer!r} does not exist",
-                              "pass a local Hugging Face tokenizer directory, or omit it for bytes")
-        if m.path is not None and not (Path(m.path) / "config.json").is_file():
-            raise UserError("--model", f"{m.path!r} has no config.json",
-                              "pass a directory written by save_pretrained")
-        if m.path is not None and not any(Path(m.path).glob("*.safetensors")):
-            raise UserError("--model", f"no .safetensors files in {m.path!r} (weights are loaded shard by "
-                              "shard from safetensors only)",
-                              "save the model with save_pretrained(..., safe_serialization=True)")
         _positive("--steps", self.steps)
         _positive("--batch-size", d.batch_size)
         _positive("--seq-len", d.seq_len)
@@ -421,19 +436,8 @@ class TrainConfig:
         if not 0 < x.port_base < 65536:
             raise UserError("--metrics-port", f"{x.port_base} is not a TCP port",
                               "pass a port between 1024 and 65535")
-        if x.log_json is not None:
-            _appendable_file(Path(x.log_json), "--log-json")
         self._validate_checkpointing()
         self._validate_validation()
-        files = resolve_data_files(d.paths)
-        for path in files:
-            if path.suffix == ".jsonl":
-                check_jsonl_text(path)
-        if world_size is not None:
-            check_enough_text(files, world_size, d.batch_size, o.grad_accum_steps, d.seq_len,
-                              self.validation.fraction if self.validation.every else 0.0)
-        self._validate_resume(files, world_size)
-        return files
 
     def _validate_checkpointing(self) -> None:
         k = self.checkpoint
@@ -445,8 +449,6 @@ class TrainConfig:
         if not k.sigterm_grace > 0:
             raise UserError("--sigterm-grace", f"must be positive, got {k.sigterm_grace}",
                               "pass the seconds a save may take after SIGTERM, e.g. 25")
-        if k.dir is not None:
-            _writable_dir(Path(k.dir))
 
     def _validate_validation(self) -> None:
         v = self.validation
