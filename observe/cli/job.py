@@ -96,6 +96,7 @@ def main(argv: list[str]) -> int:
 
 def _render(ns: argparse.Namespace) -> int:
     from observe import yamlio
+    from observe.k8s import storage
     from observe.k8s.access import trainer_network_policy
     from observe.k8s.job_settings import load_settings
     from observe.k8s.pytorchjob import render
@@ -105,9 +106,13 @@ def _render(ns: argparse.Namespace) -> int:
                           "use up to 63 lower-case letters, digits and '-'")
     settings = load_settings(ns.config, ns.set)
     job = render(settings, ns.run_id)
+    if not storage.has_checkpoint_volume(settings):
+        print("fsdp-observe job render: warning: no checkpoint volume (CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS): "
+              "a restarted pod or a resized job starts again from step 0", file=sys.stderr, flush=True)
+    documents = [*storage.claims(settings), job]
     if ns.network_policy:
-        return _write(yamlio.dump_all([job, trainer_network_policy(settings)]), ns.output)
-    return _write(yamlio.dump(job), ns.output)
+        documents.append(trainer_network_policy(settings))
+    return _write(yamlio.dump_all(documents) if len(documents) > 1 else yamlio.dump(job), ns.output)
 
 
 def _write(text: str, output: str | None) -> int:
