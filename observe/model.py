@@ -268,6 +268,32 @@ class AgentHealth:
 
 
 @dataclass(frozen=True)
+class NodeHealth:
+    """What the agent wrote about its node's GPUs on the Kubernetes Node (``--node-condition``,
+    ``--node-taint``; ``observe.agent.node_health``).
+
+    Attributes:
+        condition_type: the condition it writes (``FsdpObserveGPUFault``); empty when not asked to.
+        status: ``True`` once it set the condition (a critical XID); empty before.
+        reason: the worst XID class seen (``NodeReboot``, ``GPUReset``, ``NVLinkFabric``).
+        message: the condition's message (GPUs, codes, the action).
+        taint_key: the taint it adds (``fsdp-observe.io/gpu-fault``); empty when not asked to.
+        taint: ``key=value:NoSchedule`` once added; empty before.
+        error: the latest failed call, one line (empty after a success).
+        updated_unix: when any of the above last changed (``None``: never).
+    """
+
+    condition_type: str = ""
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+    taint_key: str = ""
+    taint: str = ""
+    error: str = ""
+    updated_unix: float | None = None
+
+
+@dataclass(frozen=True)
 class NodeSnapshot:
     """Everything the agent knows about one node at ``time_unix``.
 
@@ -278,6 +304,7 @@ class NodeSnapshot:
             since the agent started.
         view: ``full``, or ``summary`` when ``processes``, ``gpu_processes`` and the per-core CPU
             shares were left out on purpose (``GET /snapshot?view=summary``).
+        node_health: what the agent wrote on the Kubernetes Node (``None`` when it writes nothing).
     """
 
     node: str
@@ -289,6 +316,7 @@ class NodeSnapshot:
     xid_events: tuple[XidEvent, ...] = ()
     xid_counts: tuple[XidCount, ...] = ()
     agent: AgentHealth = field(default_factory=AgentHealth)
+    node_health: NodeHealth | None = None
     view: str = "full"
     schema_version: int = SCHEMA_VERSION
 

@@ -38,12 +38,25 @@ def config(targets: dict[str, list[str]], rule_files: list[Path], scrape_interva
 
 
 @dataclass
-class LocalPrometheus:
-    """A running Prometheus process and where to reach it."""
+class LocalServer:
+    """A running local server process of the Prometheus family (Prometheus, Alertmanager) and where
+    to reach it."""
 
     proc: subprocess.Popen
     url: str
     folder: Path
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Poll ``/-/ready`` until it answers 200 (True), the process exits or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        return False
 
     def stop(self) -> None:
         """SIGTERM, then wait (SIGKILL after 10 s)."""
@@ -54,6 +67,10 @@ class LocalPrometheus:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class LocalPrometheus(LocalServer):
+    """A running Prometheus process and where to reach it."""
 
 
 def start(folder: Path, settings: dict, port: int, timeout: float = 20.0) -> LocalPrometheus:
@@ -76,14 +93,8 @@ def start(folder: Path, settings: dict, port: int, timeout: float = 20.0) -> Loc
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     running = LocalPrometheus(proc, f"http://127.0.0.1:{port}", folder)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{running.url}/-/ready", timeout=1).status_code == 200:
-                return running
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
+    if running.wait_ready(timeout):
+        return running
     running.stop()
     errors = [line for line in log_path.read_text(errors="replace").splitlines() if "level=error" in line]
     reason = _logfmt_error(errors[-1]) if errors else f"not ready within {timeout:g} s"

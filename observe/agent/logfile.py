@@ -39,6 +39,8 @@ class FollowedFile:
     Attributes:
         long_lines: lines cut at ``max_line_bytes``. reopened: times the file was read again
             from its start after a rotation or truncation.
+        line_ends: for the lines the last ``read_lines`` returned, the file offset just past each
+            (where reading resumes after it: ``observe.agent.xid_cursor``).
     """
 
     def __init__(self, path: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
@@ -51,6 +53,23 @@ class FollowedFile:
         self._head = b""
         self._pending = bytearray()
         self._skipping = False  # inside a line already cut at max_line_bytes
+        self.line_ends: list[int] = []
+
+    @property
+    def fd(self) -> int | None:
+        """The open file's descriptor (``None`` while closed)."""
+        return self._fd
+
+    def seek(self, offset: int) -> None:
+        """Go on reading at ``offset`` (a line's start) of the open file, as if what is before it
+        had been read (its first bytes remembered for the truncation check)."""
+        if self._fd is None or offset <= 0:
+            return
+        self._head = os.pread(self._fd, min(HEAD_BYTES, offset), 0)  # _split adds the rest as it reads
+        os.lseek(self._fd, offset, os.SEEK_SET)
+        self._position = offset
+        self._pending.clear()
+        self._skipping = False
 
     def open(self) -> None:
         """Open ``path`` and read from its start.
@@ -78,6 +97,7 @@ class FollowedFile:
             OSError: reading failed.
         """
         lines: list[bytes] = []
+        self.line_ends = []
         while self._fd is not None and not lines:
             chunk = os.read(self._fd, _READ_BYTES)
             if not chunk:
@@ -89,12 +109,14 @@ class FollowedFile:
         """The lines ``chunk`` completes; its tail joins the line being read."""
         if len(self._head) < HEAD_BYTES and self._position < HEAD_BYTES:
             self._head += chunk[:HEAD_BYTES - self._position]
+        base = self._position
         self._position += len(chunk)
         lines: list[bytes] = []
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
             self._take(chunk, start, end)
             lines.append(bytes(self._pending))
+            self.line_ends.append(base + end + 1)
             self._pending.clear()
             self._skipping = False
             start = end + 1

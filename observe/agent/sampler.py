@@ -20,7 +20,9 @@ from typing import TypeVar
 
 from observe.agent.gpu import DEADLINE_SECONDS, GpuCollector, Nvml
 from observe.agent.host import HostCollector
+from observe.agent.node_health import KubeNodeApi, NodeHealthReporter
 from observe.agent.procs import ProcessTable
+from observe.agent.xid_cursor import XidCursor, read_boot_id
 from observe.agent.xid_watch import KMSG, KernelLogWatcher, XidStore
 from observe.logonce import OnceLog
 from observe.model import (
@@ -63,6 +65,11 @@ class Settings:
         nvml_timeout_seconds: how long a collection waits for each GPU's NVML reading before it
             reports the GPU stale (``observe.agent.gpu``).
         version: the agent's version string.
+        state_dir: where the XID cursor and counts are kept across restarts
+            (``observe.agent.xid_cursor``); ``None`` keeps nothing.
+        node_condition, node_taint: write GPU health on the Kubernetes Node
+            (``observe.agent.node_health``); kube_api, kube_token_file, kube_ca_file: where the API
+            server is and the credentials for it (``None``: the pod's service account).
     """
 
     node: str
@@ -74,6 +81,12 @@ class Settings:
     interval_seconds: float = 1.0
     nvml_timeout_seconds: float = DEADLINE_SECONDS
     version: str = ""
+    state_dir: str | None = None
+    node_condition: bool = False
+    node_taint: bool = False
+    kube_api: str | None = None
+    kube_token_file: str | None = None
+    kube_ca_file: str | None = None
 
 
 def own_usage() -> tuple[float | None, int | None]:
@@ -123,9 +136,22 @@ class Sampler:
         self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root),
                                  deadline_seconds=settings.nvml_timeout_seconds, proc_root=settings.proc_root)
         self.xids = XidStore()
+        self.cursor: XidCursor | None = None
+        syslog = settings.kernel_log_source == "syslog"
+        if settings.state_dir:
+            self.cursor = XidCursor(settings.state_dir,
+                                    settings.kernel_log or ("syslog(2)" if syslog else settings.kmsg),
+                                    follow_file=settings.kernel_log is not None,
+                                    boot_id=read_boot_id(settings.proc_root), snapshot=self._xid_state)
         self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
-                                        boot_time=self.host.boot_time,
-                                        syslog=settings.kernel_log_source == "syslog")
+                                        boot_time=self.host.boot_time, syslog=syslog, cursor=self.cursor)
+        self._by_bus: dict[str, GpuInfo] = {}
+        self.health: NodeHealthReporter | None = None
+        if settings.node_condition or settings.node_taint:
+            api = KubeNodeApi(settings.kube_api, settings.kube_token_file, settings.kube_ca_file)
+            self.health = NodeHealthReporter(settings.node, api, settings.node_condition, settings.node_taint,
+                                             gpu_of=self._gpu_of)
+            self.xids.listeners.append(self.health.offer)
         self.errors: Counter[str] = Counter()
         self._once = OnceLog(log, self.errors)
         self.collections = 0
@@ -134,8 +160,22 @@ class Sampler:
         if self._own_pid_namespace:
             log.warning("%s (reported once)", OWN_PID_NAMESPACE_NOTICE)
 
+    def _xid_state(self) -> tuple[dict[tuple[str | None, int, str], int], dict[str | None, str]]:
+        """What the cursor saves: the counts, and every PCI bus -> UUID learnt (events and driver lines)."""
+        _, counts, uuids = self.xids.view()
+        learnt: dict[str | None, str] = {bus: uuid for bus, uuid in self.watcher.parser.bus_uuids.items()}
+        return counts, {**learnt, **uuids}
+
     def start(self) -> None:
-        """Open the kernel log, then NVML (XID events from NVML only when the kernel log is unreadable)."""
+        """Take over the saved XID counts (with ``state_dir``), open the kernel log, then NVML (XID
+        events from NVML only when the kernel log is unreadable)."""
+        if self.cursor is not None:
+            restored = self.cursor.load()
+            self.xids.restore(restored.counts, restored.uuids)
+            self.watcher.parser.bus_uuids.update({bus: uuid for bus, uuid in restored.uuids.items() if bus})
+            log.info("XID state: %s (%d counts taken over)", restored.why, sum(restored.counts.values()))
+        if self.health is not None:
+            self.health.start()
         self.watcher.start()
         self.gpus.start(xid_events=not self.watcher.up)
 
@@ -144,6 +184,10 @@ class Sampler:
         a collection is still inside an NVML call, which ``nvmlShutdown`` would wait for), close
         the process table."""
         self.watcher.stop()
+        if self.cursor is not None:
+            self.cursor.close()
+        if self.health is not None:
+            self.health.stop()
         self.gpus.stop(release_nvml)
         self.table.close()
 
@@ -168,11 +212,14 @@ class Sampler:
             "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), no_processes)
         no_xids: tuple[tuple[XidEvent, ...], tuple[XidCount, ...]] = ((), ())
         events, counts = self._guard("xid", lambda: self._xids(gpus), no_xids)
+        if self.cursor is not None:
+            self.cursor.flush()
         self.collections += 1
         return NodeSnapshot(
             node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
             gpu_processes=gpu_processes, xid_events=events, xid_counts=counts,
             agent=self._health(time.perf_counter() - started, notices),
+            node_health=self.health.state() if self.health is not None else None,
         )
 
     # -- sections -----------------------------------------------------------------------------
@@ -213,15 +260,28 @@ class Sampler:
         for index, code in self.gpus.xid_events():
             gpu = self.gpus.by_index(index)
             info = lookup(code)
-            self.xids.add(XidEvent(
+            self._count(XidEvent(
                 xid=code, name=info.name, severity=info.severity, action=info.action, node=self.settings.node,
                 gpu=index, gpu_uuid=gpu.uuid if gpu else None, pci_bus=gpu.pci_bus if gpu else None,
                 time_unix=time.time(), source="nvml"))
+
+    def _gpu_of(self, bus: str | None) -> tuple[int | None, str | None]:
+        """NVML index and UUID of the GPU at PCI ``bus`` in the latest collection (node health's messages)."""
+        gpu = self._by_bus.get(bus or "")
+        return (gpu.index, gpu.uuid) if gpu is not None else (None, None)
+
+    def _count(self, event: XidEvent) -> None:
+        """Count an XID (through the cursor when there is one, so its count is saved)."""
+        if self.cursor is None:
+            self.xids.add(event)
+        else:
+            self.cursor.record(self.xids.add, event)
 
     def _xids(self, gpus: list[GpuInfo]) -> tuple[tuple[XidEvent, ...], tuple[XidCount, ...]]:
         """Recent events and counts, with GPU index and UUID matched by PCI bus."""
         events, counts, uuids = self.xids.view()
         by_bus = {g.pci_bus: g for g in gpus if g.pci_bus}
+        self._by_bus = by_bus
 
         def where(bus: str | None) -> tuple[int | None, str | None]:
             if bus is None:
@@ -249,6 +309,10 @@ class Sampler:
             errors["kmsg_overrun"] = self.watcher.overruns
         if self.watcher.long_lines:
             errors["kernel_log_long_line"] = self.watcher.long_lines
+        if self.cursor is not None and self.cursor.errors:
+            errors["xid_state_write"] = self.cursor.errors
+        if self.health is not None:
+            errors.update(self.health.error_counts())
         kernel_log = self.watcher.status
         if not self.watcher.up and self.nvml.available:
             kernel_log += "; XIDs from NVML events"
@@ -261,7 +325,9 @@ class Sampler:
             collection_seconds=seconds, collections=self.collections, cpu_seconds=cpu_seconds,
             resident_memory_bytes=rss,
             sources={"procfs": self._procfs, "nvml": "ok" if self.nvml.available else (self.nvml.reason or ""),
-                     "kernel_log": kernel_log},
+                     "kernel_log": kernel_log,
+                     **({"xid_state": "ok" if self.cursor.enabled else "not kept (see the agent's log)"}
+                        if self.cursor is not None else {})},
             errors=dict(sorted(errors.items())), dropped=dict(sorted(self.gpus.dropped.items())),
             notices=tuple(all_notices),
         )

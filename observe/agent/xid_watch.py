@@ -15,6 +15,11 @@ kernel log). Both sources are never used together, so one XID is never counted t
 
 Text in an event that a process controls (its name, the message, the raw line) is made safe by
 ``observe.agent.redact`` before it is stored.
+
+With a cursor (``observe.agent.xid_cursor``, ``--state-dir``) a restart resumes where the last
+run stopped: ring-buffer records already counted in this boot are skipped (``/dev/kmsg`` by
+sequence number, ``syslog(2)`` by timestamp), a file is read on from the last whole line, and the
+counts continue from the saved ones.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from collections.abc import Callable
 from observe.agent.klog import KernelRing, permission_hint, timestamp
 from observe.agent.logfile import FollowedFile
 from observe.agent.redact import safe_text
+from observe.agent.xid_cursor import XidCursor, kmsg_sequence
 from observe.model import XidEvent
 from observe.xid import KernelLogParser
 
@@ -65,6 +71,8 @@ class XidStore:
         self._recent: deque[XidEvent] = deque(maxlen=keep)
         self._counts: Counter[tuple[str | None, int, str]] = Counter()
         self._uuids: dict[str | None, str] = {}
+        #: Called with each event as it is counted (outside the lock; must not block).
+        self.listeners: list[Callable[[XidEvent], None]] = []
 
     def add(self, event: XidEvent) -> None:
         """Count ``event`` (the same XID twice counts twice) and keep it among the recent ones."""
@@ -74,11 +82,20 @@ class XidStore:
             self._counts[(event.pci_bus, event.xid, event.severity)] += 1
             if event.gpu_uuid:
                 self._uuids.setdefault(event.pci_bus, event.gpu_uuid)
+        for listener in self.listeners:
+            listener(event)
 
     def view(self) -> tuple[list[XidEvent], dict[tuple[str | None, int, str], int], dict[str | None, str]]:
         """Copies of (recent events oldest first, counts, PCI bus -> UUID the events named)."""
         with self._lock:
             return list(self._recent), dict(self._counts), dict(self._uuids)
+
+    def restore(self, counts: dict[tuple[str | None, int, str], int], uuids: dict[str | None, str]) -> None:
+        """Start from counts a previous run of the agent saved (``observe.agent.xid_cursor``)."""
+        with self._lock:
+            self._counts.update(counts)
+            for bus, uuid in uuids.items():
+                self._uuids.setdefault(bus, uuid)
 
 
 class KernelLogWatcher:
@@ -93,6 +110,7 @@ class KernelLogWatcher:
         boot_time: Unix time of boot, to date ``/dev/kmsg`` records and ``syslog(2)`` lines.
         poll_seconds: how often to look for new lines when there are none.
         ring: the ``syslog(2)`` reader to use (tests pass a ``KernelRing`` over a crafted buffer).
+        cursor: resume from and save to this (``None``: read everything, keep nothing).
 
     Attributes:
         status: ``ok`` while reading, else why the kernel log cannot be read.
@@ -102,8 +120,9 @@ class KernelLogWatcher:
 
     def __init__(self, store: XidStore, node: str = "", path: str | None = None, kmsg: str = KMSG,
                  boot_time: float | None = None, poll_seconds: float = 0.5, syslog: bool = False,
-                 ring: KernelRing | None = None) -> None:
+                 ring: KernelRing | None = None, cursor: XidCursor | None = None) -> None:
         self.store = store
+        self.cursor = cursor
         self.parser = KernelLogParser(node)
         self.follow_file = path is not None
         self.syslog = (syslog or ring is not None) and not self.follow_file
@@ -117,6 +136,8 @@ class KernelLogWatcher:
         self._fd: int | None = None
         self._file: FollowedFile | None = None
         self._ring = ring
+        self._last_stamp: float | None = None
+        self._same_stamp = 0
 
     @property
     def up(self) -> bool:
@@ -140,6 +161,8 @@ class KernelLogWatcher:
             if self.follow_file:
                 self._file = FollowedFile(self.source)
                 self._file.open()
+                if self.cursor is not None and self._file.fd is not None:
+                    self._file.seek(self.cursor.resume_offset(self._file.fd))
                 target = self._follow_file
             elif self.syslog:
                 self._ring = self._ring or KernelRing()
@@ -182,10 +205,19 @@ class KernelLogWatcher:
             if self._file is not None:
                 self._file.close()
 
-    def _feed(self, line: str, now: float | None = None) -> None:
+    def _feed(self, line: str, now: float | None = None, position: tuple[float, ...] | None = None,
+              file_offset: int | None = None) -> None:
+        """Parse one line and count its XID; with a cursor, skip a line counted before a restart
+        (``position``: the record's place in this boot's ring buffer) and save the place after it."""
+        if self.cursor is not None and self.cursor.seen(position):
+            return
         event = self.parser.feed(line, now=time.time() if now is None else now, boot_time=self.boot_time)
-        if event is not None:
-            self.store.add(event)
+        if self.cursor is None:
+            if event is not None:
+                self.store.add(event)
+            return
+        fd = self._file.fd if self._file is not None else None
+        self.cursor.record(self.store.add, event, ring_position=position, file_fd=fd, file_offset=file_offset)
 
     def _follow_kmsg(self) -> None:
         """One ``read`` per record; EAGAIN means none yet, EPIPE that the ring overwrote some."""
@@ -208,7 +240,8 @@ class KernelLogWatcher:
                 continue
             for line in record.decode("utf-8", "replace").split("\n"):
                 if line and not line.startswith(" "):  # " KEY=value" lines continue a record
-                    self._feed(line)
+                    seq = kmsg_sequence(line)
+                    self._feed(line, position=None if seq is None else (float(seq),))
 
     def _follow_file(self) -> None:
         """Read to the end, then poll for appended lines; follow rotation and truncation
@@ -222,8 +255,8 @@ class KernelLogWatcher:
                     self._set_status(f"cannot read {self.source}: {exc.strerror}")
                     lines = []
                 if lines:
-                    for line in lines:
-                        self._feed(line.decode("utf-8", "replace"))
+                    for line, end in zip(lines, self._file.line_ends, strict=True):
+                        self._feed(line.decode("utf-8", "replace"), file_offset=end)
                     continue
             if self._stop.wait(self.poll_seconds):
                 break
@@ -244,8 +277,17 @@ class KernelLogWatcher:
             for line in lines:
                 since_boot = timestamp(line)
                 when = self.boot_time + since_boot if since_boot is not None and self.boot_time else None
-                self._feed(line.decode("utf-8", "replace"), now=when)
+                self._feed(line.decode("utf-8", "replace"), now=when, position=self._ring_position(since_boot))
             self._stop.wait(self.poll_seconds)
+
+    def _ring_position(self, since_boot: float | None) -> tuple[float, ...] | None:
+        """A ``syslog(2)`` line's place in this boot's ring: (its timestamp, how many lines before
+        it had the same one); ``None`` for a line without a timestamp (it cannot be resumed at)."""
+        if since_boot is None:
+            return None
+        same = self._same_stamp + 1 if since_boot == self._last_stamp else 0
+        self._last_stamp, self._same_stamp = since_boot, same
+        return (since_boot, float(same))
 
     def _set_status(self, status: str) -> None:
         """Change ``status``, logging each change once (a log that went away, and its return)."""

@@ -21,6 +21,7 @@ import sys
 from importlib import metadata
 
 from observe import stopping
+from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY
 from observe.catalog import AGENT_PORT
 from observe.errors import UserError, bind_error
 from observe.flags import OneLineParser
@@ -59,6 +60,23 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--kernel-log-source", choices=("kmsg", "syslog"), default="kmsg",
                     help="how to read the kernel ring buffer: kmsg (/dev/kmsg, the default) or syslog (the "
                          "syslog(2) call: needs only CAP_SYSLOG, no device; the unprivileged DaemonSet's way)")
+    ap.add_argument("--state-dir", metavar="DIR", default=os.environ.get("FSDP_OBSERVE_STATE_DIR") or None,
+                    help="keep the kernel-log position and XID counts here, so a restart counts no XID twice "
+                         "(default $FSDP_OBSERVE_STATE_DIR, else nothing is kept; the DaemonSet uses "
+                         "/var/lib/fsdp-observe)")
+    ap.add_argument("--node-condition", action="store_true", default=_env_flag("FSDP_OBSERVE_NODE_CONDITION"),
+                    help=f"set the node condition {CONDITION_TYPE}=True on a critical XID (needs --state-dir and "
+                         "get/patch on nodes/status; default $FSDP_OBSERVE_NODE_CONDITION, else off)")
+    ap.add_argument("--node-taint", action="store_true", default=_env_flag("FSDP_OBSERVE_NODE_TAINT"),
+                    help=f"taint the node {TAINT_KEY}=NodeReboot:NoSchedule on a reboot-class XID (needs --state-dir "
+                         "and get/patch on nodes; default $FSDP_OBSERVE_NODE_TAINT, else off)")
+    ap.add_argument("--kube-api", metavar="URL",
+                    help="the Kubernetes API server for --node-condition/--node-taint (default: the pod's, "
+                         "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+    ap.add_argument("--kube-token-file", metavar="FILE",
+                    help="bearer token for it, read at every call (default: the pod's service-account token)")
+    ap.add_argument("--kube-ca-file", metavar="FILE",
+                    help="CA bundle of its certificate (default: the pod's service-account ca.crt)")
     ap.add_argument("--max-processes", type=int, default=100, metavar="N",
                     help="processes kept in /snapshot, busiest first (default 100; the full count is always reported)")
     ap.add_argument("--process-series", type=int, default=20, metavar="N",
@@ -68,6 +86,32 @@ def build_parser() -> argparse.ArgumentParser:
                          "fsdp_node_process_info in /metrics (default: off; /snapshot always has it)")
     ap.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return ap
+
+
+def _env_flag(name: str) -> bool:
+    """An on/off switch from the environment (``1``, ``true``, ``yes``, ``on``), so kustomize
+    components can switch flags on by merging ``env`` entries."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _check_kube_credentials(ns: argparse.Namespace) -> None:
+    """Fail at start-up, not on the first XID, when the API server or its token cannot be found.
+
+    Raises:
+        UserError: outside a pod without ``--kube-api``, or an unreadable token file.
+    """
+    from observe.agent.node_health import KubeNodeApi, NoApiServer
+
+    try:
+        api = KubeNodeApi(ns.kube_api, ns.kube_token_file, ns.kube_ca_file)
+    except NoApiServer as exc:
+        raise UserError("--kube-api", str(exc), "run the agent in a pod with its service-account token "
+                        "(daemonsets/components/node-condition), or pass --kube-api URL and --kube-token-file FILE"
+                        ) from None
+    if not os.access(api.token_file, os.R_OK):
+        raise UserError("--kube-token-file", f"cannot read {api.token_file}",
+                        "mount the service-account token (automountServiceAccountToken: true, as the node-health "
+                        "components do) or pass a readable --kube-token-file")
 
 
 def validate(ns: argparse.Namespace) -> None:
@@ -101,6 +145,21 @@ def validate(ns: argparse.Namespace) -> None:
                              "give a readable file, or leave the flag out to read /dev/kmsg") from None
     if not ns.node:
         raise UserError("--node", "the node name is empty", "pass --node NAME or set NODE_NAME")
+    if (ns.node_condition or ns.node_taint) and ns.state_dir is None:
+        raise UserError("--node-condition" if ns.node_condition else "--node-taint",
+                        "needs --state-dir (without it a restarted agent re-reads old XIDs and sets again what a "
+                        "person cleared after the repair)", "pass --state-dir DIR")
+    if ns.node_condition or ns.node_taint:
+        _check_kube_credentials(ns)
+    if ns.state_dir is not None:
+        try:
+            os.makedirs(ns.state_dir, exist_ok=True)
+        except OSError as exc:
+            raise UserError("--state-dir", f"cannot create {ns.state_dir} ({exc.strerror})",
+                            "pass a writable directory (on Kubernetes a hostPath, so it outlives the pod)") from None
+        if not os.access(ns.state_dir, os.W_OK | os.X_OK):
+            raise UserError("--state-dir", f"{ns.state_dir} is not writable",
+                            "pass a directory this user can write, or leave the flag out")
 
 
 def _version() -> str:
@@ -130,7 +189,9 @@ def main(argv: list[str]) -> int:
     sys.setswitchinterval(0.001)
     settings = Settings(node=ns.node, proc_root=ns.proc_root, kernel_log=ns.kernel_log,
                         kernel_log_source=ns.kernel_log_source, max_processes=ns.max_processes,
-                        interval_seconds=ns.interval, nvml_timeout_seconds=ns.nvml_timeout, version=_version())
+                        interval_seconds=ns.interval, nvml_timeout_seconds=ns.nvml_timeout, version=_version(),
+                        state_dir=ns.state_dir, node_condition=ns.node_condition, node_taint=ns.node_taint,
+                        kube_api=ns.kube_api, kube_token_file=ns.kube_token_file, kube_ca_file=ns.kube_ca_file)
     try:
         agent = Agent(settings, ns.address, ns.port, ns.process_series, ns.command_label)
     except OSError as exc:

@@ -1,13 +1,15 @@
 """``fsdp-observe dashboards``: write (or check) the generated dashboards, rules and their Kubernetes objects.
 
-Writes ``dashboards/*.json`` (Grafana) and ``dashboards/fsdp-observe.rules.yaml`` (Prometheus),
-then, under ``daemonsets/generated/``, a ``PrometheusRule`` and one dashboard ConfigMap each, all
-from one ``observe.monitoring.settings.Settings`` (``observe.monitoring.generate``). Output is
+Writes ``dashboards/*.json`` (Grafana), ``dashboards/fsdp-observe.rules.yaml`` (Prometheus) and
+``dashboards/alertmanager.yml`` (Alertmanager), then, under ``daemonsets/generated/``, a
+``PrometheusRule``, an ``AlertmanagerConfig`` and one dashboard ConfigMap each, all from one
+``observe.monitoring.settings.Settings`` (``observe.monitoring.generate``). Output is
 deterministic, so ``--check`` (CI) regenerates in memory and fails on any difference::
 
     fsdp-observe dashboards                      # from the repository root
     fsdp-observe dashboards --check              # exit 1 naming the files that differ
     fsdp-observe dashboards --settings my.yaml --out /tmp/dash --no-k8s
+    fsdp-observe dashboards --settings my.yaml --receivers my-receivers.yaml --out /etc/fsdp-observe --no-k8s
 
 A settings file is YAML (or JSON) with fields of ``Settings``, e.g. ``dcgm_hostname_label: hostname``.
 """
@@ -35,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--settings", type=Path, metavar="FILE",
                     help="YAML/JSON file overriding fields of observe.monitoring.settings.Settings "
                          "(docs/dashboards.md)")
+    ap.add_argument("--receivers", type=Path, metavar="FILE",
+                    help="YAML list of Alertmanager receivers (Slack, PagerDuty, webhook; secrets in *_file fields) "
+                         "merged by name into alertmanager.yml (docs/alerting.md)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the files that differ")
     return ap
 
@@ -52,7 +57,8 @@ def main(argv: list[str]) -> int:
         if folder.exists() and not folder.is_dir():
             raise UserError(flag, f"{folder} is a file", "pass a directory (it is created)")
     settings = generate.load_settings(ns.settings)
-    outputs = [("--out", ns.out, generate.render_dashboards(settings), generate.OWNED["dashboards"])]
+    receivers = generate.load_receivers(ns.receivers)
+    outputs = [("--out", ns.out, generate.render_dashboards(settings, receivers), generate.OWNED["dashboards"])]
     if not ns.no_k8s:
         outputs.append(("--k8s-out", ns.k8s_out, generate.render_k8s(settings), generate.OWNED["k8s"]))
     if ns.check:

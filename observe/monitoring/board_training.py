@@ -111,10 +111,11 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 target(f"max by ({RUN}) ({t(c.TRAIN_VALIDATION_LOSS)})", "{{run_id}} validation", "B")],
                 "none", "Cross-entropy in nats per token: token-weighted over all ranks per log window, and on "
                         "the held-out split at each evaluation."),
-            timeseries("Global tokens/s", [target(f"max by ({RUN}) ({t(c.TRAIN_GLOBAL_TOKENS_PER_SECOND)})",
-                                                  "{{run_id}}")],
-                       "short", "Labelled tokens per second over all data-parallel ranks, per log window "
-                                "(exported by rank 0)."),
+            timeseries("Global tokens/s", [target(f"max by ({RUN}) ({t(c.TRAIN_GLOBAL_TOKENS_PER_SECOND)})\nor\n"
+                                                  f"sum by ({RUN}) ({t(c.TRAIN_TOKENS_PER_SECOND)})", "{{run_id}}")],
+                       "short", "Labelled tokens per second over all data-parallel ranks, per log window: rank 0's "
+                                "global figure where the run exports one (our trainer), else the sum of the ranks' "
+                                "own (runs instrumented without collectives)."),
             stat("Progress", [target(f"max by ({RUN}) ({t(c.TRAIN_STEP)}) / max by ({RUN}) "
                                      f"({t(c.TRAIN_PLANNED_STEPS)})", "{{run_id}}")],
                  "percentunit", "Last completed optimizer step over the steps the run is configured to reach. "

@@ -7,6 +7,9 @@ Kustomize cannot read files outside its root, nor wrap a rule file into a ``Prom
   ``PrometheusRule`` with the label kube-prometheus-stack's rule selector matches;
 - ``dashboard-<name>-configmap.yaml`` per dashboard: a ConfigMap labelled
   ``grafana_dashboard: "1"``, which the Grafana sidecar of kube-prometheus-stack loads;
+- ``alertmanagerconfig.yaml``: the Alertmanager route tree, inhibitions and receiver names
+  (``observe.monitoring.alertmanager``) as a ``monitoring.coreos.com/v1alpha1``
+  ``AlertmanagerConfig``, which kube-prometheus-stack's Alertmanager selects;
 - ``kustomization.yaml`` listing them (``daemonsets/kustomization.yaml`` includes the folder).
 """
 
@@ -33,6 +36,20 @@ def prometheus_rule(rule_file: dict[str, Any]) -> dict[str, Any]:
                                                    "app.kubernetes.io/component": "rules",
                                                    **names.PROMETHEUS_SELECTOR_LABELS}},
         "spec": {"groups": rule_file["groups"]},
+    }
+
+
+def alertmanager_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """An ``AlertmanagerConfig`` (``monitoring.coreos.com/v1alpha1``, the version kube-prometheus-stack
+    serves and stores) with ``spec`` (``observe.monitoring.alertmanager.crd_spec``). Its namespace
+    comes from ``daemonsets/kustomization.yaml``."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1alpha1",
+        "kind": "AlertmanagerConfig",
+        "metadata": {"name": names.APP, "labels": {"app.kubernetes.io/name": names.APP,
+                                                   "app.kubernetes.io/component": "alerting",
+                                                   **names.PROMETHEUS_SELECTOR_LABELS}},
+        "spec": spec,
     }
 
 

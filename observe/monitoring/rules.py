@@ -36,7 +36,7 @@ from typing import Any
 
 from observe import catalog as c
 from observe import xid, yamlio
-from observe.monitoring import fields
+from observe.monitoring import alert_templates, fields
 from observe.monitoring.fields import DCGM_XID_COUNT, DCGM_XID_ERRORS
 from observe.monitoring.settings import Settings
 from observe.promql import duration_seconds
@@ -63,6 +63,10 @@ STEP_BUCKET_RATE = f"namespace_run_id_le:{c.TRAIN_STEP_SECONDS.name}_bucket:rate
 RUN_GPUS = f"node_gpu:{c.TRAIN_INFO.name}:dcgm_labels"
 PHASE_SHARE = f"namespace_run_id_phase:{c.TRAIN_PHASE_SECONDS.name}:rate2m"
 PHASE_RANKS = f"namespace_run_id_phase:{c.TRAIN_PHASE.name}:ranks"
+#: Alerts that mean a GPU fault a run cannot survive (the stall alert's likely causes).
+FATAL_GPU_ALERTS = (*CRITICAL_XID_CLASSES.values(), "FsdpDcgmXidCritical", "FsdpGpuLost")
+#: The nodes of each run with a fatal GPU alert firing recently (``likely_cause`` of a stall).
+RUN_GPU_FAULTS = "namespace_run_id_node:ALERTS:fatal_gpu_recent"
 THROTTLED = f"reason:{c.GPU_CLOCK_THROTTLE.name}:count"
 NODE_CPU_BUSY = f"node:{fields.NODE_CPU_SECONDS}:busy_ratio_rate2m"
 NODE_NETWORK_RECEIVE = f"node:{fields.NODE_NETWORK_RECEIVE}:rate2m"
@@ -71,13 +75,18 @@ NODE_DISK_READ = f"node:{fields.NODE_DISK_READ}:rate2m"
 NODE_DISK_WRITTEN = f"node:{fields.NODE_DISK_WRITTEN}:rate2m"
 NODE_DISK_BUSY = f"node:{fields.NODE_DISK_IO_TIME}:max_rate2m"
 RECORDED = (STEP_MEAN, STEP_MEDIAN, GLOBAL_TOKENS, DATA_WAIT_SHARE, STEP_BUCKET_RATE, RUN_GPUS, PHASE_SHARE,
-            PHASE_RANKS, THROTTLED,
+            PHASE_RANKS, RUN_GPU_FAULTS, THROTTLED,
             NODE_CPU_BUSY, NODE_NETWORK_RECEIVE, NODE_NETWORK_TRANSMIT, NODE_DISK_READ, NODE_DISK_WRITTEN,
             NODE_DISK_BUSY)
 
 _RUN = "namespace, run_id"
 #: Labels that identify one XID code on one GPU (target labels such as pod and instance excluded).
 _XID_ID = "node, gpu, gpu_uuid, pci_bus, xid"
+#: The labels of the agent's XID alerts: the GPU and code, and the agent's namespace (on
+#: Kubernetes the ServiceMonitor's target label ``namespace="fsdp-observe"``, which an
+#: AlertmanagerConfig in that namespace matches under the operator's default OnNamespace
+#: strategy; absent in local mode).
+_AGENT_XID_BY = f"namespace, {_XID_ID}"
 
 
 def codes(*classes: str) -> list[int]:
@@ -86,10 +95,18 @@ def codes(*classes: str) -> list[int]:
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str,
-           s: Settings, xid_class: str | None = None) -> dict[str, Any]:
+           s: Settings, xid_class: str | None = None, **more: str) -> dict[str, Any]:
+    """One alerting rule; ``more`` are extra annotations (``xid_name``, ``recommended_action``, ...)."""
     labels = {"severity": severity, **({"xid_class": xid_class} if xid_class else {})}
     return {"alert": name, "expr": expr, "for": for_, "labels": labels,
-            "annotations": {"summary": summary, "description": description, "runbook_url": s.runbook(name.lower())}}
+            "annotations": {"summary": summary, "description": description, "runbook_url": s.runbook(name.lower()),
+                            **more}}
+
+
+def _xid_annotations(classes: tuple[str, ...]) -> dict[str, str]:
+    """``xid_name`` and ``recommended_action`` of an XID alert over ``classes`` (Go templates on ``xid``)."""
+    return {"xid_name": alert_templates.xid_name(classes),
+            "recommended_action": alert_templates.xid_action(classes)}
 
 
 def _with_class(expr: str, classes: tuple[str, ...]) -> str:
@@ -130,7 +147,7 @@ def _xid_counter(s: Settings, severity: str) -> str:
     w = s.xid_window
     series = s.agent(c.GPU_XID_ERRORS.name, f'severity="{severity}"')
     seen_before = s.agent(c.AGENT_COLLECTIONS.name)
-    return (f"max by ({_XID_ID}) (\n"
+    return (f"max by ({_AGENT_XID_BY}) (\n"
             f"  (increase({series}[{w}]) > 0)\n"
             f"  or\n"
             f"  (\n"
@@ -144,12 +161,14 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
     """Alerts on the agent's XID counter, one per severity class that alerts."""
     alerts = []
     for severity, name in CRITICAL_XID_CLASSES.items():
+        more = _xid_annotations((severity,))
         alerts.append(_alert(
             name, f"{_xid_counter(s, severity)} > 0", s.xid_for, "critical",
             f"XID {{{{ $labels.xid }}}} on {_GPU}: {_CLASS_EFFECT[severity]}",
             f"The driver reported XID {{{{ $labels.xid }}}} (class {severity}) for {_GPU}, PCI "
             f"{{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: {_runs_on_gpu(s)}. "
-            f"{xid.SEVERITY_ACTION[severity]}", s, xid_class=severity))
+            f"{more['recommended_action']}", s, xid_class=severity, **more))
+    application = _xid_annotations(("application",))
     burst = s.xid_application_burst
     alerts.append(_alert(
         "FsdpGpuXidApplicationBurst", f"{_xid_counter(s, 'application')} >= {burst}", s.xid_for, "warning",
@@ -157,13 +176,13 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
         f"XID {{{{ $labels.xid }}}} (class application) came {_COUNT} times within {s.xid_window} on {_GPU}, "
         f"PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). Runs on this GPU: {_runs_on_gpu(s)}. "
         f"One such XID is usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
-        f"{xid.SEVERITY_ACTION['application']}", s, xid_class="application"))
+        f"{application['recommended_action']}", s, xid_class="application", **application))
     alerts.append(_alert(
         "FsdpGpuXidUnknown", f"{_xid_counter(s, 'unknown')} > 0", s.xid_for, "warning",
         f"Unknown XID {{{{ $labels.xid }}}} on {_GPU}",
         f"The driver reported XID {{{{ $labels.xid }}}}, which the catalogue (observe/xid.py) does not know, for "
         f"{_GPU}, PCI {{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: "
-        f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}", s, xid_class="unknown"))
+        f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}", s, xid_class="unknown", **_xid_annotations(("unknown",))))
     return alerts
 
 
@@ -205,33 +224,62 @@ def dcgm_xid_alerts(s: Settings) -> list[dict[str, Any]]:
     critical = codes(*CRITICAL_XID_CLASSES)
     tail = ("Runs on this GPU: " + _runs_on_gpu(s) + ". Read from dcgm-exporter because no fsdp-observe agent "
             "reads XIDs on this node.")
-    what = (f"XID {{{{ $labels.xid }}}} (class {{{{ $labels.xid_class }}}}) for {_GPU}, PCI {{{{ $labels.pci_bus }}}}; "
-            f"the class means a GPU reset, a node reboot or NVLink/fabric recovery (see the XID table of the runbook).")
+    which = f"XID {{{{ $labels.xid }}}} (class {{{{ $labels.xid_class }}}}) for {_GPU}, PCI {{{{ $labels.pci_bus }}}}"
+    meaning = "the class means a GPU reset, a node reboot or NVLink/fabric recovery (see the XID table of the runbook)."
+    fatal = _xid_annotations(tuple(CRITICAL_XID_CLASSES))
     if not s.dcgm_xid_count:
         return [_alert("FsdpDcgmXidCritical", _dcgm_last_xid_changed(s, critical), s.xid_for, "critical",
                        f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
-                       f"dcgm-exporter's last XID ({DCGM_XID_ERRORS}) changed to {what} {tail}", s)]
+                       f"dcgm-exporter's last XID ({DCGM_XID_ERRORS}) changed to {which}; {meaning} {tail}", s,
+                       **fatal)]
     burst = s.xid_application_burst
+    application = _xid_annotations(("application",))
     return [
         _alert("FsdpDcgmXidCritical", _dcgm_xid_counted(s, critical, "> 0", tuple(CRITICAL_XID_CLASSES)),
                s.xid_for, "critical", f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
-               f"dcgm-exporter counted {what} within the last {s.xid_window}. {tail}", s),
+               f"dcgm-exporter counted {which} within the last {s.xid_window}; {meaning} {tail}", s, **fatal),
         _alert("FsdpDcgmXidApplicationBurst",
                _dcgm_xid_counted(s, codes("application"), f">= {burst}", ("application",)), s.xid_for, "warning",
                f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} (dcgm-exporter)",
                f"dcgm-exporter counted XID {{{{ $labels.xid }}}} (class application) {_COUNT} times in its "
                f"window for {_GPU}, PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). "
-               f"{xid.SEVERITY_ACTION['application']} {tail}", s, xid_class="application"),
+               f"{application['recommended_action']} {tail}", s, xid_class="application", **application),
     ]
 
 
 def gpu_lost_alert(s: Settings) -> dict[str, Any]:
-    """A GPU NVML reports lost (fallen off the bus)."""
+    """A GPU NVML reports lost (fallen off the bus), with its PCI bus from ``fsdp_gpu_info`` (the
+    agent writes both for every GPU it knows, lost ones included, in the same snapshot)."""
+    gpu = "node, gpu, gpu_uuid"
+    lost = (f"max by (namespace, {gpu}, pci_bus) (\n"
+            f"  {s.agent(c.GPU_LOST.name)}\n"
+            f"  * on ({gpu}) group_left (pci_bus)\n"
+            f"  max by ({gpu}, pci_bus) ({s.agent(c.GPU_INFO.name)})\n"
+            f") == 1")
     return _alert(
-        "FsdpGpuLost", f"max by (node, gpu, gpu_uuid) ({s.agent(c.GPU_LOST.name)}) == 1", s.gpu_lost_for, "critical",
-        f"{_GPU} is lost",
-        f"NVML reports {_GPU} lost: it fell off the bus and answers no query. Runs on this GPU: {_runs_on_gpu(s)}. "
-        f"{xid.REBOOT}", s)
+        "FsdpGpuLost", lost, s.gpu_lost_for, "critical", f"{_GPU} is lost",
+        f"NVML reports {_GPU}, PCI {{{{ $labels.pci_bus }}}}, lost: it fell off the bus and answers no query. "
+        f"Runs on this GPU: {_runs_on_gpu(s)}. {xid.REBOOT}", s, recommended_action=xid.REBOOT)
+
+
+#: What to do about a GPU whose NVML calls hang.
+STALE_ACTION = ("Run nvidia-smi -q -i <gpu> on the node: if it hangs or errors too, the driver no longer "
+                "answers for this GPU; drain it and reset it (RESET_GPU), or reboot the node if the reset "
+                "fails. Look for XIDs in the kernel log around the time.")
+
+
+def gpu_stale_alert(s: Settings) -> dict[str, Any]:
+    """A GPU whose NVML reading has not finished within the agent's deadline for ``gpu_stale_for``
+    (value: seconds since its last complete reading)."""
+    gpu = "node, gpu, gpu_uuid"
+    stale = (f"max by (namespace, {gpu}) ({s.agent(c.GPU_READING_AGE.name)})\n"
+             f"and on ({gpu})\n(max by ({gpu}) ({s.agent(c.GPU_READING_STALE.name)}) == 1)")
+    return _alert(
+        "FsdpGpuReadingStale", stale, s.gpu_stale_for, "warning", f"NVML readings of {_GPU} are stale",
+        f"The agent's NVML reading of {_GPU} has not finished within its deadline for "
+        f"{{{{ $value | humanizeDuration }}}}: a driver call that hangs (the agent leaves the GPU's figures out "
+        f"and goes on with the others). Runs on this GPU: {_runs_on_gpu(s)}. {STALE_ACTION}", s,
+        recommended_action=STALE_ACTION)
 
 
 def _run_gpus_in_dcgm_labels(s: Settings) -> str:
@@ -274,6 +322,45 @@ def node_rules(s: Settings) -> list[dict[str, Any]]:
     ]
 
 
+def _fault_lookback(s: Settings) -> str:
+    """How far back a stall looks for its likely cause: an XID stops the run's steps at once, the
+    stall fires ``stall_time + stall_for`` later, and the XID alert fires for ``xid_window``."""
+    total = int(duration_seconds(s.stall_time) + duration_seconds(s.stall_for) + duration_seconds(s.xid_window))
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if n) or "0s"
+
+
+def _fatal_alerts(s: Settings, *matchers: str) -> str:
+    """Fatal GPU alerts (``FATAL_GPU_ALERTS``) firing at some time in the lookback, per alert."""
+    inner = ",".join(['alertstate="firing"', f'alertname=~"{"|".join(FATAL_GPU_ALERTS)}"', *matchers])
+    return f"last_over_time(ALERTS{{{inner}}}[{_fault_lookback(s)}])"
+
+
+def run_gpu_faults_rule(s: Settings) -> dict[str, Any]:
+    """Recording rule: each run's nodes with a fatal GPU alert in the lookback (one series per
+    run and node). Recorded so a stall at 8,192 ranks costs one small lookup per alert."""
+    return {"record": RUN_GPU_FAULTS,
+            "expr": f"group by ({_RUN}, node) ({s.trainer(c.TRAIN_INFO.name)})\nand on (node)\n"
+                    f"group by (node) ({_fatal_alerts(s)})"}
+
+
+def _likely_cause(s: Settings) -> str:
+    """Go template: the fatal GPU alerts on the alert's run's nodes (node, GPU, UUID, PCI bus, XID)."""
+    per_node = _fatal_alerts(s, "node=%q").replace("`", "")
+    return ("{{ with printf `" + RUN_GPU_FAULTS + "{namespace=%q,run_id=%q}` $labels.namespace $labels.run_id"
+            " | query }}"
+            "{{ range $i, $n := . | sortByLabel \"node\" }}{{ if $i }}; {{ end }}"
+            "{{ with printf `" + per_node + "` $n.Labels.node | query }}"
+            "{{ range $j, $a := . | sortByLabel \"gpu\" }}{{ if $j }}; {{ end }}"
+            "{{ $a.Labels.alertname }} on node {{ $a.Labels.node }}, GPU {{ $a.Labels.gpu }} ({{ $a.Labels.gpu_uuid }})"
+            "{{ with $a.Labels.pci_bus }}, PCI {{ . }}{{ end }}"
+            "{{ with $a.Labels.xid }}, XID {{ . }}{{ end }}{{ with $a.Labels.xid_class }} (class {{ . }}){{ end }}"
+            "{{ end }}{{ end }}{{ end }}"
+            "{{ else }}none seen: no critical XID and no lost GPU on the run's nodes in the last "
+            f"{_fault_lookback(s)}{{{{ end }}}}")
+
+
 def training_rules(s: Settings) -> list[dict[str, Any]]:
     """Recording rules of the training group, then its alerts (same group: one evaluation apart at most)."""
     step_sum = s.trainer(f"{c.TRAIN_STEP_SECONDS.name}_sum")
@@ -292,6 +379,7 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
         {"record": RUN_GPUS, "expr": _run_gpus_in_dcgm_labels(s)},
         {"record": PHASE_SHARE, "expr": f"sum by ({_RUN}, phase) (rate({s.trainer(c.TRAIN_PHASE_SECONDS.name)}[2m]))"},
         {"record": PHASE_RANKS, "expr": f"count by ({_RUN}, phase) ({s.trainer(c.TRAIN_PHASE.name)} == 1)"},
+        run_gpu_faults_rule(s),
         _alert(
             "FsdpTrainingStalled",
             f"(time() - {last_step} > {stall:g})\n* ignoring (phase) group_left (phase)\n({phase} == 1)",
@@ -299,7 +387,8 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
             f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} made no step for {s.stall_time}",
             f"R{_RANK[1:]} completed its last optimizer step {{{{ $value | humanizeDuration }}}} ago and "
             f"is still {{{{ $labels.phase }}}}. A hung collective, a dead peer or a stuck data loader stops every "
-            f"rank; look for the rank whose log stops first.", s),
+            f"rank; look for the rank whose log stops first (likely_cause names a GPU fault on the run's nodes).", s,
+            likely_cause=_likely_cause(s)),
         _alert(
             "FsdpStragglerRank",
             f"{STEP_MEAN}\n/ on ({_RUN}) group_left\n{STEP_MEDIAN}\n> {s.straggler_ratio:g}",
@@ -325,7 +414,7 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
 def rule_file(settings: Settings | None = None) -> dict[str, Any]:
     """The rule file as a mapping: ``{"groups": [training, gpu, nodes]}``."""
     s = settings or Settings()
-    gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s)]
+    gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s), gpu_stale_alert(s)]
     return {"groups": [{"name": "fsdp-observe.training", "rules": training_rules(s)},
                        {"name": "fsdp-observe.gpu", "rules": gpu},
                        {"name": "fsdp-observe.nodes", "rules": node_rules(s)}]}

@@ -1,10 +1,13 @@
-"""The one settings object of the generated dashboards and rules, and the PromQL pieces they share.
+"""The one settings object of the generated dashboards, rules and Alertmanager configuration, and the
+PromQL pieces they share.
 
 What differs between clusters lives in ``Settings`` (as a monitoring mixin's ``_config``): the
 datasource variable's plugin type, extra selectors per source, the label names of the
-dcgm-exporter release in use, thresholds and windows of the alerts, and the runbook base URL.
-``observe.monitoring.dashboards`` and ``observe.monitoring.rules`` take every choice from it, and every metric name from
-``observe.catalog`` (ours) or ``observe.monitoring.fields`` (dcgm-exporter's and node-exporter's).
+dcgm-exporter release in use, thresholds and windows of the alerts, the runbook base URL, and
+the Alertmanager receivers and grouping intervals. ``observe.monitoring.dashboards``,
+``observe.monitoring.rules`` and ``observe.monitoring.alertmanager`` take every choice from it, and
+every metric name from ``observe.catalog`` (ours) or ``observe.monitoring.fields`` (dcgm-exporter's
+and node-exporter's).
 
 dcgm-exporter's identity labels (``tests/cases/dcgm``; ``internal/pkg/rendermetrics`` of the
 exporter): every tagged release up to 4.5.3-4.8.2 writes ``gpu``, ``UUID`` (``uuid`` with
@@ -25,6 +28,10 @@ from typing import Any
 
 from observe.errors import UserError
 from observe.promql import duration_seconds, is_label_name
+
+#: The fields naming Alertmanager receivers.
+RECEIVER_FIELDS = ("receiver_node_reboot", "receiver_gpu_reset", "receiver_nvlink_fabric", "receiver_application",
+                   "receiver_unknown", "receiver_training", "receiver_default")
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,8 @@ class Settings:
         xid_application_burst: application-class XIDs on one GPU within ``xid_window`` that make
             a burst (one such XID is usually the job's own bug).
         gpu_lost_for: ``for`` of the GPU-lost alert.
+        gpu_stale_for: how long the agent's NVML reading of a GPU may stay unfinished (a driver
+            call that hangs) before FsdpGpuReadingStale fires.
         stall_time: no optimizer step on a rank for this long (and the rank not finished) is a
             stall.
         stall_for: ``for`` of the stall alert.
@@ -73,6 +82,18 @@ class Settings:
         throughput_for: ``for`` of the throughput-drop alert.
         gpu_temperature_warning_celsius, gpu_temperature_critical_celsius: threshold lines on
             the temperature panels.
+        receiver_node_reboot, receiver_gpu_reset, receiver_nvlink_fabric, receiver_application,
+            receiver_unknown: the Alertmanager receiver each XID severity class routes to
+            (``observe.monitoring.alertmanager``; FsdpGpuLost goes with ``node_reboot``: its first
+            action is the same reboot). Several classes may name one receiver.
+        receiver_training: the receiver of the run alerts (stall, straggler, throughput drop).
+        receiver_default: the root route's receiver: any alert no other route takes.
+        group_wait: how long Alertmanager holds a new group (one node and class) before its first
+            notification, so the rest of a burst joins it.
+        group_interval: how long it waits before notifying a group again about alerts that
+            joined or resolved since.
+        repeat_interval: how long before it repeats a notification whose alerts are unchanged
+            and still firing.
     """
 
     datasource_type: str = "prometheus"
@@ -91,6 +112,7 @@ class Settings:
     xid_for: str = "1m"
     xid_application_burst: int = 3
     gpu_lost_for: str = "1m"
+    gpu_stale_for: str = "5m"
     stall_time: str = "15m"
     stall_for: str = "2m"
     straggler_ratio: float = 1.5
@@ -101,6 +123,16 @@ class Settings:
     throughput_for: str = "15m"
     gpu_temperature_warning_celsius: float = 80.0
     gpu_temperature_critical_celsius: float = 87.0
+    receiver_node_reboot: str = "fsdp-observe-gpu-page"
+    receiver_gpu_reset: str = "fsdp-observe-gpu-page"
+    receiver_nvlink_fabric: str = "fsdp-observe-gpu-page"
+    receiver_application: str = "fsdp-observe-gpu-ticket"
+    receiver_unknown: str = "fsdp-observe-gpu-ticket"
+    receiver_training: str = "fsdp-observe-training"
+    receiver_default: str = "fsdp-observe-default"
+    group_wait: str = "30s"
+    group_interval: str = "5m"
+    repeat_interval: str = "4h"
 
     def __post_init__(self) -> None:
         """Check every field.
@@ -114,8 +146,9 @@ class Settings:
             expected = kinds[str(f.type)]
             if isinstance(value, bool) != (f.type == "bool") or not isinstance(value, expected):
                 raise UserError(f.name, f"expected {str(f.type)}, got {value!r}", f"give a {str(f.type)} value")
-        for name in ("xid_window", "xid_for", "gpu_lost_for", "stall_time", "stall_for", "straggler_for",
-                     "throughput_baseline", "throughput_offset", "throughput_for"):
+        for name in ("xid_window", "xid_for", "gpu_lost_for", "gpu_stale_for", "stall_time", "stall_for",
+                     "straggler_for", "throughput_baseline", "throughput_offset", "throughput_for", "group_wait",
+                     "group_interval", "repeat_interval"):
             try:
                 duration_seconds(getattr(self, name))
             except ValueError as exc:
@@ -138,6 +171,16 @@ class Settings:
         if not 0 < self.throughput_drop_ratio < 1:
             raise UserError("throughput_drop_ratio", f"{self.throughput_drop_ratio} is not between 0 and 1",
                             "give e.g. 0.7 (below 70 % of the recent level)")
+        for name in RECEIVER_FIELDS:
+            value = getattr(self, name)
+            if not value or value != value.strip() or any(ch in value for ch in "\n\"'"):
+                raise UserError(name, f"{value!r} is not a receiver name",
+                                "give the name of an Alertmanager receiver, e.g. gpu-oncall (no quotes or newline)")
+        if duration_seconds(self.group_interval) == 0:
+            raise UserError("group_interval", "0 is not allowed by Alertmanager", "give e.g. 5m")
+        if duration_seconds(self.repeat_interval) < duration_seconds(self.group_interval):
+            raise UserError("repeat_interval", f"{self.repeat_interval} is shorter than group_interval "
+                            f"{self.group_interval}", "give a repeat_interval at least as long as group_interval")
         if not self.runbook_base_url.startswith(("http://", "https://")):
             raise UserError("runbook_base_url", f"{self.runbook_base_url!r} is not an http(s) URL",
                             "give the https:// address of the runbook page")

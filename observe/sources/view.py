@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from observe.model import GpuInfo, NodeSnapshot, XidEvent
+from observe.model import GpuInfo, NodeHealth, NodeSnapshot, XidEvent
 from observe.xid import SEVERITIES
 
 #: The state of a node's (or a rank's) latest pull:
@@ -70,10 +70,12 @@ class NodeFigures:
             recent events that name none of the node's GPUs (the grid colours every GPU of the
             node with it).
         gpu_uuids: GPU UUID -> NVML index (ties a trainer rank's ``gpu_uuid`` to a GPU).
-
-    A per-node health field (a Kubernetes node condition or taint for GPU health) belongs beside
-    ``xids_recent`` when a source provides it; the Cluster screen's columns have priorities, so a
-    column for it can be added without crowding the others out.
+        gpus_stale: GPUs whose NVML reading did not finish within the agent's deadline;
+            stale_gpus: their indexes.
+        k8s: what the agent's node health (``NodeSnapshot.node_health``) put on the Kubernetes
+            Node: ``taint`` (the NoSchedule taint, with or without the condition), ``fault`` (the
+            condition only), ``error`` (a call failed and nothing is set), else empty.
+            k8s_note: one line saying it (the condition's reason, the taint, or the failure).
     """
 
     cpu_ratio: float | None = None
@@ -101,6 +103,10 @@ class NodeFigures:
     gpu_xid_severities: tuple[str | None, ...] = ()
     xid_unattributed_severity: str | None = None
     gpu_uuids: dict[str, int] = field(default_factory=dict)
+    gpus_stale: int = 0
+    stale_gpus: tuple[int, ...] = ()
+    k8s: str = ""
+    k8s_note: str = ""
 
     def partial(self, over: int) -> bool:
         """Whether a figure taken over ``over`` of the node's GPUs lacks some (and has some):
@@ -144,7 +150,26 @@ def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
         gpu_lost=tuple(g.lost for g in gpus), gpu_xid_severities=per_gpu,
         xid_unattributed_severity=unattributed,
         gpu_uuids={g.uuid: g.index for g in gpus if g.uuid},
+        gpus_stale=sum(1 for g in gpus if g.stale and not g.lost),
+        stale_gpus=tuple(g.index for g in gpus if g.stale and not g.lost),
+        **k8s_health(snapshot.node_health),
     )
+
+
+def k8s_health(health: NodeHealth | None) -> dict[str, str]:
+    """``k8s`` and ``k8s_note`` of ``NodeFigures`` from the agent's node health."""
+    if health is None:
+        return {}
+    if health.taint:
+        key, _, rest = health.taint.partition("=")
+        value, _, effect = rest.partition(":")
+        condition = f"; condition {health.condition_type}={health.reason}" if health.status == "True" else ""
+        return {"k8s": "taint", "k8s_note": f"tainted {value} ({key}:{effect}){condition}"}
+    if health.status == "True":
+        return {"k8s": "fault", "k8s_note": f"condition {health.reason} ({health.condition_type})"}
+    if health.error:
+        return {"k8s": "error", "k8s_note": f"node health: {health.error}"}
+    return {}
 
 
 def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]

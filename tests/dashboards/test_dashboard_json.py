@@ -37,7 +37,7 @@ def exprs(board: dict) -> list[str]:
 
 
 def known_names() -> set[str]:
-    names = set(fields.DCGM) | set(fields.NODE_EXPORTER) | set(rules.RECORDED)
+    names = set(fields.DCGM) | set(fields.NODE_EXPORTER) | set(rules.RECORDED) | {"ALERTS"}  # Prometheus' own
     for m in (*catalog.TRAINER_METRICS, *catalog.AGENT_METRICS):
         names.add(m.name)
         if m.kind == "histogram":
@@ -268,7 +268,10 @@ def test_the_rules_name_only_known_metrics_and_follow_the_recording_rule_convent
                 if "Xid" in rule["alert"]:  # Alertmanager routes XIDs on these
                     assert "xid_class" in rule["labels"] or '"xid_class"' in rule["expr"], rule["alert"]
                     assert all(label in rule["expr"] for label in ("node", "gpu", "gpu_uuid", "pci_bus", "xid"))
-                assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}
+                extra = ({"xid_name", "recommended_action"} if "Xid" in rule["alert"] else
+                         {"recommended_action"} if rule["alert"] in ("FsdpGpuLost", "FsdpGpuReadingStale") else
+                         {"likely_cause"} if rule["alert"] == "FsdpTrainingStalled" else set())
+                assert set(rule["annotations"]) == {"summary", "description", "runbook_url", *extra}
                 assert rule["annotations"]["runbook_url"].endswith("#" + rule["alert"].lower())
                 text = rule["annotations"]["description"]
                 assert "$labels.node" in text or ".Labels.node" in text, rule["alert"]  # the node(s)

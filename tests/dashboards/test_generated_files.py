@@ -39,7 +39,8 @@ def test_output_is_deterministic_with_sorted_keys() -> None:
     for name, text in first.items():
         if name.endswith(".json"):
             assert text == json.dumps(json.loads(text), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert sorted(first) == ["fsdp-observe.rules.yaml", "gpu-health.json", "nodes.json", "training-run.json"]
+    assert sorted(first) == ["alertmanager.yml", "fsdp-observe.rules.yaml", "gpu-health.json", "nodes.json",
+                             "training-run.json"]
 
 
 def copy_of_repo_outputs(tmp_path: Path) -> tuple[Path, Path]:

@@ -63,7 +63,12 @@ def _parse(inner: str) -> dict[str, str]:
 
 def xid_description(code: int, severity: str, gpu: dict[str, str], runs: str) -> str:
     return (f"The driver reported XID {code} (class {severity}) for {gpu_text(gpu)}, "
-            f"PCI {gpu['pci_bus']}, within the last 10m. Runs on this GPU: {runs}. {xid.SEVERITY_ACTION[severity]}")
+            f"PCI {gpu['pci_bus']}, within the last 10m. Runs on this GPU: {runs}. {xid.lookup(code).action}")
+
+
+def catalogue(code: int) -> dict[str, str]:
+    """The annotations every XID alert carries from the catalogue: the code's name and action."""
+    return {"xid_name": xid.lookup(code).name, "recommended_action": xid.lookup(code).action}
 
 
 def gpu_text(gpu: dict[str, str], node: str = NODE) -> str:
@@ -84,7 +89,7 @@ def xid_alert(name: str, code: int, severity: str, gpu: dict[str, str], level: s
     return ({**gpu, "node": NODE, "xid": str(code), "severity": level, "xid_class": severity},
             {"summary": f"XID {code} on {gpu_text(gpu)}: {effect}",
              "description": xid_description(code, severity, gpu, runs),
-             "runbook_url": f"{BOOK}#{name.lower()}"})
+             "runbook_url": f"{BOOK}#{name.lower()}", **catalogue(code)})
 
 
 CASES = [
@@ -105,15 +110,15 @@ CASES = [
         "description": f"XID 13 (class application) came 3 times within 10m on {gpu_text(GPU_D)}, PCI "
                        f"{GPU_D['pci_bus']} (3 or more make a burst). Runs on this GPU: none seen. One such XID is "
                        f"usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
-                       f"{xid.SEVERITY_ACTION['application']}",
-        "runbook_url": f"{BOOK}#fsdpgpuxidapplicationburst"})]),
+                       f"{xid.APP_BUG}",
+        "runbook_url": f"{BOOK}#fsdpgpuxidapplicationburst", **catalogue(13)})]),
     ("FsdpGpuXidUnknown", [{"series": xid_series(GPU_D, 99999, "unknown"), "values": "_x40 1x40"}], [40], 41,
      [({**GPU_D, "node": NODE, "xid": "99999", "severity": "warning", "xid_class": "unknown"},
        {"summary": f"Unknown XID 99999 on {gpu_text(GPU_D)}",
         "description": f"The driver reported XID 99999, which the catalogue (observe/xid.py) does not know, for "
                        f"{gpu_text(GPU_D)}, PCI {GPU_D['pci_bus']}, within the last 10m. Runs on this GPU: none seen. "
                        f"{xid.UNKNOWN_ACTION}",
-        "runbook_url": f"{BOOK}#fsdpgpuxidunknown"})]),
+        "runbook_url": f"{BOOK}#fsdpgpuxidunknown", "xid_name": "Unknown XID", "recommended_action": xid.UNKNOWN_ACTION})]),
 ]
 
 DCGM_ONLY = "dcgm-only-node"
@@ -142,10 +147,17 @@ def dcgm_gpu(gpu: int, node: str = DCGM_ONLY) -> dict[str, str]:
     return {"node": node, "gpu": str(gpu), "gpu_uuid": f"GPU-d{gpu}", "pci_bus": f"0000:1{gpu}:00"}
 
 
-def dcgm_what(code: int, xid_class: str, gpu: int) -> str:
+def dcgm_which(code: int, xid_class: str, gpu: int) -> str:
     g = dcgm_gpu(gpu)
-    return (f"XID {code} (class {xid_class}) for {gpu_text(g, DCGM_ONLY)}, PCI {g['pci_bus']}; the class means a GPU "
-            f"reset, a node reboot or NVLink/fabric recovery (see the XID table of the runbook).")
+    return f"XID {code} (class {xid_class}) for {gpu_text(g, DCGM_ONLY)}, PCI {g['pci_bus']}"
+
+
+DCGM_MEANING = ("the class means a GPU reset, a node reboot or NVLink/fabric recovery (see the XID table of the "
+                "runbook).")
+
+
+def dcgm_what(code: int, xid_class: str, gpu: int) -> str:
+    return f"{dcgm_which(code, xid_class, gpu)}; {DCGM_MEANING}"
 
 
 CASES += [
@@ -166,22 +178,52 @@ CASES += [
        {"summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
         "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to {dcgm_what(79, 'node_reboot', 0)} "
                        f"{dcgm_tail()}",
-        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical"})]),
+        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical", **catalogue(79)})]),
     ("FsdpGpuLost", [
         {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x5 1x10"},
-        {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x15"}],
+        {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x15"},
+        *({"series": f'{c.GPU_INFO.name}{{{AGENT},gpu="{g["gpu"]}",gpu_uuid="{g["gpu_uuid"]}",name="NVIDIA H100",'
+                     f'pci_bus="{g["pci_bus"]}",driver_version="570.124.06"}}', "values": "1x15"} for g in (GPU_A, GPU_B))],
      [6], 7,
-     [({"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "severity": "critical"},
+     [({"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "pci_bus": "0000:3b:00", "severity": "critical"},
        {"summary": f"GPU 0 (GPU-0000000a) of node {NODE} is lost",
-        "description": f"NVML reports GPU 0 (GPU-0000000a) of node {NODE} lost: it fell off the bus and answers no "
-                       f"query. Runs on this GPU: llama-ft. {xid.REBOOT}",
-        "runbook_url": f"{BOOK}#fsdpgpulost"})]),
+        "description": f"NVML reports GPU 0 (GPU-0000000a) of node {NODE}, PCI 0000:3b:00, lost: it fell off the bus "
+                       f"and answers no query. Runs on this GPU: llama-ft. {xid.REBOOT}",
+        "runbook_url": f"{BOOK}#fsdpgpulost", "recommended_action": xid.REBOOT})]),
+]
+
+
+CASES += [
+    # GPU 0's NVML reading stops finishing at 10m (stale, its age growing a minute a minute); GPU
+    # 1 was stale for one scrape only (a slow call, not a hang). Five minutes later: the first.
+    ("FsdpGpuReadingStale", [
+        {"series": f'{c.GPU_READING_STALE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x9 1x20"},
+        {"series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "1x9 60+60x20"},
+        {"series": f'{c.GPU_READING_STALE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x9 1 0x19"},
+        {"series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "1x9 2 1x19"}],
+     [11, 14], 15,
+     [({"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "severity": "warning"},
+       {"summary": f"NVML readings of GPU 0 (GPU-0000000a) of node {NODE} are stale",
+        "description": f"The agent's NVML reading of GPU 0 (GPU-0000000a) of node {NODE} has not finished within its "
+                       f"deadline for 6m 0s: a driver call that hangs (the agent leaves the GPU's figures out and goes "
+                       f"on with the others). Runs on this GPU: llama-ft. {rules.STALE_ACTION}",
+        "runbook_url": f"{BOOK}#fsdpgpureadingstale", "recommended_action": rules.STALE_ACTION})]),
 ]
 
 
 def phases(labels: str, current: str, minutes: int) -> list[dict]:
     return [{"series": f'{c.TRAIN_PHASE.name}{{{labels},phase="{p}"}}', "values": f"{int(p == current)}x{minutes}"}
             for p in ("training", "checkpointing", "finished")]
+
+
+def stalled(likely_cause: str, minutes: int = 18) -> dict[str, str]:
+    """The annotations of rank 0's stall alert, with its ``likely_cause``."""
+    return {"summary": "Run llama-ft: rank 0 made no step for 15m",
+            "description": f"Rank 0 of run llama-ft on node gpu-node-1 (GPU GPU-0000000a) completed its last optimizer "
+                           f"step {minutes}m 0s ago and is still training. A hung collective, a dead peer or a stuck "
+                           "data loader stops every rank; look for the rank whose log stops first (likely_cause names "
+                           "a GPU fault on the run's nodes).",
+            "runbook_url": f"{BOOK}#fsdptrainingstalled", "likely_cause": likely_cause}
 
 
 DONE = RANK.format(r=0, g="e", port=9600).replace("llama-ft", "done-ft")
@@ -196,12 +238,27 @@ CASES += [
         {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{DONE}}}", "values": "0+60x5 300x45"},
         *phases(DONE, "finished", 50)],
      [26, 27], 28,
-     [({**_parse(R0), "phase": "training", "severity": "critical"},
-       {"summary": "Run llama-ft: rank 0 made no step for 15m",
-        "description": "Rank 0 of run llama-ft on node gpu-node-1 (GPU GPU-0000000a) completed its last optimizer step "
-                       "18m 0s ago and is still training. A hung collective, a dead peer or a stuck data loader stops "
-                       "every rank; look for the rank whose log stops first.",
-        "runbook_url": f"{BOOK}#fsdptrainingstalled"})]),
+     [({**_parse(R0), "phase": "training", "severity": "critical"}, stalled(
+         "none seen: no critical XID and no lost GPU on the run's nodes in the last 27m"))]),
+]
+
+
+OTHER = "gpu-node-9"
+OTHER_AGENT = AGENT.replace(NODE, OTHER)
+
+CAUSE_CASES = [
+    # Rank 0 stops stepping at 10m: GPU 1 of its node fell off the bus (XID 79) at 9m, and GPU 0 of
+    # a node the run does not use had an XID 48. The stall names the first and not the second, though
+    # both XID alerts resolved long before the stall fires (28m).
+    ("FsdpTrainingStalled", [
+        {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{R0}}}", "values": "0+60x10 600x40"},
+        *phases(R0, "training", 50),
+        {"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x9 1x41"},
+        {"series": f"{c.AGENT_COLLECTIONS.name}{{{OTHER_AGENT}}}", "values": "0+60x50"},
+        {"series": xid_series(GPU_A, 48, "gpu_reset").replace(AGENT, OTHER_AGENT), "values": "_x9 1x41"}],
+     [27], 28,
+     [({**_parse(R0), "phase": "training", "severity": "critical"}, stalled(
+         "FsdpGpuXidNodeReboot on node gpu-node-1, GPU 1 (GPU-0000000b), PCI 0000:86:00, XID 79 (class node_reboot)"))]),
 ]
 
 STRAGGLER = [  # (rank, GPU, steps per minute): a minute of step time per minute on every rank
@@ -249,8 +306,9 @@ COUNT_CASES = [
      [5, 30], 6,
      [({**dcgm_gpu(0), "xid": "79", "xid_class": "node_reboot", "severity": "critical"},
        {"summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
-        "description": f"dcgm-exporter counted {dcgm_what(79, 'node_reboot', 0)} within the last 10m. {dcgm_tail()}",
-        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical"})]),
+        "description": f"dcgm-exporter counted {dcgm_which(79, 'node_reboot', 0)} within the last 10m; {DCGM_MEANING} "
+                       f"{dcgm_tail()}",
+        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical", **catalogue(79)})]),
     ("FsdpDcgmXidApplicationBurst", [
         {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 1, window_size_in_ms="300000", xid="31"),
          "values": "_x5 2 3x5"}],
@@ -259,8 +317,8 @@ COUNT_CASES = [
        {"summary": f"3 XID 31 errors on {gpu_text(dcgm_gpu(1), DCGM_ONLY)} (dcgm-exporter)",
         "description": f"dcgm-exporter counted XID 31 (class application) 3 times in its window for "
                        f"{gpu_text(dcgm_gpu(1), DCGM_ONLY)}, PCI 0000:11:00 (3 or more make a burst). "
-                       f"{xid.SEVERITY_ACTION['application']} {dcgm_tail()}",
-        "runbook_url": f"{BOOK}#fsdpdcgmxidapplicationburst"})]),
+                       f"{xid.APP_BUG} {dcgm_tail()}",
+        "runbook_url": f"{BOOK}#fsdpdcgmxidapplicationburst", **catalogue(31)})]),
 ]
 
 
@@ -282,6 +340,7 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_the_cases_assume_the_default_settings() -> None:
     assert (S.xid_window, S.xid_for, S.xid_application_burst, S.gpu_lost_for) == ("10m", "1m", 3, "1m")
+    assert S.gpu_stale_for == "5m"
     assert (S.stall_time, S.stall_for, S.straggler_ratio, S.straggler_for) == ("15m", "2m", 1.5, "10m")
     assert (S.throughput_drop_ratio, S.throughput_baseline, S.throughput_offset, S.throughput_for) == (
         0.7, "1h", "10m", "15m")
@@ -308,6 +367,14 @@ def test_promtool_test_rules(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_a_stall_names_the_fatal_xid_on_one_of_its_nodes(tmp_path: Path) -> None:
+    """likely_cause: the XID alert of the run's node, found through the recorded run-to-node faults."""
+    (tmp_path / "rules.yaml").write_text(rules.render())
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(promtool_tests(CAUSE_CASES), sort_keys=False, width=1000))
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_promtool_test_rules_with_dcgm_xid_count(tmp_path: Path) -> None:
     """The windowed-count variants, against the rules generated with dcgm_xid_count."""
     (tmp_path / "rules.yaml").write_text(rules.render(COUNTED))
@@ -328,7 +395,7 @@ def test_a_steady_last_xid_never_fires_and_a_change_fires_once(tmp_path: Path) -
                    "summary": f"XID 48 on {g} (dcgm-exporter)",
                    "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to "
                                   f"{dcgm_what(48, 'gpu_reset', 0)} {dcgm_tail()}",
-                   "runbook_url": f"{BOOK}#fsdpdcgmxidcritical"}}]
+                   "runbook_url": f"{BOOK}#fsdpdcgmxidcritical", **catalogue(48)}}]
     # Pending at 30m, firing from 31m until the change leaves the 10m window at 40m.
     checks = [{"eval_time": f"{t}m", "alertname": "FsdpDcgmXidCritical", "exp_alerts": firing if 31 <= t < 40 else []}
               for t in range(0, 120, 1)]

@@ -128,7 +128,7 @@ def test_job_runs_without_torch(roles: Venv, tmp_path: Path) -> None:
     done = roles.run([roles.bin("fsdp-observe"), "job", "render", "--config", str(REPO / "examples" / "llama2-7b.env"),
                       "--set", "IMAGE_URI=registry.example/fsdp-observe:0.1.0", "--run-id", "llama2-7b-fsdp-1"])
     assert done.returncode == 0, done.stderr
-    job = yaml.safe_load(done.stdout)
+    (job,) = [doc for doc in yaml.safe_load_all(done.stdout) if doc["kind"] == "PyTorchJob"]  # + its NetworkPolicy
     command = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
     assert command[2:4] == ["--no-python", "fsdp-observe-trainer"]
     routes = {("GET", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/llama2-7b-fsdp"):

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from observe.supervise import running, start_time
-from tests.e2e.test_demo_tui import read_until
 from tests.support.stop_stress import descendants, kill_quietly, rank_processes
+from tests.support.terminal import read_until
 
 
 def end_record(out: Path) -> dict:
@@ -34,6 +34,14 @@ def wait_for_ranks(pid: int, timeout: float = 120) -> dict:
         assert time.monotonic() < deadline, "the ranks never started"
         time.sleep(0.1)
     return ranks
+
+
+def wait_for_a_window(out: Path, timeout: float = 120) -> None:
+    """Until rank 0 has logged a window: the ranks are training."""
+    deadline = time.monotonic() + timeout
+    while not any('"event": "window"' in log.read_text() for log in out.glob("demo-*.jsonl")):
+        assert time.monotonic() < deadline, "no log window"
+        time.sleep(0.1)
 
 
 def kill_everything_below(proc: subprocess.Popen) -> None:
@@ -55,10 +63,7 @@ def test_ctrl_c_on_the_headless_demo_stops_the_run_with_130_everywhere(port_bloc
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         ranks = wait_for_ranks(proc.pid)
-        deadline = time.monotonic() + 120
-        while not any('"event": "window"' in log.read_text() for log in tmp_path.glob("demo-*.jsonl")):
-            assert time.monotonic() < deadline, "no log window"
-            time.sleep(0.1)
+        wait_for_a_window(tmp_path)
         below = [(pid, start_time(pid)) for pid in descendants(proc.pid)]
         proc.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
         out = proc.communicate(timeout=60)[0]
@@ -83,6 +88,7 @@ def test_sigterm_with_the_tui_open_closes_it_and_stops_the_run_with_143(port_blo
     try:
         read_until(main, r"\bok\b", 90)  # the TUI is up and the node's row is in
         ranks = wait_for_ranks(proc.pid)
+        wait_for_a_window(tmp_path)  # training, not loading: the stop then names its step
         below = [(pid, start_time(pid)) for pid in descendants(proc.pid)]
         proc.send_signal(signal.SIGTERM)
         text = read_until(main, r"exit status\s+\d+", 60)

@@ -12,7 +12,7 @@ import yaml
 
 from observe.errors import UserError
 from observe.k8s import names
-from observe.monitoring import dashboards, generate, kube_objects, rules
+from observe.monitoring import alertmanager, dashboards, generate, kube_objects, rules
 from observe.monitoring.settings import Settings
 from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 
@@ -29,9 +29,12 @@ def test_rules_and_dashboards_become_labelled_objects_in_the_build(tmp_path: Pat
     shutil.rmtree(copy / "generated")
     written = generate.write(generate.render_k8s(Settings()), copy / "generated", generate.OWNED["k8s"])
     assert sorted(p.name for p in written) == [
-        *(kube_objects.configmap_file(Path(n).stem) for n in sorted(dashboards.render())),
+        "alertmanagerconfig.yaml", *(kube_objects.configmap_file(Path(n).stem) for n in sorted(dashboards.render())),
         "kustomization.yaml", "prometheusrule.yaml"]
     objs = kustomize(copy)
+    (routing,) = [o for o in objs if o["kind"] == "AlertmanagerConfig"]
+    assert routing["spec"] == alertmanager.crd_spec(Settings())
+    assert routing["metadata"]["namespace"] == names.NAMESPACE  # the operator matches namespace="fsdp-observe"
     (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
     assert rule["spec"] == rules.rule_file(Settings())
     assert rule["metadata"]["namespace"] == names.NAMESPACE

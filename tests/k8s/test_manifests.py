@@ -22,13 +22,15 @@ from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 DAEMONSETS = REPO / "daemonsets"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 #: Kinds kubernetes-validate has no schema for; SHAPES below checks the fields they use.
-CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 #: Fields of the prometheus-operator monitoring.coreos.com/v1 API these manifests may use
 #: (https://prometheus-operator.dev/docs/api-reference/api/), so a misspelt key fails here.
 SHAPES = {
     "spec.PodMonitor": {"namespaceSelector", "selector", "podMetricsEndpoints", "jobLabel", "podTargetLabels"},
     "spec.ServiceMonitor": {"namespaceSelector", "selector", "endpoints", "jobLabel", "targetLabels"},
     "spec.PrometheusRule": {"groups"},
+    # validated in full against the operator's CRD schema by tests/dashboards/test_alertmanager.py
+    "spec.AlertmanagerConfig": {"route", "inhibitRules", "receivers"},
     "endpoint": {"port", "path", "interval", "scrapeTimeout", "scheme", "honorLabels", "relabelings",
                  "metricRelabelings"},
     "relabeling": {"sourceLabels", "separator", "targetLabel", "regex", "replacement", "action", "modulus"},
@@ -232,7 +234,11 @@ def test_the_agent_matches_the_contract_in_names_py(built) -> None:
     assert agent["securityContext"]["capabilities"]["add"] == list(names.AGENT_CAPABILITIES)
     assert spec["priorityClassName"] == "system-node-critical"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert [v["name"] for v in spec["volumes"]] == ["tmp"]  # no hostPath: the kernel log comes through syslog(2)
+    # no hostPath: the kernel log comes through syslog(2); the XID cursor lives in an emptyDir
+    assert [v["name"] for v in spec["volumes"]] == ["tmp", "state"]
+    state = names.AGENT_COMMAND[names.AGENT_COMMAND.index("--state-dir") + 1]
+    assert {"name": "state", "mountPath": state} in agent["volumeMounts"]  # writable: the XID cursor
+    assert {"name": "state", "emptyDir": {"sizeLimit": "1Mi"}} in spec["volumes"]
     assert "hostNetwork" not in spec  # the agent serves on the pod IP
     assert "nvidia.com/gpu" not in agent["resources"]["limits"]  # it must not take GPUs from training
 

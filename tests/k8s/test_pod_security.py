@@ -38,6 +38,15 @@ EXCEPTIONS: dict[str, dict[str, dict[str, str]]] = {
                        "Running as Non-root user: agent runAsUser 0": "as the default agent"},
     },
     f"{AGENT} + agent-restricted": {"baseline": {}, "restricted": {}},
+    **{f"{AGENT} + {component}": {
+        "baseline": {"Capabilities: agent adds SYSLOG": "as the default agent",
+                     "HostPath Volumes: state": "the XID cursor outlives the pod, so a replaced agent does not "
+                                                "set again what a person cleared after the repair"},
+        "restricted": {"Capabilities: agent adds SYSLOG (restricted)": "as the default agent",
+                       "Running as Non-root: agent": "as the default agent",
+                       "Running as Non-root user: agent runAsUser 0": "as the default agent",
+                       "Volume Types: state is hostPath": "the same hostPath"},
+    } for component in ("node-condition", "node-taint")},
     "fsdp-observe-etcd": {"baseline": {}, "restricted": {}},
     "fsdp-observe-viewer": {"baseline": {}, "restricted": {}},
     "fsdp-observe-htop": {"baseline": {"Host Namespaces: hostPID": "htop lists the node's processes (opt-in debug)"},
@@ -63,7 +72,7 @@ def pods(tmp_path_factory) -> dict[str, dict]:
         for o in objs:
             if o["kind"] in ("DaemonSet", "Deployment"):
                 out[o["metadata"]["name"]] = o["spec"]["template"]
-    for component in ("agent-host-processes", "agent-restricted"):
+    for component in ("agent-host-processes", "agent-restricted", "node-condition", "node-taint"):
         objs = overlay(tmp_path_factory.mktemp(component), component)
         (ds,) = [o for o in objs if o["kind"] == "DaemonSet" and o["metadata"]["name"] == AGENT]
         kubernetes_validate.validate(ds, K8S_VERSION, strict=True)

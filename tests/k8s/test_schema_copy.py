@@ -13,3 +13,11 @@ def test_the_pytorchjob_crd_copy_equals_the_shared_file() -> None:
     shared = SHARED / copy.name
     if shared.exists():  # a clean clone without ../shared has only the copy, which is then the truth
         assert copy.read_bytes() == shared.read_bytes()
+
+
+def test_the_alertmanagerconfig_crd_copy_equals_the_shared_file() -> None:
+    copy = SCHEMAS / "monitoring.coreos.com_alertmanagerconfigs.yaml"
+    assert "kind: AlertmanagerConfig" in copy.read_text()
+    shared = SHARED / copy.name
+    if shared.exists():
+        assert copy.read_bytes() == shared.read_bytes()

@@ -10,11 +10,11 @@ policy, bearer token).
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.local_http import BackgroundServer, QuietHandler
 
 RECORDED = Path(__file__).resolve().parents[1] / "k8s" / "recorded"
 TOKEN = "recorded-token"
@@ -45,6 +45,7 @@ class Request:
     query: dict[str, list[str]]
     authorization: str | None
     body: bytes
+    content_type: str | None = None
 
 
 @dataclass
@@ -57,12 +58,13 @@ class RecordedAPIServer:
     def __post_init__(self) -> None:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _answer(self) -> None:
                 url = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 server.requests.append(Request(self.command, url.path, parse_qs(url.query),
-                                               self.headers.get("Authorization"), self.rfile.read(length)))
+                                               self.headers.get("Authorization"), self.rfile.read(length),
+                                               self.headers.get("Content-Type")))
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     reply = Reply(401, json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                                    "status": "Failure", "message": "Unauthorized",
@@ -78,17 +80,12 @@ class RecordedAPIServer:
 
             do_GET = do_DELETE = do_POST = do_PATCH = _answer
 
-            def log_message(self, *args: object) -> None:  # keep test output quiet
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._server = BackgroundServer(Handler)
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return self._server.url
 
     def calls(self, method: str | None = None) -> list[Request]:
         """Requests received, optionally only those with ``method``."""
@@ -96,8 +93,7 @@ class RecordedAPIServer:
 
     def close(self) -> None:
         """Stop serving."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._server.close()
 
 
 def write_kubeconfig(path: Path, server: str, namespace: str = "default", token: str = TOKEN) -> Path:

@@ -137,12 +137,14 @@ def dashboard_panels_showing(run: WatchedRun) -> set[str]:
 
 
 async def run_screen_lines(run: WatchedRun) -> list[str]:
-    """The TUI's Run screen over the two ranks (``DirectSource``), once both are shown."""
+    """The TUI's Run screen over the two ranks (``DirectSource``), once both are shown: its header
+    lines, then the rank table's rows."""
     from observe.sources.direct import DirectSource, Endpoint
     from observe.tui.app import make_app
     from observe.tui.screens.run import RunScreen
     from observe.tui.widgets.lines import Lines
-    from tests.support.tui import lines_text, until
+    from observe.tui.widgets.table import VirtualTable
+    from tests.support.tui import lines_text, table_text, until
 
     app = make_app(DirectSource([], [Endpoint(f"http://127.0.0.1:{p}/metrics") for p in run.ports]), interval=0.5)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -150,4 +152,4 @@ async def run_screen_lines(run: WatchedRun) -> list[str]:
         await pilot.press("2")
         screen = await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen, 10, "the Run screen")
         await pilot.pause(1.0)
-        return lines_text(screen.query_one("#run", Lines))
+        return lines_text(screen.query_one("#run", Lines)) + table_text(screen.query_one(VirtualTable))

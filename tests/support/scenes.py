@@ -2,7 +2,8 @@
 (tests/tui/recorded) and the trainer's real exporter at a pinned time.
 
 - ``fleet_snapshot``: the three recorded nodes, an unreachable and a malformed endpoint, an 8-GPU
-  node (GPU UUIDs that differ only in their last characters, GPU 7 the hottest), a 16-GPU node, a
+  node (GPU UUIDs that differ only in their last characters, GPU 7 the hottest; the agent tainted
+  it after GPU 2 fell off the bus, and GPU 3's NVML reading is stale), a 16-GPU node, a
   node whose GPU 5 power NVML cannot read (its power sum is partial), and a two-rank run with a
   straggler.
 - ``finished_snapshot``: the same run after its last step (``phase="finished"``); rank 1 stopped
@@ -16,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from observe.model import GpuInfo, NodeSnapshot, XidEvent
+from observe.model import GpuInfo, NodeHealth, NodeSnapshot, XidEvent
 from observe.sources.direct import LossHistory, StepRate, build_runs
 from observe.sources.trainer import parse_exposition, ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, node_status
@@ -36,6 +37,21 @@ def many_gpus(base: NodeSnapshot, name: str, count: int, seed: int = 1) -> NodeS
                          memory_used_bytes=(60 + i) << 30, temperature_celsius=float(55 + i * (26 // max(1, count - 1))),
                          power_watts=float(600 + 10 * i)) for i in range(count))
     return replace(base, node=name, gpus=gpus)
+
+
+#: What the agent's node health wrote on p5-node-8gpu (components/node-condition and node-taint).
+TAINTED = NodeHealth(condition_type="FsdpObserveGPUFault", status="True", reason="NodeReboot",
+                     message="Faults: XID 79 (GPU has fallen off the bus) on GPU 2 (PCI 0000:90:00). Action: ...",
+                     taint_key="fsdp-observe.io/gpu-fault", taint="fsdp-observe.io/gpu-fault=NodeReboot:NoSchedule",
+                     updated_unix=NOW - 120)
+
+
+def faulted(base: NodeSnapshot, name: str) -> NodeSnapshot:
+    """``many_gpus`` with 8 GPUs, tainted by the agent (``TAINTED``), GPU 3's NVML reading stale."""
+    snap = many_gpus(base, name, 8)
+    gpus = tuple(replace(g, stale=True, reading_age_seconds=14.0, utilization_ratio=None, memory_used_bytes=None,
+                         temperature_celsius=None, power_watts=None) if g.index == 3 else g for g in snap.gpus)
+    return replace(snap, gpus=gpus, node_health=TAINTED)
 
 
 def no_power_reading(base: NodeSnapshot, name: str, gpu: int) -> NodeSnapshot:
@@ -66,7 +82,7 @@ def fleet_nodes(focus: str | None) -> list[NodeStatus]:
     """The fleet's nodes (``focus`` keeps its whole snapshot)."""
     snaps = [recorded(n, NOW, age=0.4) for n in NODES]
     base = snaps[0]
-    snaps += [many_gpus(base, "p5-node-8gpu", 8), many_gpus(base, "gb200-node-16gpu", 16, seed=2),
+    snaps += [faulted(base, "p5-node-8gpu"), many_gpus(base, "gb200-node-16gpu", 16, seed=2),
               no_power_reading(base, "p5-node-nopower", 5)]
     nodes = [node_status(s.node, f"http://10.0.0.{i + 1}:9401", s, NOW, keep=s.node == focus)
              for i, s in enumerate(snaps)]

@@ -301,7 +301,9 @@ def rank_processes(pid: int) -> dict[int, tuple[int, int | None]]:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"trainer" not in cmdline or b"-m" not in cmdline:
+        is_rank = (b"trainer" in cmdline and b"-m" in cmdline) or any(  # python -m trainer, or the console script
+            arg.endswith(b"/fsdp-observe-trainer") or arg == b"fsdp-observe-trainer" for arg in cmdline)
+        if not is_rank:
             continue
         for item in environ:
             if item.startswith(b"RANK="):

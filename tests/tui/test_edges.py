@@ -195,7 +195,7 @@ def test_a_sum_over_fewer_gpus_than_the_node_has_is_partial() -> None:
 async def test_partial_figures_are_marked_on_the_cluster_and_node_screens() -> None:
     app, pilot, ctx = await shown(fleet_snapshot("p5-node-nopower"), (200, 50))
     rows = {line.split()[0]: line for line in table_text(app.screen.query_one(VirtualTable))[1:] if line.strip()}
-    assert "4,430 W*" in rows["p5-node-nopower"] and "5,080 W " in rows["p5-node-8gpu"]
+    assert "4,430 W*" in rows["p5-node-nopower"] and "10,800 W " in rows["gb200-node-16gpu"]
     await app.push_screen(NodeScreen("p5-node-nopower"))
     await pilot.pause()
     summary = lines_text(app.screen.query_one("#gpu-summary", Lines))[0]

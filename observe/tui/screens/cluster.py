@@ -53,9 +53,27 @@ def _hot_text(node: NodeStatus) -> str:
 
 
 def _note(node: NodeStatus) -> str:
+    """The most urgent one line: the pull's error, the node's taint or condition, stale GPUs, a notice."""
     if node.error:
         return node.error
+    f = _f(node)
+    if f.k8s_note:
+        return f.k8s_note
+    if f.gpus_stale:
+        which = ", ".join(map(str, f.stale_gpus))
+        return f"GPU{'s' if f.gpus_stale > 1 else ''} {which}: NVML reading stale (a driver call hangs)"
     return node.notices[0] if node.notices else ""
+
+
+def _note_style(node: NodeStatus) -> str:
+    f = _f(node)
+    if node.error or f.k8s in ("taint", "fault"):
+        return "bad"
+    return "warn" if f.gpus_stale or f.k8s else "dim"
+
+
+#: K8S cell -> style: the node carries our taint or condition (bad), or writing them failed (warn).
+K8S_STYLE = {"taint": "bad", "fault": "bad", "error": "warn"}
 
 
 def _age(node: NodeStatus) -> float | None:
@@ -73,8 +91,10 @@ def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str 
 
 
 #: Priorities (``observe.tui.widgets.table.column_layout``): NODE, STATE, XID/1h and NOTE never
-#: drop; then, first to last, CPU% and MEM%, MAX UTIL and GPU POWER, AGE and GPU MEM, GPUS and
-#: HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first.
+#: drop; then, first to last, K8S, CPU% and MEM%, MAX UTIL and GPU POWER, AGE and GPU MEM, GPUS
+#: and HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first. K8S (the node's taint or
+#: condition from the agent's node health, a sortable column) goes first because NOTE says the
+#: same in words, first (``tainted NodeReboot ...``), so it shows at any width.
 COLUMNS = (
     Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14),
     Column("state", "STATE", 11, lambda n: n.state, style=lambda n: STATE_STYLE.get(n.state)),
@@ -89,6 +109,7 @@ COLUMNS = (
     Column("lost", "LOST", 5, lambda n: _f(n).gpus_lost, right=True,
            text=lambda n: str(_f(n).gpus_lost) if _f(n).gpus_lost else "",
            style=lambda n: "lost" if _f(n).gpus_lost else None, priority=1),
+    Column("k8s", "K8S", 5, lambda n: _f(n).k8s, style=lambda n: K8S_STYLE.get(_f(n).k8s), priority=6),
     Column("util", "UTIL AVG", 10, lambda n: _f(n).gpu_util_mean, text=_util_text, right=True,
            style=lambda n: "dim" if _f(n).gpu_util_mean is None else _partial_style(n, _f(n).util_gpus),
            priority=1, min_width=8),
@@ -107,7 +128,7 @@ COLUMNS = (
     Column("xid", "XID/1h", 7, lambda n: _f(n).xids_recent, right=True,
            text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
            style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim"),
-    Column("note", "NOTE", 0, _note, style=lambda n: "bad" if n.error else "dim", min_width=14),
+    Column("note", "NOTE", 0, _note, style=_note_style, min_width=14),
 )
 
 

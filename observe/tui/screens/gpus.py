@@ -82,6 +82,8 @@ def _util(row: GpuRow) -> str:
     g = row.gpu
     if g.lost:
         return "LOST"
+    if g.stale:
+        return "STALE"
     if g.utilization_ratio is None and g.mig_enabled:
         return "MIG"
     return fmt.pct(g.utilization_ratio)
@@ -92,6 +94,9 @@ def _note(row: GpuRow) -> str:
     if g.lost:
         return "fell off the bus: reset the GPU or reboot"
     notes = []
+    if g.stale:
+        age = f" for {fmt.age(g.reading_age_seconds)}" if g.reading_age_seconds is not None else ""
+        notes.append(f"NVML reading stale{age}: a driver call hangs")
     if row.xid_severity:
         notes.append(f"XID {row.xid_severity}")
     if g.ecc_uncorrected_total:
@@ -108,7 +113,7 @@ def _note_style(row: GpuRow) -> str | None:
     if row.gpu.lost or row.gpu.ecc_uncorrected_total or row.xid_severity in ("node_reboot", "gpu_reset", "unknown",
                                                                             "nvlink_fabric"):
         return "bad"
-    return "warn" if row.xid_severity or row.gpu.throttle_reasons else "dim"
+    return "warn" if row.xid_severity or row.gpu.throttle_reasons or row.gpu.stale else "dim"
 
 
 def _na(row: GpuRow, text: str) -> str:

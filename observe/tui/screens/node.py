@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 
 from observe.model import NodeSnapshot
-from observe.sources.view import ClusterSnapshot, NodeStatus
+from observe.sources.view import ClusterSnapshot, NodeStatus, k8s_health
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
 from observe.tui.screens.cluster import STATE_STYLE
@@ -179,6 +179,10 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int, he
                       ("  Load average: ", "label", 0),
                       (" ".join(fmt.num(v, 2) for v in (host.load1, host.load5, host.load15)), "value", 0),
                       ("  Uptime: ", "label", 1), (fmt.duration(host.uptime_seconds), "value", 1)], width))
+    k8s = k8s_health(snapshot.node_health)
+    if k8s:
+        lines.append([(" K8s ", "label"), (fmt.shorten(k8s["k8s_note"], max(8, width - 5)),
+                                            "warn" if k8s["k8s"] == "error" else "bad")])
     for notice in snapshot.agent.notices:
         lines.append([(" ! ", "warn"), (fmt.shorten(notice, max(8, width - 3)), "warn")])
     if not snapshot.gpus:
