@@ -106,9 +106,8 @@ def _render(ns: argparse.Namespace) -> int:
                           "use up to 63 lower-case letters, digits and '-'")
     settings = load_settings(ns.config, ns.set)
     job = render(settings, ns.run_id)
-    if not storage.has_checkpoint_volume(settings):
-        print("fsdp-observe job render: warning: no checkpoint volume (CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS): "
-              "a restarted pod or a resized job starts again from step 0", file=sys.stderr, flush=True)
+    for warning in storage.warnings(settings):
+        print(f"fsdp-observe job render: warning: {warning}", file=sys.stderr, flush=True)
     documents = [*storage.claims(settings), job]
     if ns.network_policy:
         documents.append(trainer_network_policy(settings))

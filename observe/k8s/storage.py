@@ -198,6 +198,22 @@ def mounts(s: JobSettings) -> list[dict[str, Any]]:
     return out
 
 
+def warnings(s: JobSettings) -> list[str]:
+    """What a rendered job cannot do with these settings, one line each (``job render`` prints them):
+    no checkpoint volume (every restart starts at step 0), or an elastic range whose resize
+    changes the world size, which an exact resume refuses (``LAYOUT_FLAGS``: the ranks exit 2
+    on a checkpoint written at another world size, naming ``--nproc-per-node``)."""
+    lo, hi = s.node_range
+    if not has_checkpoint_volume(s):
+        return ["no checkpoint volume (CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS): a restarted pod or a resized job "
+                "starts again from step 0"]
+    if lo != hi and not s.command:
+        return [f"MIN_NODES={lo} and MAX_NODES={hi}: a checkpoint resumes only at the world size that wrote it "
+                "(exact resume), so after a resize the ranks refuse it and the job fails; keep MIN_NODES=MAX_NODES "
+                "for resumable restarts, and render again with a new NUM_NODES and JOB_NAME to change size"]
+    return []
+
+
 def writes_volumes(s: JobSettings) -> bool:
     """Some mounted claim is written (checkpoints, a download onto MODEL_PVC): the pod then needs
     ``fsGroup`` for the image's non-root user to write to it."""

@@ -140,6 +140,17 @@ def test_without_a_checkpoint_volume_render_warns(tmp_path: Path, capsys) -> Non
     assert "warning: no checkpoint volume" in err and "starts again from step 0" in err
 
 
+def test_an_elastic_range_with_checkpoints_warns_that_a_resize_cannot_resume(tmp_path: Path, capsys) -> None:
+    """A resize changes the world size, and the ranks refuse a checkpoint of another world size
+    (exact resume): render says so rather than promising a resume it cannot give."""
+    assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--set", "CHECKPOINT_PVC=ckpt", "--set",
+                         "MIN_NODES=1", "--set", "MAX_NODES=4", "-o", str(tmp_path / "j.yaml")]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("fsdp-observe job render: warning: MIN_NODES=1 and MAX_NODES=4: a checkpoint resumes only "
+                           "at the world size that wrote it") and "keep MIN_NODES=MAX_NODES" in line
+    assert storage.warnings(settings_from_mapping({"IMAGE_URI": IMAGE, **CKPT})) == []
+
+
 def test_exit_code_restarts_a_stopped_pod_and_not_a_failed_one() -> None:
     """D2: OnFailure restarted a pod that exited 2 (a user mistake) forever; ExitCode restarts 128+
     (143: the launcher's status after the kubelet's SIGTERM, tests/e2e/test_job_weights.py)."""
