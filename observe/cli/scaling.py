@@ -89,6 +89,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, LocalPlan]:
         argv, trainer_args = argv[:cut], argv[cut + 1:]
     ns = build_parser().parse_args(argv)
     if ns.prometheus:
+        if "://" not in ns.prometheus:  # host:port, as fsdp-observe top --prometheus takes it
+            ns.prometheus = f"http://{ns.prometheus}"
         if not ns.prometheus.startswith(("http://", "https://")):
             raise UserError("--prometheus", f"{ns.prometheus!r} is not an http(s) URL", "pass e.g. http://localhost:9090")
         if not ns.run_id:
