@@ -11,7 +11,9 @@ Standard library only: a leaf module every package may import.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 #: The exit status of a user mistake (as argparse uses for a usage error).
 USER_ERROR_EXIT_STATUS = 2
@@ -86,3 +88,20 @@ def bind_error(field: str, address: str, port: int, exc: OSError, fix: str,
                          f"pass {address_field} 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or an "
                          "address 'ip -brief address' lists")
     return UserError(field, f"cannot serve on {address}:{port} ({exc.strerror or exc})", fix)
+
+
+def writable_dir(path: Path, field: str, fix: str) -> Path:
+    """Create the folder ``path`` names if needed and prove a file can be written in it; ``path``.
+
+    Raises:
+        UserError: naming ``field``, with the system's reason and ``fix``, when it cannot be
+            created or written (read-only, no permission, a file in the way).
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(field, f"cannot write to {str(path)!r} ({exc.strerror})", fix) from None
+    return path

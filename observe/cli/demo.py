@@ -13,7 +13,6 @@ scraping the agent and the ranks, and prints its URL. The pieces live in ``obser
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 from observe import prometheus_local, stopping
 from observe.catalog import AGENT_PORT
 from observe.cli import require
-from observe.errors import UserError
+from observe.errors import UserError, writable_dir
 from observe.flags import OneLineParser
 from observe.ports import free_port_block
 from trainer.runspec.config import MetricsConfig, ModelConfig, TrainConfig
@@ -168,13 +167,4 @@ def _out_dir(given: str | None) -> Path:
     """
     if given is None:
         return Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
-    out = Path(given)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError("--out", f"cannot write to {given!r} ({exc.strerror})",
-                        "pass a directory you can write, or leave --out out for a temporary one") from None
-    return out
+    return writable_dir(Path(given), "--out", "pass a directory you can write, or leave --out out for a temporary one")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from observe.cli import require
-from observe.errors import UserError
+from observe.errors import UserError, writable_dir
 from observe.flags import OneLineParser, add_flags, apply_flags, iter_flags
 from observe.scaling.local import BOTH_GROUP, LOCAL_GROUP, LocalPlan
 
@@ -111,14 +111,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, LocalPlan]:
 
 
 def _prepare_out(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError("--out", f"cannot write to {str(out)!r} ({exc.strerror})",
-                        "pass a writable directory") from None
+    writable_dir(out, "--out", "pass a writable directory")
 
 
 def _local(ns: argparse.Namespace, plan: LocalPlan) -> ScalingReport:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from observe.catalog import TRAINER_PORT_BASE
-from observe.errors import UserError, did_you_mean
+from observe.errors import UserError, did_you_mean, writable_dir
 from observe.flags import OneLineParser, add_flags, apply_flags, flag, parse_flags, to_argv
 from trainer.runspec.checkpoint_files import (
     TrainerState,
@@ -485,14 +484,7 @@ def _writable_dir(path: Path) -> None:
     """
     if path.exists() and not path.is_dir():
         raise UserError("--checkpoint-dir", f"{str(path)!r} is a file", "pass a directory (it is created)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError("--checkpoint-dir", f"cannot write to {str(path)!r} ({exc.strerror})",
-                          "pass a directory you can write, on storage every node shares") from None
+    writable_dir(path, "--checkpoint-dir", "pass a directory you can write, on storage every node shares")
 
 
 def _appendable_file(path: Path, flag: str) -> None:
