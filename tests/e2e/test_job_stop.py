@@ -11,17 +11,13 @@ and gets a SIGTERM mid-training. No Kubernetes here: the process stands in for t
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 from observe.k8s.job_settings import settings_from_mapping
 from observe.k8s.pytorchjob import LAUNCHER, RESTART_POLICY, render
 from observe.ports import free_port
 from tests.e2e.test_job_rendezvous import operator_env
-from tests.support.trainer_runs import events, read_log
+from tests.support.trainer_runs import events, read_log, sigterm_at_step
 
 
 def test_the_rendered_launcher_exits_143_on_sigterm_with_one_line(tmp_path: Path, corpus: Path, port_block,
@@ -40,21 +36,8 @@ def test_the_rendered_launcher_exits_143_on_sigterm_with_one_line(tmp_path: Path
            **{v["name"]: v["value"] for v in container["env"] if "value" in v}, **operator_env(job)}
     env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{free_port()}"  # <job>-worker-0:23456 in the cluster
 
-    pod = subprocess.Popen(container["command"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not [w for w in events(read_log(log), "window") if w["step"] >= 3]:
-            assert pod.poll() is None, pod.stdout.read() if pod.stdout else ""
-            assert time.monotonic() < deadline, "training did not reach step 3"
-            time.sleep(0.1)
-        os.kill(pod.pid, signal.SIGTERM)  # the kubelet signals the container's first process
-        out, _ = pod.communicate(timeout=60)
-    finally:
-        if pod.poll() is None:
-            os.killpg(pod.pid, signal.SIGKILL)
-            pod.wait()
-    assert pod.returncode == 143, out[-4000:]  # what restartPolicy ExitCode retries (plain torchrun: 1)
+    status, out = sigterm_at_step(container["command"], env, log, 3, seconds=180, exit_seconds=60)
+    assert status == 143, out[-4000:]  # what restartPolicy ExitCode retries (plain torchrun: 1)
     for bad in ("Traceback", "SignalException", "closing signal"):
         assert bad not in out, out[-4000:]
     stop_lines = [line for line in out.splitlines() if line.startswith("SIGTERM:")]

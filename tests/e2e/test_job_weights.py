@@ -12,8 +12,6 @@ the container's first process.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -25,7 +23,7 @@ from observe.k8s.pytorchjob import render
 from observe.ports import free_port
 from tests.e2e.test_job_rendezvous import operator_env
 from tests.support.hub_standin import HubStandIn
-from tests.support.trainer_runs import events, read_log
+from tests.support.trainer_runs import events, read_log, sigterm_at_step
 from trainer.runspec.checkpoint_files import TrainerState, newest_complete
 
 REPO_ID = "acme/tiny-llama"
@@ -45,7 +43,8 @@ def tiny_llama(tmp_path_factory) -> Path:
     config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          tie_word_embeddings=False)
-    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out, max_shard_size="60KB")
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(  # type: ignore[arg-type] # transformers' stub
+        out, max_shard_size="60KB")
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
     tok.train_from_iterator([(out / "config.json").read_text()] * 4, trainers.BpeTrainer(
@@ -102,21 +101,8 @@ def test_a_rendered_job_downloads_real_weights_stops_with_143_and_resumes(
     log = tmp_path / "run.jsonl"
     home = tmp_path / "hf-home"
 
-    first = subprocess.Popen(command(job), env=pod_env(job, subprocess_env, hub, home), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not [w for w in events(read_log(log), "window") if w["step"] >= 5]:
-            assert first.poll() is None, first.stdout.read() if first.stdout else ""
-            assert time.monotonic() < deadline, "training did not reach step 5"
-            time.sleep(0.2)
-        os.kill(first.pid, signal.SIGTERM)  # the kubelet signals the container's first process
-        out, _ = first.communicate(timeout=90)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
-    assert first.returncode == 143, out[-4000:]
+    status, out = sigterm_at_step(command(job), pod_env(job, subprocess_env, hub, home), log, 5)
+    assert status == 143, out[-4000:]
     assert "Traceback" not in out, out[-4000:]
     weights = tmp_path / "models" / "acme--tiny-llama"
     fetched = hub.fetched()

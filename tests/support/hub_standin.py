@@ -115,7 +115,7 @@ class HubStandIn:
         if repo is None:
             return
         if kind == "revision":
-            body = {"id": repo_id, "modelId": repo_id, "sha": repo.sha, "private": False,
+            body: object = {"id": repo_id, "modelId": repo_id, "sha": repo.sha, "private": False,
                     "gated": "manual" if repo.gated_token else False,
                     "siblings": [{"rfilename": name} for name in repo.files]}
         else:
