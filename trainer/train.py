@@ -136,7 +136,7 @@ class Trainer:
         held_out = cfg.validation.fraction if cfg.validation.every else 0.0
         self.batches = BatchIterator(files, tokenizer, cfg.data.seq_len, cfg.data.batch_size, rt.rank,
                                      rt.world_size, cfg.seed, skip_batches=self.position.batches_consumed,
-                                     held_out=held_out)
+                                     held_out=held_out, block_offset=self.position.blocks_before)
         self.val_batches = (validation_batches(files, tokenizer, cfg.data.seq_len, cfg.data.batch_size, rt.rank,
                                                rt.world_size, cfg.seed, held_out, cfg.validation.batches)
                             if cfg.validation.every else None)
@@ -206,7 +206,16 @@ class Trainer:
         raise AssertionError("no candidates")  # pragma: no cover - callers pass at least one
 
     def _restored(self, state: TrainerState) -> None:
-        self.position = RunPosition(state.step, state.batches_consumed)
+        saved_world, world = state.layout.get("world_size"), self.rt.world_size
+        if saved_world in (None, world):
+            self.position = RunPosition(state.step, state.batches_consumed, state.blocks_before)
+        else:  # resharded (--resume-any-world-size): count this world size's batches from where the run stopped
+            read = state.blocks_before + state.batches_consumed * self.cfg.data.batch_size * int(saved_world)
+            self.position = RunPosition(state.step, 0, read)
+            if self.rt.is_main:
+                print(f"resume: the checkpoint of step {state.step} was written by {saved_world} rank(s), resharded "
+                      f"onto {world}; the data continues at block {read:,} of the run's stream "
+                      "(--resume-any-world-size)", flush=True)
         self.metrics.checkpoint_loaded(state.step, self.load_seconds, state.saved_at, state.run_started,
                                        state.productive_seconds)
 

@@ -269,7 +269,8 @@ class JobSettings:
             metrics=MetricsConfig(port_base=self.metrics_port, run_id=run_id,
                                   linger_seconds=names.RENDERED_METRICS_LINGER_SECONDS),
             checkpoint=CheckpointConfig(dir=storage.checkpoint_dir(self),
-                                        every=every if storage.has_checkpoint_volume(self) else 0))
+                                        every=every if storage.has_checkpoint_volume(self) else 0,
+                                        any_world_size=storage.has_checkpoint_volume(self)))
         return config_from_values(_trainer_values(self.trainer_args), base=base)
 
     @property

@@ -15,7 +15,8 @@
 ``<job>-checkpoints``) is mounted at ``CHECKPOINT_MOUNT``; the trainer saves to
 ``CHECKPOINT_MOUNT/<job>`` every ``CHECKPOINT_EVERY`` steps (and on SIGTERM, and at the end), and
 every restart, elastic resize or new render of the same job resumes from the newest complete
-checkpoint there (``--resume auto``).
+checkpoint there (``--resume auto``: exactly at the same world size; resharded, with
+``--resume-any-world-size``, at another).
 
 Everything here is plain data for ``observe.k8s.pytorchjob``; a mistake is a ``UserError`` naming
 the setting. Standard library only (with ``trainer.runspec``, torch-free).
@@ -199,18 +200,11 @@ def mounts(s: JobSettings) -> list[dict[str, Any]]:
 
 
 def warnings(s: JobSettings) -> list[str]:
-    """What a rendered job cannot do with these settings, one line each (``job render`` prints them):
-    no checkpoint volume (every restart starts at step 0), or an elastic range whose resize
-    changes the world size, which an exact resume refuses (``LAYOUT_FLAGS``: the ranks exit 2
-    on a checkpoint written at another world size, naming ``--nproc-per-node``)."""
-    lo, hi = s.node_range
+    """What a rendered job cannot do with these settings, one line each (``job render`` prints
+    them): without a checkpoint volume every restart starts at step 0."""
     if not has_checkpoint_volume(s):
         return ["no checkpoint volume (CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS): a restarted pod or a resized job "
                 "starts again from step 0"]
-    if lo != hi and not s.command:
-        return [f"MIN_NODES={lo} and MAX_NODES={hi}: a checkpoint resumes only at the world size that wrote it "
-                "(exact resume), so after a resize the ranks refuse it and the job fails; keep MIN_NODES=MAX_NODES "
-                "for resumable restarts, and render again with a new NUM_NODES and JOB_NAME to change size"]
     return []
 
 

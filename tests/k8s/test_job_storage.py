@@ -112,6 +112,8 @@ def test_checkpoints_go_to_a_shared_volume_and_restarts_resume_from_it(pytorchjo
     assert spec["securityContext"]["fsGroup"] == 1000 and spec["securityContext"]["runAsNonRoot"] is True
     cfg = trainer_cfg(c["command"])
     assert (cfg.checkpoint.dir, cfg.checkpoint.every, cfg.checkpoint.resume) == ("/checkpoints/llama-ft", 200, "auto")
+    assert cfg.checkpoint.any_world_size  # a resize (elastic, or a new NUM_NODES) resumes resharded
+    assert not trainer_cfg(container(job_for())["command"]).checkpoint.any_world_size  # nothing to resume
     assert trainer_cfg(container(job_for(**CKPT))["command"]).checkpoint.every == storage.DEFAULT_CHECKPOINT_EVERY
     assert violations(as_pod(job), "restricted") == []
 
@@ -138,17 +140,6 @@ def test_without_a_checkpoint_volume_render_warns(tmp_path: Path, capsys) -> Non
     assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "-o", str(tmp_path / "j.yaml")]) == 0
     err = capsys.readouterr().err
     assert "warning: no checkpoint volume" in err and "starts again from step 0" in err
-
-
-def test_an_elastic_range_with_checkpoints_warns_that_a_resize_cannot_resume(tmp_path: Path, capsys) -> None:
-    """A resize changes the world size, and the ranks refuse a checkpoint of another world size
-    (exact resume): render says so rather than promising a resume it cannot give."""
-    assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--set", "CHECKPOINT_PVC=ckpt", "--set",
-                         "MIN_NODES=1", "--set", "MAX_NODES=4", "-o", str(tmp_path / "j.yaml")]) == 0
-    (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("fsdp-observe job render: warning: MIN_NODES=1 and MAX_NODES=4: a checkpoint resumes only "
-                           "at the world size that wrote it") and "keep MIN_NODES=MAX_NODES" in line
-    assert storage.warnings(settings_from_mapping({"IMAGE_URI": IMAGE, **CKPT})) == []
 
 
 def test_exit_code_restarts_a_stopped_pod_and_not_a_failed_one() -> None:

@@ -267,6 +267,11 @@ class CheckpointConfig:
             with status 143; a save still running at the deadline is abandoned. Keep it below
             torchrun's ``--shutdown-timeout`` and the pod's ``terminationGracePeriodSeconds``
             (both 30 s by default).
+        any_world_size: resume a checkpoint written at another world size (an elastic resize, a
+            job rendered again with another node count): the model and optimizer are resharded
+            and the data continues from the first block of the global stream no rank has read,
+            so no text is seen twice or skipped; not bit-exact (the global batch is another).
+            Off: such a checkpoint is refused, naming ``--nproc-per-node``.
     """
 
     dir: str | None = field(default=None, metadata=flag(
@@ -281,6 +286,9 @@ class CheckpointConfig:
     sigterm_grace: float = field(default=25.0, metadata=flag(
         "--sigterm-grace", "on SIGTERM save and exit within this time (keep it below torchrun's "
         "--shutdown-timeout)", metavar="SECONDS"))
+    any_world_size: bool = field(default=False, metadata=flag(
+        "--resume-any-world-size", "resume a checkpoint written at another world size (resharded; the data "
+        "continues where the whole run stopped; not bit-exact)"))
 
 
 @dataclass
@@ -468,7 +476,10 @@ class TrainConfig:
         path = resolve_resume(self.checkpoint.dir, self.checkpoint.resume)
         if path is not None:
             state = TrainerState.read(path)
-            check_compatible(path, state.layout, self.layout(files, world_size))
+            layout = self.layout(files, world_size)
+            if self.checkpoint.any_world_size:
+                layout["world_size"] = None  # not checked: the checkpoint is resharded
+            check_compatible(path, state.layout, layout)
 
 
 def _beside(resume: str) -> str | None:
