@@ -13,6 +13,7 @@ whose imports come late (after a run) check up front with ``require``.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import sys
@@ -67,6 +68,19 @@ def require(*modules: str) -> None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
+def command_list(width: int = 79) -> str:
+    """The commands as an aligned list, one per entry (wrapped under its text), for ``--help``."""
+    import textwrap
+
+    indent = 2 + max(map(len, COMMANDS)) + 2
+    lines = ["commands:"]
+    for name, (_, text, _) in COMMANDS.items():
+        wrapped = textwrap.wrap(text, width - indent) or [""]
+        lines.append(f"  {name:<{indent - 4}}  {wrapped[0]}")
+        lines += [" " * indent + rest for rest in wrapped[1:]]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fsdp-observe`` console script; returns the exit status.
 
@@ -75,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = OneLineParser(
         prog="fsdp-observe", description="Observability for FSDP fine-tunes of Llama models.",
-        epilog="Run 'fsdp-observe COMMAND --help' for a command's options.")
-    ap.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
-                    help="; ".join(f"{name}: {text}" for name, (_, text, _) in COMMANDS.items()))
+        epilog=f"{command_list()}\n\nRun 'fsdp-observe COMMAND --help' for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND", help="one of the commands below")
     if not argv or argv[0] not in COMMANDS:
         if argv and not argv[0].startswith("-"):
             return _report(UserError("fsdp-observe", f"unknown command {argv[0]!r}",

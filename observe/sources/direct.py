@@ -1,7 +1,8 @@
 """Pull node agents' ``/snapshot`` and trainer ranks' ``/metrics`` directly: the bounded fan-in.
 
-One refresh (``DirectSource.cycle``) sends every request at once through ``HttpFetcher`` (at most
-``concurrency`` in flight, each with its own timeout), decodes each answer as it arrives (small
+One refresh (``DirectSource.cycle``) sends every request through ``HttpFetcher`` from a fixed
+pool of workers (at most ``concurrency`` in flight, each with its own timeout), decodes each
+answer as it arrives (small
 pieces: about 0.2 ms for a summary snapshot), and stops at the refresh's deadline: whatever has
 not answered by then keeps its previous data and is marked ``slow``. Agents are asked for their
 summary view (``/snapshot?view=summary``, no process lists); only the node in focus (the one the
@@ -15,10 +16,13 @@ used from one asyncio event loop.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from urllib.parse import urlsplit
 
 from observe.errors import UserError
@@ -227,15 +231,10 @@ class DirectSource:
         """
         started = time.monotonic()
         end = started + deadline
-        jobs = [self._pull_agent(e, focus is not None and focus in (e.node, self._nodes[e.url].name), end)
-                for e in self.agents]
-        jobs += [self._pull_trainer(e, end) for e in self.trainers]
-        tasks = [asyncio.ensure_future(job) for job in jobs]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=max(0.0, end - time.monotonic()))
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        agents = ((e, focus is not None and focus in (e.node, self._nodes[e.url].name)) for e in self.agents)
+        jobs = itertools.chain((partial(self._pull_agent, e, full, end) for e, full in agents),
+                               (partial(self._pull_trainer, e, end) for e in self.trainers))
+        await self._run_pool(jobs, len(self.agents) + len(self.trainers), end)
         ranks = [r for url in (e.url for e in self.trainers) for r in self._ranks.get(url, [])]
         errors = [f"trainer {url}: {reason}" for url, reason in self._trainer_errors.items()]
         nodes, duplicates = self._distinct_nodes()
@@ -243,6 +242,31 @@ class DirectSource:
             time_unix=time.time(), source=self.description, nodes=nodes,
             runs=build_runs(ranks, self._history, self._rates), focus=focus, cycle_seconds=time.monotonic() - started,
             errors=(*self.errors, *errors, *duplicates), trainers=len(self.trainers))
+
+    async def _run_pool(self, jobs: Iterator[Callable[[], Awaitable[None]]], count: int, end: float) -> None:
+        """Run the ``count`` ``jobs`` with at most ``fetcher.concurrency`` at once, until the monotonic
+        time ``end``; each job is made only when a worker takes it.
+
+        A fixed pool of workers takes the jobs in order, rather than one task per endpoint: at
+        4,096 nodes one task each was some 40,000 live coroutines, tasks, futures and contexts per
+        refresh, all walked by every full garbage collection, which holds the GIL and stalled the
+        UI thread for up to 96 ms (``benchmarks/tui_fanin.py``). A job still running at ``end`` is
+        cancelled (its pull marks the endpoint ``slow``); a job not started by then is started
+        already cancelled, so it marks its endpoint ``slow`` the same way.
+        """
+        async def worker() -> None:
+            for job in jobs:
+                await job()
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(min(count, self.fetcher.concurrency))]
+        if not workers:
+            return
+        _, pending = await asyncio.wait(workers, timeout=max(0.0, end - time.monotonic()))
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for job in jobs:  # not started before the deadline: each says so without a request
+            await job()
 
     def _distinct_nodes(self) -> tuple[tuple[NodeStatus, ...], list[str]]:
         """Every agent's node, but a node that a second URL also answers for only once (the same

@@ -53,3 +53,15 @@ def test_top_is_a_subcommand_and_has_help() -> None:
     proc = subprocess.run([sys.executable, "-m", "observe.cli", "top", "--help"], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
     assert proc.returncode == 0 and "--agents-file" in proc.stdout and "--prometheus" in proc.stdout
+
+
+def test_top_level_help_lists_every_command_on_its_own_line(capsys: pytest.CaptureFixture) -> None:
+    from observe.cli import COMMANDS
+
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["--help"])
+    assert stop.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    starts = {line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")}
+    assert set(COMMANDS) <= starts  # each command begins its own entry, not a run-on paragraph
+    assert max(map(len, lines)) <= 80

@@ -97,6 +97,12 @@ class TopScreen(Screen):
         except NoMatches:  # still composing: on_mount draws it
             pass
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide ``back`` (Esc) from the footer on the first screen, where there is nowhere to go back to."""
+        if action == "back":
+            return len(self.app.screen_stack) > 2
+        return True
+
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
@@ -141,19 +147,35 @@ class TableScreen(TopScreen):
     def action_invert(self) -> None:
         self.table.invert()
 
+    def _filtering(self) -> bool:
+        try:
+            box = self.query_one("#filter", Input)
+        except NoMatches:
+            return False
+        return box.has_class("shown") or bool(box.value)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Esc also clears a filter, so ``back`` shows on the first screen while one is set."""
+        if action == "back" and self._filtering():
+            return True
+        return super().check_action(action, parameters)
+
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.add_class("shown")
         box.focus()
+        self.refresh_bindings()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
             self.table.set_filter(event.value)
+            self.refresh_bindings()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
             event.input.remove_class("shown")
             self.table.focus()
+            self.refresh_bindings()
 
     def action_back(self) -> None:
         box = self.query_one("#filter", Input)
@@ -162,6 +184,7 @@ class TableScreen(TopScreen):
             box.remove_class("shown")
             self.table.set_filter("")
             self.table.focus()
+            self.refresh_bindings()
             return
         super().action_back()
 
