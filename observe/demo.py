@@ -21,34 +21,92 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from observe import prometheus_local, promtext, stopping
-from observe.catalog import AGENT_PORT, TRAIN_STEP
+from observe import prometheus_local, promtext, stopping, supervise
+from observe.catalog import AGENT_PORT, TRAIN_PHASE, TRAIN_STEP
 from observe.errors import PortInUseError
 from observe.model import NodeSnapshot
 from observe.ports import free_port, port_is_free
+from observe.sources.view import ClusterSnapshot
 from observe.supervise import Supervised
 
 
-def watch(agent_url: str, metrics_urls: list[str], run: Supervised) -> bool:
+def watch(agent_url: str, metrics_urls: list[str], run: Supervised, run_id: str, train_log: Path) -> bool:
     """Run ``fsdp-observe top`` over the demo's agent and ranks until the user quits or the demo gets
     a stop signal (which ``run`` has passed on already); when the user quit a run still going, stop
-    it as Ctrl-C would (SIGINT: the ranks agree on a step and exit 130). Returns whether the user did."""
+    it as Ctrl-C would (SIGINT: the ranks agree on a step and exit 130). Returns whether the user did.
+
+    The TUI follows ``run_id`` only (another process on a rank's port is an error line, never the
+    demo's run) and says when training exited early (``RunWatch``).
+    """
     from observe.sources.direct import DirectSource, Endpoint
     from observe.tui.app import make_app
 
-    make_app(DirectSource([Endpoint(agent_url)], [Endpoint(u) for u in metrics_urls]),
-             should_stop=run.stop.requested.is_set).run()
+    source = DirectSource([Endpoint(agent_url)], [Endpoint(u) for u in metrics_urls], run_id=run_id)
+    make_app(RunWatch(source, run, train_log), should_stop=run.stop.requested.is_set).run()
     if run.stop.requested.is_set() or run.proc is None or run.proc.poll() is not None:
         return False
     print("fsdp-observe demo: the terminal UI was closed; stopping the run (SIGINT, as Ctrl-C)", flush=True)
     run.send(signal.SIGINT)
     return True
+
+
+def first_error_line(log: Path, limit: int = 1 << 20) -> str | None:
+    """The line of ``log`` (its first ``limit`` bytes) that says why a run failed: the first
+    ``error:`` line (a user mistake, or a rank's one-line failure), else the last line that is not
+    blank; ``None`` for a missing or empty file."""
+    try:
+        with open(log, "rb") as fh:
+            text = fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith("error:")), lines[-1] if lines else None)
+
+
+class RunWatch:
+    """The demo TUI's source: its ``DirectSource``, plus a line on every screen once training exited
+    early (``training exited with status 2: error: ...``): a run that failed is never shown as a
+    run still waiting for its ranks. Implements ``observe.tui.poller.Source``.
+    """
+
+    def __init__(self, inner: Any, run: Supervised, train_log: Path) -> None:
+        self.inner, self.run, self.train_log = inner, run, train_log
+        self._line: str | None = None
+
+    @property
+    def description(self) -> str:
+        """The inner source's."""
+        return str(self.inner.description)
+
+    def exit_line(self) -> str | None:
+        """What became of the training process, when it exited other than by finishing (``None``
+        while it runs and once it finished: the ranks' ``finished`` phase says that)."""
+        proc = self.run.proc
+        status = None if proc is None else proc.poll()
+        if status is None or status == 0:
+            return None
+        if self._line is None:
+            first = first_error_line(self.train_log)
+            self._line = (f"training exited with status {supervise.shell_status(status)}"
+                          + (f": {first}" if first else "") + f" (all its output: {self.train_log})")
+        return self._line
+
+    async def cycle(self, focus: str | None, deadline: float) -> ClusterSnapshot:
+        """The inner source's refresh, with the exit line first among the errors."""
+        snapshot = await self.inner.cycle(focus, deadline)
+        line = self.exit_line()
+        return snapshot if line is None else replace(snapshot, errors=(line, *snapshot.errors))
+
+    def close(self) -> None:
+        """Close the inner source."""
+        self.inner.close()
 
 
 def outcome(status: int, closed_ui: bool) -> str:
@@ -71,15 +129,22 @@ class ScrapeRecord:
     failed: int = 0
     series: int = 0
     last_step: float | None = None
+    last_phase: str | None = None
     last_error: str | None = None
+
+
+#: The ``User-Agent`` of the demo's poller: the ranks' linger tells its scrapes from the TUI's.
+SCRAPER_USER_AGENT = "fsdp-observe-demo"
 
 
 @dataclass
 class Scraper:
-    """Polls each rank's ``/metrics`` every ``interval`` seconds on a background thread."""
+    """Polls each rank's ``/metrics`` every ``interval`` seconds on a background thread; with
+    ``run_id``, an answer for another run counts as a failure (another process on the port)."""
 
     urls: list[str]
     interval: float = 2.0
+    run_id: str | None = None
     records: list[ScrapeRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -97,22 +162,28 @@ class Scraper:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, headers={"User-Agent": SCRAPER_USER_AGENT}) as client:
             while not self._stop.wait(self.interval):
                 for record in self.records:
                     self._scrape(client, record)
 
-    @staticmethod
-    def _scrape(client: httpx.Client, record: ScrapeRecord) -> None:
+    def _scrape(self, client: httpx.Client, record: ScrapeRecord) -> None:
         try:
             samples = promtext.parse(client.get(record.url).raise_for_status().text)
         except (httpx.HTTPError, ValueError) as exc:
             record.failed += 1
             record.last_error = type(exc).__name__
             return
+        steps = [s for s in samples if s.name == TRAIN_STEP.name]
+        if self.run_id is not None and steps and all(s.labels.get("run_id") != self.run_id for s in steps):
+            record.failed += 1
+            record.last_error = f"another run ({steps[0].labels.get('run_id')}) on this port"
+            return
         record.ok += 1
         record.series = len(samples)
-        record.last_step = next((s.value for s in samples if s.name == TRAIN_STEP.name), record.last_step)
+        record.last_step = next((s.value for s in steps), record.last_step)
+        phase = next((s.labels.get("phase") for s in samples if s.name == TRAIN_PHASE.name and s.value == 1), None)
+        record.last_phase = phase or record.last_phase
 
 
 def read_log(path: Path) -> tuple[list[dict], dict | None]:
@@ -130,8 +201,10 @@ def read_log(path: Path) -> tuple[list[dict], dict | None]:
 
 def summary_rows(windows: list[dict], end: dict | None, scrapes: list[ScrapeRecord],
                  status: int) -> list[tuple[str, str]]:
-    """The summary table as (label, value) rows."""
-    rows: list[tuple[str, str]] = [("steps", str(end["steps"]) if end else "n/a")]
+    """The summary table as (label, value) rows; the last is the exit status."""
+    rows: list[tuple[str, str]] = [("steps", f"{end['step']} ({end['steps']} run by this attempt)"
+                                    if end and end.get("step") != end.get("steps") else
+                                    str(end["steps"]) if end else "n/a (no end record)")]
     if windows:
         first, last = windows[0], windows[-1]
         rows += [
@@ -142,10 +215,28 @@ def summary_rows(windows: list[dict], end: dict | None, scrapes: list[ScrapeReco
     if end and end.get("step_seconds_p50") is not None:
         rows.append(("step time p50 / p95", f"{end['step_seconds_p50']:.3f} s / {end['step_seconds_p95']:.3f} s"))
     for rank, rec in enumerate(scrapes):
-        seen = (f"{rec.ok} scrapes ok, {rec.series} series, last step {rec.last_step:.0f}"
-                if rec.ok and rec.last_step is not None else f"{rec.ok} ok, {rec.failed} failed")
+        if rec.ok and rec.last_step is not None:
+            seen = f"{rec.ok} scrapes ok, {rec.series} series, last step {rec.last_step:.0f}"
+            seen += f" ({rec.last_phase})" if rec.last_phase else ""
+            seen += f"; {rec.failed} failed" if rec.failed else ""
+        else:
+            seen = f"{rec.ok} ok, {rec.failed} failed" + (f" (last: {rec.last_error})" if rec.last_error else "")
         rows.append((f"rank {rank} /metrics", seen))
     rows.append(("exit status", str(status)))
+    return rows
+
+
+def outputs_rows(log_json: Path, train_log: Path | None, status: int) -> list[tuple[str, str]]:
+    """Where the run's output is, naming only files that exist; with a failure, the line that says why."""
+    rows: list[tuple[str, str]] = []
+    if status not in (0, stopping.exit_status(signal.SIGINT), stopping.exit_status(signal.SIGTERM)):
+        reason = first_error_line(train_log) if train_log is not None else None
+        if reason:
+            rows.append(("why", reason))
+    if train_log is not None and train_log.is_file():
+        rows.append(("training output", str(train_log)))
+    rows.append(("JSON log", str(log_json) if log_json.is_file() else
+                 "none (training ended before its first step)" + ("" if train_log else "; see its output above")))
     return rows
 
 

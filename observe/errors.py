@@ -11,6 +11,10 @@ Standard library only: a leaf module every package may import.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
 #: The exit status of a user mistake (as argparse uses for a usage error).
 USER_ERROR_EXIT_STATUS = 2
 
@@ -37,6 +41,16 @@ class UserError(Exception):
         super().__init__(f"{field}: {problem}; {fix}")
 
 
+def did_you_mean(value: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The one of ``choices`` closest to ``value`` (compared in lower case, ``difflib``'s ratio at
+    least ``cutoff``), e.g. ``llama2-7b`` for ``llama-2-7B``; ``None`` when none is close."""
+    import difflib
+
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(value.lower(), list(by_lower), n=1, cutoff=cutoff)
+    return by_lower[close[0]] if close else None
+
+
 class PortInUseError(UserError):
     """A port the user asked for (or the default) is held by another process.
 
@@ -53,11 +67,41 @@ class PortInUseError(UserError):
         super().__init__(field, f"port {port} on {address} is already in use", fix)
 
 
-def bind_error(field: str, address: str, port: int, exc: OSError, fix: str) -> UserError:
-    """The ``UserError`` for a failed ``bind(address, port)``: ``PortInUseError`` for
-    ``EADDRINUSE``, else the OS's reason (``EADDRNOTAVAIL``, ``EACCES``, ...)."""
+def bind_error(field: str, address: str, port: int, exc: OSError, fix: str,
+               address_field: str | None = None) -> UserError:
+    """The ``UserError`` for a failed ``bind(address, port)``.
+
+    ``PortInUseError`` (``field``, the port's flag) for ``EADDRINUSE``. An address that cannot
+    be served (no interface of this machine has it, a name that does not resolve) names
+    ``address_field`` when given, with the fix for the address. Anything else gives the OS's
+    reason (``EACCES`` ...) under ``field``.
+    """
     import errno
+    import socket
 
     if exc.errno == errno.EADDRINUSE:
         return PortInUseError(field, address, port, fix)
+    bad_address = isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
+    if address_field is not None and bad_address:
+        return UserError(address_field, f"cannot serve on {address!r} ({exc.strerror or exc}): it is not an "
+                         "address of this machine",
+                         f"pass {address_field} 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or an "
+                         "address 'ip -brief address' lists")
     return UserError(field, f"cannot serve on {address}:{port} ({exc.strerror or exc})", fix)
+
+
+def writable_dir(path: Path, field: str, fix: str) -> Path:
+    """Create the folder ``path`` names if needed and prove a file can be written in it; ``path``.
+
+    Raises:
+        UserError: naming ``field``, with the system's reason and ``fix``, when it cannot be
+            created or written (read-only, no permission, a file in the way).
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(field, f"cannot write to {str(path)!r} ({exc.strerror})", fix) from None
+    return path

@@ -97,6 +97,22 @@ def unreadable_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def unwritable_dir(tmp_path: Path) -> Path:
+    """An existing directory this user cannot create files in (mode 555; for root, who writes
+    there anyway, sysfs's /sys/kernel, which refuses even root)."""
+    path = tmp_path / "read-only"
+    path.mkdir()
+    path.chmod(0o555)
+    for candidate in (path, Path("/sys/kernel")):
+        try:
+            (candidate / f".probe-{os.getpid()}").open("w").close()
+        except OSError:
+            return candidate
+        (candidate / f".probe-{os.getpid()}").unlink()
+    pytest.fail("found no directory this user cannot write (tried a mode-555 folder and /sys/kernel)")
+
+
+@pytest.fixture
 def taken_port() -> Iterator[int]:
     """A 127.0.0.1 port something is listening on for the whole test."""
     with socket.socket() as s:

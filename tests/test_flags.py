@@ -32,7 +32,7 @@ TRAINER_FLAGS_BEFORE = (
     "--preset --model --tokenizer --data --seq-len --batch-size --steps --lr --warmup-steps --min-lr-ratio "
     "--weight-decay --grad-clip --grad-accum-steps --seed --sharding-strategy --mixed-precision --device --backend "
     "--replicate-degree --shard-degree --activation-checkpointing --verify-weights --checkpoint-dir "
-    "--checkpoint-every --keep-checkpoints --resume --sigterm-grace --val-every --val-fraction --val-batches "
+    "--checkpoint-every --keep-checkpoints --resume --sigterm-grace --resume-any-world-size --val-every --val-fraction --val-batches "
     "--metrics --metrics-port --metrics-address --metrics-linger --log-every --log-json --run-id").split()
 SCALING_PLAN_FLAGS_BEFORE = ("--world-sizes --strong --steps --batch-size --seq-len --preset --threads-per-rank "
                              "--metrics-port --timeout --warmup-steps").split()
@@ -47,7 +47,7 @@ EVERYTHING = TrainConfig(
                             replicate_degree=2, shard_degree=4, activation_checkpointing="every-2"),
     metrics=MetricsConfig(enabled=False, port_base=9600, address="127.0.0.1", linger_seconds=2.5, log_every=3,
                           log_json="/tmp/log.jsonl", run_id="r-1"),
-    checkpoint=CheckpointConfig(dir="/ckpt", every=5, keep=3, resume="never", sigterm_grace=10.0),
+    checkpoint=CheckpointConfig(dir="/ckpt", every=5, keep=3, resume="never", sigterm_grace=10.0, any_world_size=True),
     validation=ValidationConfig(every=9, fraction=0.05, batches=2),
     steps=11, seed=4, verify_weights=True,
 )
@@ -106,7 +106,7 @@ def test_every_launcher_command_line_parses_back_to_its_settings(tmp_path: Path)
     job = settings_from_mapping({"IMAGE_URI": "r/fsdp-observe:1", "MODEL": "llama2-7b", "DATA": "/d/a.jsonl",
                                  "TRAINER_ARGS": "--steps=7 --grad-accum-steps 2"})
     pod = trainer_command(job, "rid")
-    assert pod[:4] == ["torchrun", "--nproc-per-node=8", "--no-python", "fsdp-observe-trainer"]
+    assert pod[:4] == ["fsdp-observe-torchrun", "--nproc-per-node=8", "--no-python", "fsdp-observe-trainer"]
     assert TrainConfig.from_argv(pod[4:]) == job.trainer_config("rid")
     parsed = TrainConfig.from_argv(pod[4:])
     assert (parsed.model.preset, parsed.data.paths, parsed.steps, parsed.optim.grad_accum_steps,
@@ -118,7 +118,9 @@ def test_the_flags_a_job_setting_owns_come_from_the_trainer_flags() -> None:
     assert managed_trainer_flags() == {
         "--preset": "MODEL", "--model": "MODEL", "--data": "DATA", "--sharding-strategy": "SHARDING_STRATEGY",
         "--metrics-port": "METRICS_PORT", "--run-id": "the rendered run id", "--device": "GPU_PER_NODE",
-        "--metrics": "the job (metrics are always on)"}
+        "--metrics": "the job (metrics are always on)",
+        "--checkpoint-dir": "CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS (a volume every pod shares)",
+        "--checkpoint-every": "CHECKPOINT_EVERY"}
     assert set(MANAGED_TRAINER_SETTINGS) <= set(flag_names(TrainConfig))
     with pytest.raises(UserError, match="TRAINER_ARGS: --metrics-port is set by METRICS_PORT"):
         settings_from_mapping({"IMAGE_URI": "x", "TRAINER_ARGS": "--metrics-p 9600"})  # an abbreviation too

@@ -37,10 +37,12 @@ class RunPosition:
     Attributes:
         step: optimizer steps completed.
         batches_consumed: micro-batches each rank has drawn.
+        blocks_before: global blocks read at an earlier world size (``TrainerState.blocks_before``).
     """
 
     step: int
     batches_consumed: int
+    blocks_before: int = 0
 
 
 def describe_failure(exc: CheckpointException) -> str:
@@ -121,6 +123,7 @@ class Checkpointer:
         if self.rank == 0:  # dcp.save returned: every rank's shards and the metadata are on disk
             try:
                 TrainerState(step=position.step, batches_consumed=position.batches_consumed,
+                             blocks_before=position.blocks_before,
                              scheduler=scheduler.state_dict(), layout=self.layout, run_id=self.run_id,
                              run_started=goodput.run_started, productive_seconds=goodput.productive_seconds,
                              reason=reason, saved_at=time.time(), save_seconds=seconds,
@@ -158,20 +161,24 @@ class Checkpointer:
              scheduler: torch.optim.lr_scheduler.LRScheduler) -> tuple[TrainerState, float]:
         """Restore model, optimizer, RNG and scheduler from ``path`` (a collective).
 
-        Returns the checkpoint's ``TrainerState`` and this rank's load seconds.
+        Returns the checkpoint's ``TrainerState`` and this rank's load seconds. Written at another
+        world size (``--resume-any-world-size``), DCP reshards the model and optimizer onto this
+        mesh; a rank the checkpoint had no RNG state for keeps its seeded one.
         """
         state = TrainerState.read(path)
         started = time.perf_counter()
         model_state, optim_state = get_state_dict(model, optimizer)
-        rng = _rng_keys(self.rank, self.device)
+        saved_world = state.layout.get("world_size")
+        rng = _rng_keys(self.rank, self.device) if saved_world is None or self.rank < saved_world else {}
         loaded: dict[str, Any] = {"model": model_state, "optim": optim_state, **rng}
         try:
             dcp.load(loaded, checkpoint_id=str(path))
         except CheckpointException as exc:
             raise RuntimeError(f"checkpoint load from {path} failed on {describe_failure(exc)}") from None
         set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
-        torch.set_rng_state(loaded[f"rng.cpu.rank{self.rank}"])
-        if self.device.type == "cuda":
+        if f"rng.cpu.rank{self.rank}" in loaded:
+            torch.set_rng_state(loaded[f"rng.cpu.rank{self.rank}"])
+        if f"rng.cuda.rank{self.rank}" in loaded:
             torch.cuda.set_rng_state(loaded[f"rng.cuda.rank{self.rank}"], self.device)
         scheduler.load_state_dict(state.scheduler)
         self.last_saved_step = state.step

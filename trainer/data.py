@@ -12,7 +12,6 @@ training stream skips it and the validation stream is made of those documents on
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.runspec.corpus import read_documents
+from trainer.runspec.corpus import is_held_out, read_documents
 
 #: Target value of positions that carry no label (torch's ``cross_entropy`` default).
 IGNORE_INDEX = -100
@@ -89,18 +88,6 @@ class EmptyStream(ValueError):
     """A whole pass over the corpus yielded no token (every document empty or held out)."""
 
 
-def is_held_out(text: str, fraction: float) -> bool:
-    """Whether a document belongs to the held-out (validation) split.
-
-    The first 8 bytes of the BLAKE2b digest of its UTF-8 text, read as a fraction of 2**64, fall
-    below ``fraction``: the split depends on the text only, not on file order, epoch or world size.
-    """
-    if fraction <= 0:
-        return False
-    digest = hashlib.blake2b(text.encode("utf-8", errors="replace"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") < fraction * 2**64
-
-
 def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int | None = None,
                  held_out: float = 0.0, split: str = "train") -> Iterator[np.ndarray]:
     """Tokenised documents, each followed by EOS, file order reshuffled per epoch.
@@ -137,8 +124,10 @@ def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int
         epoch += 1
 
 
-def packed_blocks(stream: Iterator[np.ndarray], block_len: int, rank: int, world_size: int) -> Iterator[np.ndarray]:
-    """Cut a token stream into ``block_len`` blocks and keep every ``world_size``-th from ``rank``.
+def packed_blocks(stream: Iterator[np.ndarray], block_len: int, rank: int, world_size: int,
+                  offset: int = 0) -> Iterator[np.ndarray]:
+    """Cut a token stream into ``block_len`` blocks and keep every ``world_size``-th from ``rank``,
+    counted from global block ``offset`` (blocks before it were read by an earlier world size).
 
     A final partial block is padded with ``IGNORE_INDEX`` (its padding carries no label).
 
@@ -156,12 +145,12 @@ def packed_blocks(stream: Iterator[np.ndarray], block_len: int, rank: int, world
         flat = np.concatenate(pending)
         full = flat.size // block_len
         for i in range(full):
-            if index % world_size == rank:
+            if index >= offset and (index - offset) % world_size == rank:
                 yield flat[i * block_len:(i + 1) * block_len]
             index += 1
         rest = flat[full * block_len:]
         pending, have = [rest], rest.size
-    if have and index % world_size == rank:
+    if have and index >= offset and (index - offset) % world_size == rank:
         tail = np.full(block_len, IGNORE_INDEX, dtype=np.int64)
         tail[:have] = np.concatenate(pending)
         yield tail
@@ -188,6 +177,7 @@ class BatchIterator:
         seed: corpus order.
         skip_batches: batches already consumed (resuming a run); their blocks are re-derived
             (tokenised again) and dropped, so the next batch is exactly the one that followed.
+        block_offset: global blocks read before at another world size (``TrainerState.blocks_before``).
         held_out: the validation fraction whose documents training skips (0: none).
         split: ``train`` or ``val`` (see ``token_stream``).
 
@@ -197,11 +187,11 @@ class BatchIterator:
 
     def __init__(self, files: list[Path], tokenizer: Tokenizer, seq_len: int, batch_size: int,
                  rank: int, world_size: int, seed: int, skip_batches: int = 0,
-                 held_out: float = 0.0, split: str = "train") -> None:
+                 held_out: float = 0.0, split: str = "train", block_offset: int = 0) -> None:
         self.batch_size = batch_size
         self.pad_id = getattr(tokenizer, "pad_id", tokenizer.eos_id)
         stream = token_stream(files, tokenizer, seed, held_out=held_out, split=split)
-        self._blocks = packed_blocks(stream, seq_len + 1, rank, world_size)
+        self._blocks = packed_blocks(stream, seq_len + 1, rank, world_size, block_offset)
         for _ in range(skip_batches * batch_size):
             next(self._blocks)
         self.batches_consumed = skip_batches

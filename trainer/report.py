@@ -19,7 +19,7 @@ from observe import stopping
 from observe.training.flops import peak_flops
 from observe.training.window import WindowStats
 from trainer import distributed
-from trainer.runspec.config import TrainConfig
+from trainer.runspec.config import DEFAULT_LINGER_SECONDS, TrainConfig
 
 
 def format_duration(seconds: float) -> str:
@@ -86,11 +86,12 @@ class Reporter:
         """Log one closed window."""
         per_device = global_tps / self.rt.world_size
         mfu = None if self.peak is None else self.fpt * (stats.tokens_per_second or 0.0) / self.peak
-        eta = (self.cfg.steps - step) * stats.step_seconds
+        steady = stats.steady_step_seconds  # the process's first step (warm-up) left out
+        eta = "n/a" if steady is None else format_duration((self.cfg.steps - step) * steady)
         self._print(f"step {step:>6}/{self.cfg.steps} | loss {loss:7.4f} | tokens/s {global_tps:,.0f} "
                     f"({per_device:,.0f}/rank) | MFU {_percent(mfu)} | "
                     f"step {stats.step_seconds * 1000:.1f} ms | data {_percent(stats.data_wait_ratio)} | "
-                    f"goodput {_percent(goodput)} | ETA {format_duration(eta)}")
+                    f"goodput {_percent(goodput)} | ETA {eta}")
         self._emit({"event": "window", "step": step, "window_steps": stats.steps, "loss": loss,
                     "global_tokens_per_second": global_tps, "tokens_per_second": stats.tokens_per_second,
                     "mfu": mfu, "step_seconds": stats.step_seconds, "data_wait_ratio": stats.data_wait_ratio,
@@ -174,6 +175,17 @@ class Reporter:
                         f"(sha256 {', '.join(sorted({d[:12] for d in weights_sha256}))})")
         if self.json is not None:
             self.json.close()
+
+    def lingering(self, scrapers: int) -> None:
+        """Say that rank 0 keeps serving /metrics for a final scrape (``scrapers`` waited for; 0: a
+        fixed ``--metrics-linger``)."""
+        linger = self.cfg.metrics.linger_seconds
+        if scrapers:
+            who = "its scraper has" if scrapers == 1 else f"its {scrapers} scrapers have"
+            self._print(f"serving /metrics until {who} scraped the end once more (at most "
+                        f"{DEFAULT_LINGER_SECONDS:g} s; --metrics-linger 0 skips this)")
+        else:
+            self._print(f"serving /metrics for {linger or 0:g} s more (--metrics-linger)")
 
     def _print(self, line: str) -> None:
         if self.bar is not None:

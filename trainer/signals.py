@@ -90,9 +90,10 @@ class StopRequest:
         self._work = dist.all_reduce(self._vote, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
         return decided
 
-    def sleep(self, seconds: float) -> None:
-        """Sleep up to ``seconds``, ending early on a stop signal (e.g. while lingering for a scrape)."""
-        self.signals.wait(seconds)
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, ending early on a stop signal (e.g. while lingering for a scrape);
+        whether a stop signal came."""
+        return bool(self.signals.wait(seconds))
 
     def close(self) -> None:
         """Wait for the vote in flight, so no collective is left pending at shutdown."""

@@ -136,7 +136,7 @@ class Trainer:
         held_out = cfg.validation.fraction if cfg.validation.every else 0.0
         self.batches = BatchIterator(files, tokenizer, cfg.data.seq_len, cfg.data.batch_size, rt.rank,
                                      rt.world_size, cfg.seed, skip_batches=self.position.batches_consumed,
-                                     held_out=held_out)
+                                     held_out=held_out, block_offset=self.position.blocks_before)
         self.val_batches = (validation_batches(files, tokenizer, cfg.data.seq_len, cfg.data.batch_size, rt.rank,
                                                rt.world_size, cfg.seed, held_out, cfg.validation.batches)
                             if cfg.validation.every else None)
@@ -172,6 +172,7 @@ class Trainer:
         metrics = TrainingMetrics(
             planned_steps=cfg.steps, model=model, seq_len=cfg.data.seq_len, log_every=cfg.metrics.log_every,
             global_loss=True, run_id=self.run_id, port_base=cfg.metrics.port_base, address=cfg.metrics.address,
+            linger_seconds=cfg.metrics.linger_seconds,
             serve=cfg.metrics.enabled, port_fallback=False, port_setting="--metrics-port", phase=phase,
             device=rt.device,
             instrumentation="trainer", on_window=self._report_window,
@@ -205,7 +206,16 @@ class Trainer:
         raise AssertionError("no candidates")  # pragma: no cover - callers pass at least one
 
     def _restored(self, state: TrainerState) -> None:
-        self.position = RunPosition(state.step, state.batches_consumed)
+        saved_world, world = state.layout.get("world_size"), self.rt.world_size
+        if saved_world in (None, world):
+            self.position = RunPosition(state.step, state.batches_consumed, state.blocks_before)
+        else:  # resharded (--resume-any-world-size): count this world size's batches from where the run stopped
+            read = state.blocks_before + state.batches_consumed * self.cfg.data.batch_size * int(saved_world)
+            self.position = RunPosition(state.step, 0, read)
+            if self.rt.is_main:
+                print(f"resume: the checkpoint of step {state.step} was written by {saved_world} rank(s), resharded "
+                      f"onto {world}; the data continues at block {read:,} of the run's stream "
+                      "(--resume-any-world-size)", flush=True)
         self.metrics.checkpoint_loaded(state.step, self.load_seconds, state.saved_at, state.run_started,
                                        state.productive_seconds)
 
@@ -307,7 +317,7 @@ class Trainer:
         if self.reporter is not None:
             self.reporter.finish(self.position.step, self.step_times, self.goodput.ratio(),
                                  self.phases.seconds(), memory, status, digests, stopped_by)
-        self.metrics.close(linger_seconds=0 if status in STOP_EXIT_STATUSES else self.cfg.metrics.linger_seconds,
-                           sleep=self.stop.sleep)
+        self.metrics.close(linger_seconds=0 if status in STOP_EXIT_STATUSES else None, sleep=self.stop.sleep,
+                           on_wait=None if self.reporter is None else self.reporter.lingering)
         distributed.shutdown()
         return status

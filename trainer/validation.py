@@ -1,6 +1,6 @@
 """Held-out loss and perplexity, every ``--val-every`` steps and at the end.
 
-The held-out split is made of the documents ``trainer.data.is_held_out`` selects (training
+The held-out split is made of the documents ``trainer.runspec.corpus.is_held_out`` selects (training
 never sees them). Each rank draws its ``--val-batches`` micro-batches once, at start-up, and
 evaluates the same ones every time, so successive values are comparable.
 """

@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 #: Extra → the top-level modules it installs (``pyproject.toml`` [project.optional-dependencies]).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "agent": ("pynvml",),
-    "trainer": ("torch", "transformers", "numpy", "tqdm"),
+    "trainer": ("torch", "transformers", "numpy", "tqdm", "huggingface_hub"),
     "dashboards": ("grafanalib", "attr", "yaml"),
     "k8s": ("kubernetes", "urllib3", "yaml"),
     "scaling": ("matplotlib", "numpy"),

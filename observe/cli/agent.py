@@ -195,8 +195,8 @@ def main(argv: list[str]) -> int:
     try:
         agent = Agent(settings, ns.address, ns.port, ns.process_series, ns.command_label)
     except OSError as exc:
-        raise bind_error("--port", ns.address, ns.port, exc,
-                         "stop what holds it or pass --port with a free port") from None
+        raise bind_error("--port", ns.address, ns.port, exc, "stop what holds it or pass --port with a free port",
+                         address_field="--address") from None
     try:
         if stop.requested.is_set():
             return 0

@@ -22,21 +22,29 @@ from pathlib import Path
 from observe import prometheus_local, stopping
 from observe.catalog import AGENT_PORT
 from observe.cli import require
-from observe.errors import UserError
+from observe.errors import UserError, writable_dir
 from observe.flags import OneLineParser
+from observe.ports import free_port_block
 from trainer.runspec.config import MetricsConfig, ModelConfig, TrainConfig
 from trainer.runspec.launch import LaunchConfig
+
+#: ``--help``'s description: plain text (the module docstring is reStructuredText for developers).
+DESCRIPTION = ("A bounded CPU fine-tune on this machine (two ranks, the tiny preset, the Python standard library's "
+               "sources as text), watched end to end: a local node agent, the ranks' metrics, the terminal UI when "
+               "run on a terminal (q quits and stops the run), and a summary at the end.")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The demo's command line."""
-    ap = OneLineParser(prog="fsdp-observe demo", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="fsdp-observe demo", description=DESCRIPTION)
     ap.add_argument("--steps", type=int, default=200, help="training steps (default %(default)s, about a minute)")
     ap.add_argument("--nproc-per-node", type=int, default=LaunchConfig.nproc_per_node,
                     help="CPU ranks (default %(default)s)")
-    ap.add_argument("--metrics-port", type=int, default=MetricsConfig.port_base,
-                    help="base port of the ranks' /metrics (default %(default)s)")
-    ap.add_argument("--log-every", type=int, default=20, help="steps per log window (default %(default)s)")
+    ap.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                    help="base port of the ranks' /metrics: rank r serves on PORT + r (default: a free block)")
+    ap.add_argument("--log-every", type=int, default=20, metavar="N",
+                    help="steps per log window: loss, tokens/s and step time are logged and served per window "
+                         "(default %(default)s)")
     ap.add_argument("--agent-port", type=int, default=None,
                     help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
                          "0 picks a free one)")
@@ -71,17 +79,20 @@ def main(argv: list[str]) -> int:
     stop = stopping.install()  # first: SIGTERM/SIGINT are passed on to the run (observe.supervise), never lost
     from observe import demo
     from observe.supervise import Supervised
-    from trainer.runspec.launch import prepare, torchrun_command, torchrun_env
+    from trainer.runspec.launch import oversubscription, prepare, torchrun_command, torchrun_env
 
     ns = build_parser().parse_args(argv)
     require("torch", "transformers", "pynvml", *(("yaml",) if ns.prometheus else ()))
-    out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
-    out.mkdir(parents=True, exist_ok=True)
+    out = _out_dir(ns.out)
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     log_json = out / f"{run_id}.jsonl"
+    LaunchConfig(nproc_per_node=ns.nproc_per_node).validate()
+    port_base = ns.metrics_port if ns.metrics_port is not None else free_port_block(ns.nproc_per_node)
     cfg = prepare(TrainConfig(model=ModelConfig(preset="tiny"), steps=ns.steps, metrics=MetricsConfig(
-        port_base=ns.metrics_port, address="127.0.0.1", log_every=ns.log_every, log_json=str(log_json),
+        port_base=port_base, address="127.0.0.1", log_every=ns.log_every, log_json=str(log_json),
         run_id=run_id)), ns.nproc_per_node)
+    if (warning := oversubscription(ns.nproc_per_node)) is not None:
+        print(f"fsdp-observe demo: {warning}", file=sys.stderr, flush=True)
     if ns.prometheus and prometheus_local.binary() is None:
         raise UserError("--prometheus", "no prometheus binary on PATH",
                         "install it (apt-get install prometheus) or leave out --prometheus")
@@ -93,7 +104,7 @@ def main(argv: list[str]) -> int:
     except RuntimeError as exc:
         raise UserError("--agent-port", f"the node agent did not start: {exc}",
                         f"read {out / 'agent.log'}, or pass another --agent-port") from None
-    urls = [f"http://127.0.0.1:{ns.metrics_port + r}/metrics" for r in range(ns.nproc_per_node)]
+    urls = [f"http://127.0.0.1:{port_base + r}/metrics" for r in range(ns.nproc_per_node)]
     prometheus = None
     if ns.prometheus:
         try:
@@ -109,11 +120,12 @@ def main(argv: list[str]) -> int:
     if prometheus is not None:
         print(f"  prometheus: {prometheus.url}  (alerts: {prometheus.url}/alerts; config, rules and data: "
               f"{prometheus.folder}; stops with the demo)", flush=True)
-    scraper = demo.Scraper(urls)
+    scraper = demo.Scraper(urls, run_id=run_id)
     tui = wants_tui(ns)
-    train_log = open(out / "train.log", "wb") if tui else None  # the TUI owns the terminal
+    train_log_path = out / "train.log" if tui else None
+    train_log = open(train_log_path, "wb") if train_log_path is not None else None  # the TUI owns the terminal
     if train_log is not None:
-        print(f"  training output: {out / 'train.log'}; opening fsdp-observe top (q quits and stops the run)")
+        print(f"  training output: {train_log_path}; opening fsdp-observe top (q quits and stops the run)")
     run = Supervised(stop, orphan_grace=ORPHAN_GRACE_SECONDS)
     scraper.start()
     closed_ui = False
@@ -123,7 +135,8 @@ def main(argv: list[str]) -> int:
                       env=torchrun_env(ns.nproc_per_node), stdout=train_log,
                       stderr=subprocess.STDOUT if train_log else None)
             if tui:
-                closed_ui = demo.watch(agent_url, urls, run)
+                assert train_log_path is not None  # made with the TUI
+                closed_ui = demo.watch(agent_url, urls, run, run_id, train_log_path)
             status = run.wait()
         else:  # stopped before training started
             status = stopping.exit_status(stop.signum)
@@ -141,6 +154,17 @@ def main(argv: list[str]) -> int:
     windows, end = demo.read_log(log_json)
     rows = demo.summary_rows(windows, end, scraper.records, status)
     demo.print_table(f"fsdp-observe demo: run {run_id} {demo.outcome(status, closed_ui)}",
-                     rows[:-1] + demo.agent_rows(snapshot, agent_url) + rows[-1:])
-    print(f"\nJSON log: {log_json}")
+                     rows[:-1] + demo.agent_rows(snapshot, agent_url) + rows[-1:]
+                     + demo.outputs_rows(log_json, train_log_path, status))
     return status
+
+
+def _out_dir(given: str | None) -> Path:
+    """``--out`` (created), or a new temporary folder.
+
+    Raises:
+        UserError: ``--out`` cannot be created or written.
+    """
+    if given is None:
+        return Path(tempfile.mkdtemp(prefix="fsdp-observe-demo-"))
+    return writable_dir(Path(given), "--out", "pass a directory you can write, or leave --out out for a temporary one")

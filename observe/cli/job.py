@@ -96,6 +96,7 @@ def main(argv: list[str]) -> int:
 
 def _render(ns: argparse.Namespace) -> int:
     from observe import yamlio
+    from observe.k8s import storage
     from observe.k8s.access import trainer_network_policy
     from observe.k8s.job_settings import load_settings
     from observe.k8s.pytorchjob import render
@@ -105,9 +106,12 @@ def _render(ns: argparse.Namespace) -> int:
                           "use up to 63 lower-case letters, digits and '-'")
     settings = load_settings(ns.config, ns.set)
     job = render(settings, ns.run_id)
+    for warning in storage.warnings(settings):
+        print(f"fsdp-observe job render: warning: {warning}", file=sys.stderr, flush=True)
+    documents = [*storage.claims(settings), job]
     if ns.network_policy:
-        return _write(yamlio.dump_all([job, trainer_network_policy(settings)]), ns.output)
-    return _write(yamlio.dump(job), ns.output)
+        documents.append(trainer_network_policy(settings))
+    return _write(yamlio.dump_all(documents) if len(documents) > 1 else yamlio.dump(job), ns.output)
 
 
 def _write(text: str, output: str | None) -> int:

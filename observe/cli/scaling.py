@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from observe.cli import require
-from observe.errors import UserError
+from observe.errors import UserError, writable_dir
 from observe.flags import OneLineParser, add_flags, apply_flags, iter_flags
 from observe.scaling.local import BOTH_GROUP, LOCAL_GROUP, LocalPlan
 
@@ -89,6 +89,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, LocalPlan]:
         argv, trainer_args = argv[:cut], argv[cut + 1:]
     ns = build_parser().parse_args(argv)
     if ns.prometheus:
+        if "://" not in ns.prometheus:  # host:port, as fsdp-observe top --prometheus takes it
+            ns.prometheus = f"http://{ns.prometheus}"
         if not ns.prometheus.startswith(("http://", "https://")):
             raise UserError("--prometheus", f"{ns.prometheus!r} is not an http(s) URL", "pass e.g. http://localhost:9090")
         if not ns.run_id:
@@ -109,14 +111,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, LocalPlan]:
 
 
 def _prepare_out(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError("--out", f"cannot write to {str(out)!r} ({exc.strerror})",
-                        "pass a writable directory") from None
+    writable_dir(out, "--out", "pass a writable directory")
 
 
 def _local(ns: argparse.Namespace, plan: LocalPlan) -> ScalingReport:

@@ -13,11 +13,13 @@ when ``--checkpoint-dir`` is set and exit; the wrapper waits and exits with the 
 
 from __future__ import annotations
 
+import sys
+
 from observe import stopping
 from observe.cli import require
 from observe.flags import OneLineParser, add_flags, apply_flags, flag_names, parse_flags
 from trainer.runspec.config import FLAG_GROUPS, TrainConfig, config_from_values
-from trainer.runspec.launch import LaunchConfig, prepare, torchrun_command, torchrun_env
+from trainer.runspec.launch import LaunchConfig, oversubscription, prepare, torchrun_command, torchrun_env
 
 PROG = "fsdp-observe train"
 
@@ -60,6 +62,8 @@ def main(argv: list[str]) -> int:
     launch, cfg = parse(argv)
     require("torch", "transformers")  # the ranks import them; say so here, not from every rank
     prepare(cfg, launch.nproc_per_node)
+    if cfg.parallel.device != "cuda" and (warning := oversubscription(launch.nproc_per_node)) is not None:
+        print(f"{PROG}: {warning}", file=sys.stderr, flush=True)
     if stop.signum is not None:
         return stopping.exit_status(stop.signum)
     child = Supervised(stop, orphan_grace=ORPHAN_GRACE_SECONDS)

@@ -25,9 +25,10 @@ import yaml
 from observe.catalog import TRAINER_PORT_BASE
 from observe.errors import UserError
 from observe.flags import flag_names, parse_flags
-from observe.k8s import names
+from observe.k8s import names, storage
 from trainer.runspec.config import (
     SHARDING_STRATEGIES,
+    CheckpointConfig,
     DataConfig,
     MetricsConfig,
     ModelConfig,
@@ -36,7 +37,6 @@ from trainer.runspec.config import (
     build_parser,
     config_from_values,
 )
-from trainer.runspec.presets import PRESETS
 
 #: torchrun rendezvous backends a PyTorchJob can use. ``etcd`` and ``etcd-v2`` talk to the etcd
 #: v2 API (``daemonsets/etcd-deployment.yaml`` runs etcd 3.5 with ``--enable-v2``).
@@ -62,6 +62,8 @@ MANAGED_TRAINER_SETTINGS = {
     "parallel.sharding_strategy": "SHARDING_STRATEGY", "metrics.port_base": "METRICS_PORT",
     "metrics.run_id": "the rendered run id", "parallel.device": "GPU_PER_NODE",
     "metrics.enabled": "the job (metrics are always on)",
+    "checkpoint.dir": "CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS (a volume every pod shares)",
+    "checkpoint.every": "CHECKPOINT_EVERY",
 }
 
 
@@ -95,7 +97,24 @@ class JobSettings:
         nproc_per_node [NPROC_PER_NODE]: ranks per pod; default one per GPU (1 on CPU nodes).
         efa_per_node [EFA_PER_NODE]: ``vpc.amazonaws.com/efa`` devices per pod (p4d 4, p5 32).
         instance_type [INSTANCE_TYPE]: pins pods to ``node.kubernetes.io/instance-type``.
-        model [MODEL]: a trainer preset (``llama2-7b`` ...), a path inside the image, or a hub id.
+        model [MODEL]: a trainer preset (``llama2-7b`` ..., random weights), an absolute path (in the
+            image, or in MODEL_PVC / MODEL_HOST_PATH), or a hub id ``org/name`` that every pod
+            downloads before training (``observe.k8s.storage``).
+        model_revision [MODEL_REVISION]: the hub id's branch, tag or commit (default ``main``).
+        model_pvc [MODEL_PVC]: a PersistentVolumeClaim holding the weights (MODEL is then their
+            folder under MODEL_MOUNT), or receiving the download of a hub MODEL (one copy for
+            every pod that mounts it; a restarted pod finds it complete).
+        model_host_path [MODEL_HOST_PATH]: a folder on every node holding the weights, mounted
+            read-only at MODEL_MOUNT (a hostPath volume: not Pod Security baseline).
+        model_mount [MODEL_MOUNT]: where the model volume is mounted (default ``/models``).
+        model_volume_size [MODEL_VOLUME_SIZE]: size limit of the pod's own download folder (an
+            ``emptyDir``) for a hub MODEL without MODEL_PVC.
+        checkpoint_pvc [CHECKPOINT_PVC]: an existing ReadWriteMany claim for the checkpoints.
+        checkpoint_storage_class, checkpoint_size [CHECKPOINT_STORAGE_CLASS, CHECKPOINT_SIZE]: or
+            a new claim ``<job>-checkpoints`` of this class and size, rendered with the job.
+        checkpoint_mount [CHECKPOINT_MOUNT]: where it is mounted (default ``/checkpoints``); the
+            trainer saves to ``CHECKPOINT_MOUNT/<job>`` and every restart resumes from there.
+        checkpoint_every [CHECKPOINT_EVERY]: steps between checkpoints (default 500 with a volume).
         data [DATA]: training files or globs inside the pod (default: the image's own text).
         sharding_strategy [SHARDING_STRATEGY]: one of ``trainer.runspec.config.SHARDING_STRATEGIES``.
         rdzv_backend [RDZV_BACKEND]: ``c10d`` (worker 0 hosts it), ``etcd`` or ``etcd-v2``.
@@ -124,6 +143,16 @@ class JobSettings:
     efa_per_node: int = 0
     instance_type: str | None = None
     model: str = "llama2-7b"
+    model_revision: str = "main"
+    model_pvc: str | None = None
+    model_host_path: str | None = None
+    model_mount: str = "/models"
+    model_volume_size: str | None = None
+    checkpoint_pvc: str | None = None
+    checkpoint_storage_class: str | None = None
+    checkpoint_size: str | None = None
+    checkpoint_mount: str = "/checkpoints"
+    checkpoint_every: int | None = None
     data: tuple[str, ...] = ()
     sharding_strategy: str = "FULL_SHARD"
     rdzv_backend: str = "c10d"
@@ -196,7 +225,7 @@ class JobSettings:
         if s.instance_type is not None and not (_LABEL_VALUE.fullmatch(s.instance_type) and len(s.instance_type) <= 63):
             raise UserError("INSTANCE_TYPE", f"{s.instance_type!r} is not a valid label value",
                               "write an instance type such as p5.48xlarge")
-        _check_model(s.model)
+        storage.check(s)
         _one_of("SHARDING_STRATEGY", "strategy", self.sharding_strategy, s.sharding_strategy, SHARDING_STRATEGIES)
         _one_of("RDZV_BACKEND", "backend", s.rdzv_backend, s.rdzv_backend, RDZV_BACKENDS)
         if s.rdzv_host is not None and not _DNS1123_SUBDOMAIN.fullmatch(s.rdzv_host):
@@ -217,22 +246,37 @@ class JobSettings:
         _in_range("METRICS_PORT", s.metrics_port, 1024, 65535 - s.ranks_per_node)
         _trainer_values(s.trainer_args)
         _check_command(s.command)
+        if not s.command:
+            _check_trainer(s)
         return s
 
     def trainer_config(self, run_id: str) -> TrainConfig:
-        """The ranks' trainer settings: the job's (model, data, strategy, device, metrics port,
-        run id), then ``TRAINER_ARGS`` on top. Not validated (paths are inside the image).
+        """The ranks' trainer settings: the job's (model, data, strategy, device, metrics port and
+        linger, run id, checkpoints), then ``TRAINER_ARGS`` on top. A downloaded hub model is also
+        the tokenizer unless ``TRAINER_ARGS`` names one. Not validated (paths are in the pod).
 
         Raises:
             UserError: a mistake in ``TRAINER_ARGS`` (``validate`` finds it first).
         """
-        model = ModelConfig(preset=self.model) if self.model in PRESETS else ModelConfig(path=self.model)
+        plan = storage.model_plan(self)
+        model = ModelConfig(preset=self.model) if plan.kind == "preset" else ModelConfig(
+            path=plan.path, tokenizer=plan.path if plan.kind == "hub" else None)
+        every = self.checkpoint_every or storage.DEFAULT_CHECKPOINT_EVERY
         base = TrainConfig(
             model=model, data=DataConfig(paths=list(self.data)),
             parallel=ParallelConfig(sharding_strategy=self.sharding_strategy,
                                     device="cpu" if self.gpu_per_node == 0 else ParallelConfig.device),
-            metrics=MetricsConfig(port_base=self.metrics_port, run_id=run_id))
+            metrics=MetricsConfig(port_base=self.metrics_port, run_id=run_id,
+                                  linger_seconds=names.RENDERED_METRICS_LINGER_SECONDS),
+            checkpoint=CheckpointConfig(dir=storage.checkpoint_dir(self),
+                                        every=every if storage.has_checkpoint_volume(self) else 0,
+                                        any_world_size=storage.has_checkpoint_volume(self)))
         return config_from_values(_trainer_values(self.trainer_args), base=base)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the job at ``NUM_NODES`` nodes."""
+        return self.num_nodes * self.ranks_per_node
 
 
 def _check_name(name: str, max_nodes: int) -> None:
@@ -258,15 +302,10 @@ def _in_range(key: str, value: int, lo: int, hi: int) -> None:
         raise UserError(key, f"must be between {lo} and {hi}, got {value}", f"set {key} to a value in {lo}..{hi}")
 
 
-def _check_model(model: str) -> None:
-    if model in PRESETS or model.startswith("/") or re.fullmatch(r"[\w.-]+/[\w.-]+", model):
-        return
-    raise UserError("MODEL", f"{model!r} is neither a preset, an absolute path in the image, nor a hub id",
-                      f"use one of {', '.join(PRESETS)}, /path/in/image, or org/name")
-
-
-#: Settings of our trainer that a job running the user's own COMMAND cannot use.
-TRAINER_ONLY_KEYS = ("MODEL", "DATA", "SHARDING_STRATEGY", "TRAINER_ARGS")
+#: Settings of our trainer that a job running the user's own COMMAND cannot use (the checkpoint
+#: volume it can: it is mounted at CHECKPOINT_MOUNT for the program's own flags).
+TRAINER_ONLY_KEYS = ("MODEL", "MODEL_REVISION", "MODEL_PVC", "MODEL_HOST_PATH", "MODEL_VOLUME_SIZE", "DATA",
+                     "SHARDING_STRATEGY", "TRAINER_ARGS", "CHECKPOINT_EVERY")
 #: Launchers COMMAND must not start with: the pod already runs torchrun.
 _LAUNCHERS = re.compile(r"(.*/)?(torchrun|python[0-9.]*|accelerate|deepspeed)")
 
@@ -276,6 +315,21 @@ def _check_command(command: tuple[str, ...]) -> None:
         rest = " ".join(command[1:]) or "train.py"
         raise UserError("COMMAND", f"starts with {command[0]!r}, but the pod already runs torchrun",
                         f"write only what torchrun runs, e.g. COMMAND=\"{rest}\"")
+
+
+def _check_trainer(s: JobSettings) -> None:
+    """Refuse what the ranks would refuse at start: the trainer's own checks that read no file
+    (``TrainConfig.check_settings``) on the job's settings at ``NUM_NODES`` nodes, so a job never
+    renders whose every pod exits 2 and restarts.
+
+    Raises:
+        UserError: field ``TRAINER_ARGS``, with the trainer flag and its fix.
+    """
+    try:
+        s.trainer_config("render-check").check_settings(s.world_size, s.ranks_per_node)
+    except UserError as exc:
+        raise UserError("TRAINER_ARGS", f"{exc.field}: {exc.problem} (at NUM_NODES={s.num_nodes}, "
+                        f"{s.world_size} ranks)", exc.fix) from None
 
 
 def _trainer_values(args: tuple[str, ...]) -> dict[str, Any]:

@@ -66,6 +66,12 @@ OPERATOR_PORT = 23456
 #: Ranks per node the trainer PodMonitor scrapes (ports ``metrics-0`` .. ``metrics-7``): the most
 #: GPUs one node of the common training instance types (p4d, p5, a3) carries.
 MAX_RANKS_PER_NODE = 8
+#: The trainer PodMonitor's scrape interval (``daemonsets/trainer-podmonitor.yaml``, every endpoint).
+TRAINER_SCRAPE_INTERVAL_SECONDS = 15
+#: ``--metrics-linger`` of rendered jobs: two scrape intervals (what the cluster-mode scaling report
+#: needs to see every rank's last step, docs/scaling.md) and 5 s of slack. A fixed wait: a pod
+#: just discovered may be scraped for the first time only after its last step.
+RENDERED_METRICS_LINGER_SECONDS = 2 * TRAINER_SCRAPE_INTERVAL_SECONDS + 5
 #: Labels the Kubeflow training operator sets on a PyTorchJob's pods.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"

@@ -4,7 +4,10 @@ The shape follows the AWS EKS FSDP walkthroughs (one ``Worker`` replica set, one
 torchrun started by the pod, an ``elasticPolicy`` the training operator turns into torchrun's
 ``PET_*`` rendezvous variables, ``/dev/shm`` in memory) with what they lacked: a unique
 rendezvous id per job, named metrics ports per rank with the labels the trainer PodMonitor selects,
-and the Hugging Face token taken from a Secret only.
+the Hugging Face token taken from a Secret only, real weights (a hub download before training, or
+a volume that holds them) and a shared checkpoint volume every restart resumes from
+(``observe.k8s.storage``), and a launcher whose exit status tells a stopped pod from a failed one
+(``restartPolicy: ExitCode``).
 
 The result is plain data (dicts and lists) ready for ``yaml.safe_dump``; nothing here is a
 string template. Field names follow the CRD in ``tests/schemas/kubeflow.org_pytorchjobs.yaml``
@@ -18,10 +21,10 @@ from typing import Any
 
 from observe.catalog import INSTRUMENT_ENV
 from observe.flags import to_argv
-from observe.k8s import names
+from observe.k8s import names, storage
 from observe.k8s.job_settings import JobSettings
 from trainer.runspec.config import TRAINER_COMMAND
-from trainer.runspec.launch import UNSHARE_STORE_ENV
+from trainer.runspec.launch import QUIET_TORCHRUN, UNSHARE_STORE_ENV
 
 #: Environment of every rank. LOGLEVEL=INFO makes torchrun's elastic agent log its rendezvous
 #: result (``master_addr=...``), which ``fsdp-observe job status`` reads to find the leader.
@@ -65,28 +68,48 @@ def new_run_id(job_name: str) -> str:
 SHOWN_TRAINER_SETTINGS = ("parallel.sharding_strategy", "metrics.port_base", "metrics.run_id")
 
 
+#: The pod's launcher: torchrun (the same flags) whose stop on the kubelet's SIGTERM exits 143 (the
+#: ranks' status) instead of a traceback and 1 (``trainer.launcher``), so ``restartPolicy: ExitCode``
+#: restarts a pod that was stopped and not one whose ranks failed.
+LAUNCHER = QUIET_TORCHRUN
+#: Kubeflow's ``restartPolicy: ExitCode``: the operator recreates a pod whose container exited
+#: 128-255 (a signal: 143 SIGTERM on eviction or preemption, 137 SIGKILL or the OOM killer) and
+#: fails the job for 1-127 (2: a user mistake, 1: a failure), instead of restarting it forever.
+RESTART_POLICY = "ExitCode"
+
+
 def trainer_command(s: JobSettings, run_id: str) -> list[str]:
-    """The pod's command: ``torchrun --no-python fsdp-observe-trainer`` with the flags of
-    ``s.trainer_config(run_id)`` (the job's settings, then ``TRAINER_ARGS``), or torchrun over the
-    user's own ``COMMAND``.
+    """The pod's command: ``fsdp-observe-torchrun --no-python fsdp-observe-trainer`` with the flags of
+    ``s.trainer_config(run_id)`` (the job's settings, then ``TRAINER_ARGS``), or the launcher over
+    the user's own ``COMMAND``; for a hub ``MODEL``, behind ``fsdp-observe-fetch-model`` (the
+    download, then the launcher in its place).
 
     Rendezvous options are not on the command line: the operator passes them from
     ``elasticPolicy`` as ``PET_*`` variables, which torchrun reads as its defaults.
     """
     if s.command:
-        return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", *s.command]
+        return [LAUNCHER, f"--nproc-per-node={s.ranks_per_node}", *s.command]
     cfg = s.trainer_config(run_id)
     shown = ("model.preset" if cfg.model.path is None else "model.path", *SHOWN_TRAINER_SETTINGS)
-    return ["torchrun", f"--nproc-per-node={s.ranks_per_node}", "--no-python", TRAINER_COMMAND,
-            *to_argv(cfg, explicit=shown)]
+    command = [LAUNCHER, f"--nproc-per-node={s.ranks_per_node}", "--no-python", TRAINER_COMMAND,
+               *to_argv(cfg, explicit=shown)]
+    plan = storage.model_plan(s)
+    if plan.kind != "hub":
+        return command
+    assert plan.repo is not None and plan.path is not None  # a hub plan names both
+    fetch = [storage.FETCH_COMMAND, plan.repo, "--revision", plan.revision, "--local-dir", plan.path]
+    if cfg.model.tokenizer == plan.path:
+        fetch.append("--require-tokenizer")
+    return [*fetch, "--", *command]
 
 
 def instrumentation_env(s: JobSettings, run_id: str) -> list[tuple[str, str]]:
     """What turns metrics on in a pod running the user's ``COMMAND``: the variable the installed
-    ``.pth`` reads, the port base the trainer PodMonitor scrapes (``metrics-<local_rank>``) and the
-    run id the pods are labelled with."""
+    ``.pth`` reads, the port base the trainer PodMonitor scrapes (``metrics-<local_rank>``), the
+    run id the pods are labelled with, and the linger of rendered jobs."""
     return [(INSTRUMENT_ENV, "1"), ("FSDP_OBSERVE_PORT_BASE", str(s.metrics_port)),
-            ("FSDP_OBSERVE_RUN_ID", run_id)]
+            ("FSDP_OBSERVE_RUN_ID", run_id),
+            ("FSDP_OBSERVE_LINGER_SECONDS", str(names.RENDERED_METRICS_LINGER_SECONDS))]
 
 
 def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
@@ -119,7 +142,7 @@ def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
             "pytorchReplicaSpecs": {
                 "Worker": {
                     "replicas": s.num_nodes,
-                    "restartPolicy": "OnFailure",
+                    "restartPolicy": RESTART_POLICY,
                     "template": {"metadata": {"labels": dict(labels)}, "spec": _pod_spec(s, run_id)},
                 },
             },
@@ -128,12 +151,16 @@ def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
 
 
 def _pod_spec(s: JobSettings, run_id: str) -> dict[str, Any]:
+    security = {k: (dict(v) if isinstance(v, dict) else v) for k, v in POD_SECURITY_CONTEXT.items()}
+    if storage.writes_volumes(s):  # a claim's root is root's: the image's user (uid/gid 1000) writes by group
+        security.update(fsGroup=storage.IMAGE_GROUP_ID, fsGroupChangePolicy="OnRootMismatch")
     spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
-        "securityContext": {k: (dict(v) if isinstance(v, dict) else v) for k, v in POD_SECURITY_CONTEXT.items()},
+        "securityContext": security,
         "containers": [_container(s, run_id)],
         "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", **({"sizeLimit": s.shm_size}
-                                                                                 if s.shm_size else {})}}],
+                                                                                 if s.shm_size else {})}},
+                    *storage.volumes(s)],
     }
     if s.instance_type:
         spec["nodeSelector"] = {"node.kubernetes.io/instance-type": s.instance_type}
@@ -152,6 +179,8 @@ def _container(s: JobSettings, run_id: str) -> dict[str, Any]:
     if s.hf_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": s.hf_token_secret, "key": s.hf_token_secret_key}}})
+    if storage.model_plan(s).kind == "hub":
+        env.append({"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"})  # the download reports nothing back
     ports = [{"name": names.OPERATOR_PORT_NAME, "containerPort": names.OPERATOR_PORT, "protocol": "TCP"}]
     ports += [{"name": names.trainer_port_name(r), "containerPort": names.trainer_port(r, s.metrics_port),
                "protocol": "TCP"} for r in range(s.ranks_per_node)]
@@ -163,7 +192,7 @@ def _container(s: JobSettings, run_id: str) -> dict[str, Any]:
         "command": trainer_command(s, run_id),
         "env": env,
         "ports": ports,
-        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}, *storage.mounts(s)],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     if wanted:

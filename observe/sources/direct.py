@@ -124,9 +124,46 @@ class LossHistory:
         return tuple(history)
 
 
-def build_runs(ranks: list[RankStatus], history: LossHistory) -> tuple[RunStatus, ...]:
-    """Group ranks into runs (sorted by run id, ranks by rank) and extend each run's loss history
-    (one point per log window: the window figures of the lowest rank that has them)."""
+#: Seconds of step observations the ETA's rate is taken over (``StepRate``).
+STEP_RATE_SECONDS = 120.0
+
+
+class StepRate:
+    """The seconds per step each run has been making, from the steps it reported and when they ended.
+
+    Each refresh adds the run's step and that step's end time (``fsdp_train_last_step_timestamp_seconds``
+    of the slowest rank); the rate is the time between the oldest and the newest point of the
+    last ``STEP_RATE_SECONDS`` divided by the steps between them. The first point is the end of a
+    step, so the warm-up of the process's first step (seconds on a CPU, minutes with compilation)
+    never enters the rate, as it did when the ETA was read off the step-1 log window (D10 of the
+    newcomer trial). A step that goes backwards (a restart resuming from a checkpoint) starts over.
+    """
+
+    def __init__(self, seconds: float = STEP_RATE_SECONDS) -> None:
+        self._runs: dict[str, deque[tuple[float, float]]] = {}
+        self._seconds = seconds
+
+    def add(self, run_id: str, step: float | None, ended_unix: float | None) -> float | None:
+        """Record that ``run_id`` had finished ``step`` at ``ended_unix``; return its seconds per
+        step (``None`` until two different steps were seen)."""
+        points = self._runs.setdefault(run_id, deque())
+        if step is not None and ended_unix is not None:
+            if points and step < points[-1][0]:
+                points.clear()
+            if not points or step > points[-1][0]:
+                points.append((step, ended_unix))
+            while len(points) > 2 and points[-1][1] - points[1][1] >= self._seconds:
+                points.popleft()
+        if len(points) < 2:
+            return None
+        (s0, t0), (s1, t1) = points[0], points[-1]
+        return max(0.0, t1 - t0) / (s1 - s0)
+
+
+def build_runs(ranks: list[RankStatus], history: LossHistory, rates: StepRate | None = None) -> tuple[RunStatus, ...]:
+    """Group ranks into runs (sorted by run id, ranks by rank), extend each run's loss history
+    (one point per log window: the window figures of the lowest rank that has them) and, with
+    ``rates``, its observed seconds per step (``StepRate``: what the ETA uses)."""
     by_run: dict[str, list[RankStatus]] = {}
     for rank in ranks:
         by_run.setdefault(rank.run_id, []).append(rank)
@@ -135,7 +172,12 @@ def build_runs(ranks: list[RankStatus], history: LossHistory) -> tuple[RunStatus
         members = tuple(sorted(by_run[run_id], key=lambda r: r.rank))
         run = RunStatus(run_id, members)
         window = next((r.window_key for r in members if r.loss is not None), None)
-        runs.append(replace(run, loss_history=history.add(run_id, run.step, run.loss, window)))
+        run = replace(run, loss_history=history.add(run_id, run.step, run.loss, window))
+        if rates is not None:
+            slowest = min((r for r in members if r.step is not None), key=lambda r: r.step or 0.0, default=None)
+            per_step = rates.add(run_id, run.step, slowest.last_step_unix if slowest is not None else None)
+            run = replace(run, seconds_per_step=per_step)
+        runs.append(run)
     return tuple(runs)
 
 
@@ -146,15 +188,19 @@ class DirectSource:
         agents: node agents (base URLs; ``/snapshot`` is added).
         trainers: trainer ranks (``/metrics`` is added when missing).
         concurrency: requests in flight at most. timeout: seconds per request.
+        run_id: follow this run only: an endpoint that answers with another run's series (another
+            process on the port) is an error line, never shown as the run.
     """
 
     def __init__(self, agents: list[Endpoint], trainers: list[Endpoint], concurrency: int = 64,
-                 timeout: float = 1.5) -> None:
+                 timeout: float = 1.5, run_id: str | None = None) -> None:
+        self.run_id = run_id
         self.fetcher = HttpFetcher(concurrency=concurrency, timeout=timeout)
         self._nodes: dict[str, NodeStatus] = {}
         self._ranks: dict[str, list[RankStatus]] = {}
         self._trainer_errors: dict[str, str] = {}
         self._history = LossHistory()
+        self._rates = StepRate()
         self.errors: tuple[str, ...] = ()
         self.set_endpoints(agents, trainers)
 
@@ -194,7 +240,7 @@ class DirectSource:
         nodes, duplicates = self._distinct_nodes()
         return ClusterSnapshot(
             time_unix=time.time(), source=self.description, nodes=nodes,
-            runs=build_runs(ranks, self._history), focus=focus, cycle_seconds=time.monotonic() - started,
+            runs=build_runs(ranks, self._history, self._rates), focus=focus, cycle_seconds=time.monotonic() - started,
             errors=(*self.errors, *errors, *duplicates), trainers=len(self.trainers))
 
     async def _run_pool(self, jobs: Iterator[Callable[[], Awaitable[None]]], count: int, end: float) -> None:
@@ -260,6 +306,12 @@ class DirectSource:
             ranks = ranks_from_samples(parse_exposition(body.decode("utf-8", "replace")), url, time.time())
             if not ranks:
                 raise FetchError("malformed", "no fsdp_train_* series with a rank label")
+            if self.run_id is not None:
+                others = sorted({r.run_id for r in ranks} - {self.run_id})
+                ranks = [r for r in ranks if r.run_id == self.run_id]
+                if not ranks:
+                    raise FetchError("malformed", f"answers for run {others[0]!r}, not {self.run_id!r}: another "
+                                                  "process holds this port")
         except asyncio.CancelledError:
             self._mark_ranks(url, "slow", "no answer before the refresh deadline")
             raise

@@ -33,7 +33,7 @@ from observe.promapi import PrometheusAPI, PrometheusError
 from observe.promql import names_regex
 from observe.promql import string as promql_string
 from observe.promtext import Sample
-from observe.sources.direct import LossHistory, build_runs
+from observe.sources.direct import LossHistory, StepRate, build_runs
 from observe.sources.trainer import SAMPLE_NAMES as TRAINER_SAMPLES
 from observe.sources.trainer import ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, node_status
@@ -146,6 +146,7 @@ class PrometheusSource:
         self.history_seconds = history_seconds
         self._nodes: dict[str, NodeStatus] = {}
         self._history = LossHistory()
+        self._rates = StepRate()
         self._finished: dict[tuple[str, int], RankStatus] = {}
 
     @property
@@ -192,7 +193,7 @@ class PrometheusSource:
         self._nodes = dict(sorted(seen.items()))
         samples = [Sample(s["metric"].get("__name__", ""), s["metric"], _value(s)) for s in trainer_series]
         ranks = self._keep_finished(ranks_from_samples(samples, "prometheus", now))
-        runs = build_runs(ranks, self._history)
+        runs = build_runs(ranks, self._history, self._rates)
         runs = tuple(replace(run, loss_history=self._loss_history(run.run_id, now) or run.loss_history)
                      for run in runs)
         return ClusterSnapshot(time_unix=now, source=self.description, nodes=tuple(self._nodes.values()),

@@ -353,11 +353,15 @@ class RunStatus:
     Attributes:
         run_id: the ``run_id`` label. ranks: sorted by rank.
         loss_history: ``(step, loss)`` points, oldest first (as many as the source kept).
+        seconds_per_step: the pace the source saw the run make over its recent refreshes, the
+            warm-up of a process's first step left out (``observe.sources.direct.StepRate``);
+            ``None`` until it saw two different steps.
     """
 
     run_id: str
     ranks: tuple[RankStatus, ...] = ()
     loss_history: tuple[tuple[float, float], ...] = ()
+    seconds_per_step: float | None = None
 
     def _first(self, attr: str) -> float | None:
         return next((v for r in self.ranks if (v := getattr(r, attr)) is not None), None)
@@ -424,10 +428,12 @@ class RunStatus:
 
     @property
     def eta_seconds(self) -> float | None:
-        """Seconds to ``planned_steps`` at ``step_seconds`` per step (0 once finished)."""
+        """Seconds to ``planned_steps`` at ``seconds_per_step`` (0 once finished; ``None`` until the
+        source saw the run make progress). Never from the last log window's step time: the first
+        window holds step 1 alone, warm-up and all, and would predict many times the real time."""
         if self.finished:
             return 0.0
-        step, planned, seconds = self.step, self.planned_steps, self.step_seconds
+        step, planned, seconds = self.step, self.planned_steps, self.seconds_per_step
         if step is None or planned is None or seconds is None:
             return None
         return max(0.0, planned - step) * seconds

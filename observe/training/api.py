@@ -36,7 +36,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from observe import catalog as c
@@ -145,8 +145,10 @@ class TrainingMetrics:
             exporting ``fsdp_train_instrumentation_problem{problem="port_taken"}`` (default);
             ``False`` raises ``PortInUseError`` instead, naming ``port_setting``.
         port_setting: the setting a bind error names (default ``FSDP_OBSERVE_PORT_BASE``).
-        linger_seconds: how long ``close`` keeps serving (default ``FSDP_OBSERVE_LINGER_SECONDS``,
-            else 20 s, a bit more than the trainer PodMonitor's 15 s interval).
+        linger_seconds: how long ``close`` keeps serving after the last step (default
+            ``FSDP_OBSERVE_LINGER_SECONDS``); without either, until every scraper seen in the last
+            20 s (a bit more than the trainer PodMonitor's 15 s interval) has scraped once more, at
+            most 20 s (``observe.training.server``).
         phase: the phase the process is in now (default ``loading_weights``, or ``restarting``
             after a torchrun restart); its time is counted from the process start.
         device: device of the window all-reduce (default: that of the loss tensors given).
@@ -172,6 +174,9 @@ class TrainingMetrics:
         self.instrumentation = instrumentation
         self.log_every = max(1, log_every or env_int(LOG_EVERY_ENV, DEFAULT_LOG_EVERY))
         self.global_loss = global_loss
+        #: The linger at ``close``: a fixed time when given (argument or ``FSDP_OBSERVE_LINGER_SECONDS``),
+        #: else until every recent scraper scraped once more, at most ``DEFAULT_LINGER_SECONDS``.
+        self.linger_until_scraped = linger_seconds is None and os.environ.get(LINGER_ENV) is None
         self.linger_seconds = env_float(LINGER_ENV, DEFAULT_LINGER_SECONDS) if linger_seconds is None \
             else linger_seconds
         self.run_id = resolve_run_id(run_id, env)
@@ -208,7 +213,9 @@ class TrainingMetrics:
         self._batch_tokens: Accumulator | None = None
         self._loss_tokens: Accumulator | None = None
         self._window_started: float | None = None
+        self._first_step_ended: float | None = None  # the process's first step, until its window closes
         self._window_steps = 0
+        self._steps_run = 0  # steps of this process (step_index continues a resumed run's count)
         self._window_data_wait: float | None = None
         self._window_tokens = Accumulator()
         self._window_tokens_known = False
@@ -218,6 +225,9 @@ class TrainingMetrics:
         self._grad_norm: Any = None
         self._learning_rate: Any = None
         self._closed = False
+        #: How the linger at ``close`` ended (``observe.training.server.Served.linger``), ``None``
+        #: when there was none.
+        self.linger_outcome: str | None = None
         self._checkpoint_recorded = False
         #: ``end_step`` closes the window on log steps; an entry point whose framework reduces
         #: its own windows (Hugging Face's ``on_log``) turns this off and calls ``record_window``.
@@ -376,6 +386,9 @@ class TrainingMetrics:
             self._window_started = started
         if self.phases.current in ("loading_weights", "restarting"):
             self.phases.enter("training")
+        if self._steps_run == 0:
+            self._first_step_ended = now
+        self._steps_run += 1
         self.step_index += 1
         seconds = max(0.0, now - started)
         self.goodput.add_step(seconds)
@@ -417,6 +430,10 @@ class TrainingMetrics:
                 self.collector.add_labelled_tokens(extra)
             tokens = int(self._window_tokens.host) + extra
         stats = WindowStats(self._window_steps, seconds, self._window_data_wait, tokens)
+        if self._first_step_ended is not None:  # the window holds the process's first step (warm-up)
+            started = self._window_started if self._window_started is not None else self._first_step_ended
+            stats = replace(stats, warmup_steps=1, warmup_seconds=max(0.0, self._first_step_ended - started))
+            self._first_step_ended = None
         has_loss = not (self._loss_sum.empty and self._loss_weight.empty)
         global_tps = None
         if self.global_loss:
@@ -569,9 +586,15 @@ class TrainingMetrics:
         if not bootstrap.hooks_installed:
             self.close()
 
-    def close(self, linger_seconds: float | None = None, sleep: Callable[[float], Any] = time.sleep) -> None:
-        """Close the last window, enter ``finished``, keep serving ``linger_seconds`` (default: the
-        constructor's) for a final scrape, then stop serving. Idempotent."""
+    def close(self, linger_seconds: float | None = None, sleep: Callable[[float], Any] = time.sleep,
+              on_wait: Callable[[int], None] | None = None) -> None:
+        """Close the last window, enter ``finished``, keep serving for the final scrapes, then stop
+        serving. Idempotent.
+
+        The linger (``observe.training.server.Served.linger``): the constructor's, or a fixed
+        ``linger_seconds`` given here. ``sleep`` waits between looks (a true result ends it);
+        ``on_wait`` is called with the number of scrapers waited for before a wait.
+        """
         if self._closed:
             return
         self._closed = True
@@ -580,11 +603,13 @@ class TrainingMetrics:
         except Exception:  # noqa: BLE001 - e.g. a process group already destroyed: keep what we have
             log.debug("last window not read", exc_info=True)
         self.phases.enter("finished")
+        ended = time.monotonic()
         if self._hook is not None:
             self._hook.remove()
         linger = self.linger_seconds if linger_seconds is None else linger_seconds
+        until_scraped = self.linger_until_scraped and linger_seconds is None
         if self.served is not None and linger > 0 and self.step_index > 0:
-            sleep(linger)
+            self.linger_outcome = self.served.linger(ended, linger, until_scraped, sleep, on_wait=on_wait)
         if self.served is not None:
             self.served.shutdown()
         session.unregister(self)

@@ -27,17 +27,29 @@ class WindowStats:
         seconds: wall time of the window.
         data_wait_seconds: time spent waiting for batches within it (``None``: not watched).
         labelled_tokens: labelled tokens this rank processed within it (``None``: not counted).
+        warmup_steps, warmup_seconds: the process's first step when it is in this window (1, and
+            the window's time up to that step's end; else 0 and 0.0): it carries the warm-up
+            (allocator, kernels, caches), so rates that predict (the ETA) leave it out.
     """
 
     steps: int
     seconds: float
     data_wait_seconds: float | None
     labelled_tokens: int | None
+    warmup_steps: int = 0
+    warmup_seconds: float = 0.0
 
     @property
     def step_seconds(self) -> float:
         """Mean step time: window wall time / steps in the window."""
         return self.seconds / self.steps
+
+    @property
+    def steady_step_seconds(self) -> float | None:
+        """Mean step time without the process's first step (the warm-up): ``None`` for a window
+        holding that step alone (step 1's), when there is no steady step to time yet."""
+        steps = self.steps - self.warmup_steps
+        return (self.seconds - self.warmup_seconds) / steps if steps > 0 else None
 
     @property
     def data_wait_ratio(self) -> float | None:

@@ -54,3 +54,11 @@ def test_argparse_errors_are_one_line_too(capsys, argv: list[str], text: str) ->
 def test_the_top_level_command_knows_agent(capsys, taken_port: int) -> None:
     assert top_main(["agent", "--address", "127.0.0.1", "--port", str(taken_port)]) == 2
     assert "already in use" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address", ["10.255.255.1", "no-such-host.invalid"])
+def test_an_address_this_machine_cannot_serve_names_address(capsys, address: str) -> None:
+    """Before: 'error: --port: cannot serve on 10.255.255.1:0 ...; pass --port with a free port'."""
+    line = one_error_line(capsys, ["--address", address, "--port", "0"])
+    assert line.startswith(f"error: --address: cannot serve on {address!r}")
+    assert "not an address of this machine" in line and "pass --address 127.0.0.1" in line and "--port" not in line

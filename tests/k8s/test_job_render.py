@@ -75,7 +75,7 @@ def test_the_command_is_one_the_trainer_accepts() -> None:
     """What follows the rank's console script parses and validates with the trainer's own configuration."""
     s = load_settings(ENV_EXAMPLE)
     command = trainer_command(s, "llama2-7b-fsdp-0a1b2c3d")
-    assert command[:4] == ["torchrun", "--nproc-per-node=8", "--no-python", "fsdp-observe-trainer"]
+    assert command[:4] == ["fsdp-observe-torchrun", "--nproc-per-node=8", "--no-python", "fsdp-observe-trainer"]
     cfg = TrainConfig.from_argv(command[4:])
     cfg.validate()
     assert (cfg.model.preset, cfg.parallel.sharding_strategy, cfg.metrics.run_id, cfg.metrics.port_base, cfg.steps) == (

@@ -33,7 +33,7 @@ def test_the_example_renders_a_valid_instrumented_job(pytorchjob_schema) -> None
                                   "spec": template["spec"]}, K8S_VERSION, strict=True)
     pod = container(job)
     assert pod["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/my-finetune:1.4.0"
-    assert pod["command"] == ["torchrun", "--nproc-per-node=8", "/app/finetune.py", "--model",
+    assert pod["command"] == ["fsdp-observe-torchrun", "--nproc-per-node=8", "/app/finetune.py", "--model",
                               "meta-llama/Meta-Llama-3-8B", "--fsdp", "full_shard", "--bf16"]
     env = {e["name"]: e.get("value") for e in pod["env"]}
     assert env[c.INSTRUMENT_ENV] == "1" and env["FSDP_OBSERVE_PORT_BASE"] == "9500"
@@ -54,7 +54,7 @@ def test_a_metrics_port_and_a_cpu_job_carry_over() -> None:
     job = render(settings_from_mapping({"IMAGE_URI": IMAGE, "COMMAND": "-m my_pkg.sft --epochs 1",
                                         "GPU_PER_NODE": "0", "NPROC_PER_NODE": "2", "METRICS_PORT": "9700"}), "r")
     pod = container(job)
-    assert pod["command"] == ["torchrun", "--nproc-per-node=2", "-m", "my_pkg.sft", "--epochs", "1"]
+    assert pod["command"] == ["fsdp-observe-torchrun", "--nproc-per-node=2", "-m", "my_pkg.sft", "--epochs", "1"]
     assert {e["name"]: e.get("value") for e in pod["env"]}["FSDP_OBSERVE_PORT_BASE"] == "9700"
     assert [p["containerPort"] for p in pod["ports"] if p["name"].startswith("metrics-")] == [9700, 9701]
     assert "resources" not in pod

@@ -30,7 +30,7 @@ def closed_port() -> int:
     (["--strong", "--world-sizes", "1,3"], ("--batch-size", "does not split evenly over 3 ranks")),
     (["--preset", "llama9-1t"], ("--preset", "unknown preset")),
     (["--run-id", "a"], ("--run-id", "pass --prometheus URL")),
-    (["--prometheus", "localhost:9090", "--run-id", "a", "--run-id", "b"], ("--prometheus", "not an http(s) URL")),
+    (["--prometheus", "ftp://localhost:9090", "--run-id", "a", "--run-id", "b"], ("--prometheus", "not an http(s) URL")),
     (["--prometheus", "http://127.0.0.1:9", "--run-id", "a"], ("--run-id", "two or more runs")),
     (["--prometheus", "http://127.0.0.1:9"], ("--run-id", "pass --run-id once per run")),
     (["--prometheus", "http://127.0.0.1:9", "--run-id", "a", "--run-id", "b", "--world-sizes", "1,2"],
@@ -59,6 +59,14 @@ def test_unreachable_prometheus_is_a_one_line_error(capsys, tmp_path: Path) -> N
     result = run_cli(["scaling", "--prometheus", url, "--run-id", "a", "--run-id", "b", "--out", str(tmp_path / "r")],
                      capsys)
     assert_one_line_error(result, f"--prometheus: cannot reach {url}", "check the URL")
+
+
+def test_prometheus_as_host_port_is_taken_as_http(capsys, tmp_path: Path) -> None:
+    """As ``top --prometheus`` takes it (newcomer D14: ``localhost:9401`` was 'not an http(s) URL')."""
+    host_port = f"127.0.0.1:{closed_port()}"
+    result = run_cli(["scaling", "--prometheus", host_port, "--run-id", "a", "--run-id", "b", "--out",
+                      str(tmp_path / "r")], capsys)
+    assert_one_line_error(result, f"--prometheus: cannot reach http://{host_port}", "check the URL")
 
 
 def test_world_sizes_parse_sorted_without_repeats() -> None:

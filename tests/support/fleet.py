@@ -42,7 +42,7 @@ def recorded(node: str, now: float, age: float = 0.5, xid_age: float = 120.0) ->
 
 
 class _Server:
-    def __init__(self, answer: Callable[[str], tuple[int, str, bytes]], delay: float = 0.0) -> None:
+    def __init__(self, answer: Callable[[str], tuple[int, str, bytes]], delay: float = 0.0, port: int = 0) -> None:
         self.requests: list[str] = []
         self.connections: set[socket.socket] = set()
         owner = self
@@ -71,7 +71,7 @@ class _Server:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
@@ -120,6 +120,12 @@ class RecordedFleet:
     def trainer(self, name: str, render: Callable[[], bytes]) -> str:
         """A trainer rank serving ``render()`` as ``/metrics``; returns its ``/metrics`` URL."""
         return self._add(name, lambda path: (200, "text/plain; version=0.0.4", render())) + "/metrics"
+
+    def trainer_on(self, port: int, render: Callable[[], bytes], name: str = "") -> str:
+        """``trainer`` on a chosen port (another process holding a rank's port); its ``/metrics`` URL."""
+        server = self.servers[name or f"port-{port}"] = _Server(
+            lambda path: (200, "text/plain; version=0.0.4", render()), port=port)
+        return server.url + "/metrics"
 
     @staticmethod
     def unreachable() -> str:

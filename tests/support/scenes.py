@@ -18,7 +18,7 @@ import random
 from dataclasses import replace
 
 from observe.model import GpuInfo, NodeHealth, NodeSnapshot, XidEvent
-from observe.sources.direct import LossHistory, build_runs
+from observe.sources.direct import LossHistory, StepRate, build_runs
 from observe.sources.trainer import parse_exposition, ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, node_status
 from tests.support.fleet import NODES, recorded, trainer_exposition
@@ -94,10 +94,23 @@ def fleet_nodes(focus: str | None) -> list[NodeStatus]:
     return nodes
 
 
+def _rates(ranks: list[RankStatus], seconds_per_step: float = 0.60, steps_ago: int = 20) -> StepRate:
+    """A ``StepRate`` that saw the run ``steps_ago`` steps back, ``seconds_per_step`` a step ago each
+    (the slowest rank's pace): the next ``build_runs`` gives the run that pace."""
+    rates = StepRate()
+    slowest = min(ranks, key=lambda r: r.step or 0.0)
+    assert slowest.step is not None and slowest.last_step_unix is not None
+    rates.add(slowest.run_id, slowest.step - steps_ago, slowest.last_step_unix - steps_ago * seconds_per_step)
+    return rates
+
+
 def fleet_snapshot(focus: str | None = None) -> ClusterSnapshot:
-    """The fleet with a two-rank run in progress (rank 1 on GPU 1 is the straggler)."""
+    """The fleet with a two-rank run in progress (rank 1 on GPU 1 is the straggler), seen for 20 steps
+    at its slowest rank's 0.60 s per step."""
+    ranks = _ranks()
     return ClusterSnapshot(time_unix=NOW - 0.3, source=SOURCE, nodes=tuple(fleet_nodes(focus)),
-                           runs=build_runs(_ranks(), _history()), focus=focus, cycle_seconds=0.042, trainers=2)
+                           runs=build_runs(ranks, _history(), _rates(ranks)), focus=focus, cycle_seconds=0.042,
+                           trainers=2)
 
 
 def finished_snapshot() -> ClusterSnapshot:

@@ -47,6 +47,31 @@ def stop_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def sigterm_at_step(cmd: list[str], env: dict[str, str], log: Path, step: int, seconds: float = 240,
+                    exit_seconds: float = 90) -> tuple[int, str]:
+    """Start ``cmd`` (``start``), SIGTERM its first process once ``log`` has a window at ``step`` or
+    later, as the kubelet signals a container's first process; ``(exit status, output)``.
+
+    Raises:
+        AssertionError: the run ended, or reached no such window within ``seconds``.
+    """
+    import signal
+
+    proc = start(cmd, env)
+    try:
+        deadline = time.monotonic() + seconds
+        while not [w for w in events(read_log(log), "window") if w["step"] >= step]:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, f"training did not reach step {step}"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=exit_seconds)
+    finally:
+        if proc.poll() is None:
+            stop_group(proc)
+    return proc.returncode, out
+
+
 def read_log(path: Path) -> list[dict]:
     """The complete records of a ``--log-json`` file (a line still being written is left out)."""
     if not path.exists():

@@ -162,5 +162,27 @@ def test_restart_store_hazard_and_the_launchers_remedy(monkeypatch) -> None:
 
 
 def test_model_must_be_a_local_directory(tmp_path) -> None:
-    with pytest.raises(UserError, match="--model: 'meta-llama/Llama-2-7b-hf' is not a local directory"):
+    with pytest.raises(UserError, match="--model: 'meta-llama/Llama-2-7b-hf' is a Hugging Face Hub id, not a local "
+                                        "directory") as hub:
         prepare_argv(["--data", __file__, "--metrics", "off", "--model", "meta-llama/Llama-2-7b-hf"], 2)
+    assert "hf download meta-llama/Llama-2-7b-hf --local-dir DIR --include" in hub.value.fix  # not huggingface-cli
+    with pytest.raises(UserError, match="--model: '/nope/model' is not a local directory"):
+        prepare_argv(["--data", __file__, "--metrics", "off", "--model", "/nope/model"], 2)
+
+
+def test_the_download_command_named_exists_in_the_installed_huggingface_hub() -> None:
+    """D1: the fix named huggingface-cli, which huggingface_hub 1.x and 2.x no longer install."""
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path as PathType
+
+    from trainer.runspec.weights import download_hint
+
+    argv = shlex.split(download_hint("org/name", "/tmp/x"))
+    hf = shutil.which(argv[0], path=str(PathType(sys.executable).parent)) or shutil.which(argv[0])
+    assert hf is not None, "huggingface_hub installs the hf command"
+    usage = subprocess.run([hf, *argv[1:2], "--help"], capture_output=True, text=True, timeout=60).stdout
+    for option in (a for a in argv if a.startswith("--")):
+        assert option in usage, option

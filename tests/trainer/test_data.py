@@ -145,3 +145,21 @@ def test_skip_batches_with_a_held_out_split(tmp_path: Path) -> None:
     assert resumed.batches_consumed == 4
     for want in expected:
         assert torch.equal(next(resumed).input_ids, want)
+
+
+def test_a_resize_continues_the_global_stream_without_repeating_or_skipping() -> None:
+    """--resume-any-world-size: 2 ranks read 5 batches of 2 blocks (20 global blocks), then 3 ranks
+    continue from block 20 (``block_offset``): together exactly the stream one rank would read."""
+    files = stdlib_sources()[:40]
+    single = _blocks(files, 0, 1, 38)
+
+    def read(rank: int, world: int, n: int, offset: int = 0) -> list[bytes]:
+        it = BatchIterator(files, ByteTokenizer(), seq_len=32, batch_size=2, rank=rank, world_size=world, seed=0,
+                           block_offset=offset)
+        return [row.numpy().tobytes() for _ in range(n) for row in next(it).input_ids]
+
+    before = [read(r, 2, 5) for r in (0, 1)]
+    after = [read(r, 3, 3, offset=20) for r in (0, 1, 2)]
+    assert sorted(b for rank in before for b in rank) == sorted(single[:20])
+    assert sorted(b for rank in after for b in rank) == sorted(single[20:38])
+    assert after[1][:2] == [single[21], single[24]]  # rank r takes block 20 + r, then every third

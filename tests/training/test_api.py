@@ -7,6 +7,8 @@ Device values are stood in for by ``SyncProbe`` tensors (no GPU here), which cou
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import httpx
 import pytest
@@ -177,8 +179,13 @@ def test_served_on_the_rank_port_and_a_taken_port_falls_back_visibly(port_block,
         httpx.get(f"http://127.0.0.1:{base + 1}/metrics")
 
 
-def test_close_lingers_for_a_final_scrape() -> None:
+def test_close_lingers_for_a_final_scrape(monkeypatch) -> None:
     slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
     m = TrainingMetrics(serve=False, linger_seconds=7)
     m.close()  # never stepped: nothing to linger for
     m = TrainingMetrics(serve=False, linger_seconds=7)
@@ -186,11 +193,26 @@ def test_close_lingers_for_a_final_scrape() -> None:
         pass
     m.close(sleep=slept.append)
     assert slept == []  # not serving: nothing to linger for
-    m = TrainingMetrics(address="127.0.0.1", port_base=0, linger_seconds=7)
+    m = TrainingMetrics(address="127.0.0.1", port_base=0, linger_seconds=0.3)
     with m.step():
         pass
-    m.close(sleep=slept.append)
-    assert slept == [7]
+    m.close(sleep=sleep)
+    assert m.linger_outcome == "timeout" and sum(slept) == pytest.approx(0.3, abs=0.05)  # given: the whole time
+    slept.clear()
+    monkeypatch.delenv("FSDP_OBSERVE_LINGER_SECONDS", raising=False)
+    m = TrainingMetrics(address="127.0.0.1", port_base=0)  # the default: until the recent scrapers came back
+    with m.step():
+        pass
+    m.close(sleep=sleep)
+    assert slept == [] and m.linger_outcome == "unwatched"  # nobody scraped: no wait
+    m = TrainingMetrics(address="127.0.0.1", port_base=0)
+    with m.step():
+        pass
+    httpx.get(f"http://127.0.0.1:{m.port}/metrics", headers={"User-Agent": "Prometheus/2.42"})
+    threading.Timer(0.3, lambda: httpx.get(f"http://127.0.0.1:{m.port}/metrics",
+                                           headers={"User-Agent": "Prometheus/2.42"})).start()
+    m.close(sleep=sleep)
+    assert m.linger_outcome == "scraped" and 0.2 < sum(slept) < 5  # waited for its scraper's next scrape only
 
 
 def test_a_raising_step_is_not_counted() -> None:

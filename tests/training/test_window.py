@@ -59,3 +59,41 @@ def test_tokens_per_second_vector_8_ranks() -> None:
                 for _ in range(8)]
     assert per_rank[0].tokens_per_second == 16_384
     assert sum(w.tokens_per_second for w in per_rank) == 131_072
+
+
+def _windows(metrics, steps: list[float], start: float = 100.0) -> list[WindowStats]:
+    """Run steps of the given durations through ``TrainingMetrics`` on a made-up clock; its windows."""
+    windows: list[WindowStats] = []
+    metrics.on_window = lambda report: windows.append(report.stats)
+    now = start
+    for seconds in steps:
+        metrics.begin_step(at=now)
+        now += seconds
+        metrics.end_step(now=now)
+    return windows
+
+
+def test_the_first_step_of_a_process_is_left_out_of_the_steady_step_time() -> None:
+    """D10: the step-1 window (warm-up alone) gave the log an ETA of 8:39 for a 97 s run."""
+    from observe.training import TrainingMetrics
+
+    m = TrainingMetrics(planned_steps=20, serve=False, log_every=10)
+    first, second, third = _windows(m, [5.0] + [0.5] * 19)
+    assert (first.steps, first.warmup_steps, first.step_seconds) == (1, 1, 5.0)
+    assert first.steady_step_seconds is None  # nothing but warm-up yet: no rate to predict with
+    assert (second.steps, second.warmup_steps) == (9, 0)
+    assert second.steady_step_seconds == pytest.approx(0.5) == second.step_seconds
+    assert third.steady_step_seconds == pytest.approx(0.5)
+    m.close(linger_seconds=0)
+
+
+def test_after_a_resume_the_first_window_leaves_its_warm_up_step_out() -> None:
+    from observe.training import TrainingMetrics
+
+    m = TrainingMetrics(planned_steps=100, serve=False, log_every=10)
+    m.checkpoint_loaded(step=96, seconds=1.0, saved_at=0.0)
+    (window,) = _windows(m, [3.0, 1.0, 1.0, 1.0])
+    assert (window.steps, window.warmup_steps) == (4, 1)
+    assert window.step_seconds == pytest.approx(1.5)  # the logged window figure, as trainer-metrics.md defines it
+    assert window.steady_step_seconds == pytest.approx(1.0)  # what the ETA uses
+    m.close(linger_seconds=0)

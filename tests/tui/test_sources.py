@@ -220,8 +220,9 @@ def test_run_aggregates_straggler_and_eta() -> None:
                           planned_steps=200, **kw)
 
     run = RunStatus("r", (rank(0, 1.0, global_tokens_per_second=5000.0, mfu_ratio=0.4), rank(1, 1.0),
-                          rank(2, 1.3, step=98, mfu_ratio=0.2), rank(3, 1.0)))
-    assert run.step == 98 and run.step_seconds == 1.3 and run.eta_seconds == pytest.approx(102 * 1.3)
+                          rank(2, 1.3, step=98, mfu_ratio=0.2), rank(3, 1.0)), seconds_per_step=1.25)
+    assert run.step == 98 and run.step_seconds == 1.3 and run.eta_seconds == pytest.approx(102 * 1.25)
+    assert replace(run, seconds_per_step=None).eta_seconds is None  # never the window's step time
     assert run.global_tokens_per_second == 5000.0 and run.mfu_ratio == pytest.approx(0.3)
     assert run.straggler.rank.rank == 2 and run.straggler.slower_ratio == pytest.approx(0.3)
     assert RunStatus("r", (rank(0, 1.0),)).straggler is None  # one rank is nobody's straggler
@@ -263,3 +264,34 @@ def test_xid_event_order_across_nodes() -> None:
     snap = ClusterSnapshot(time_unix=NOW, nodes=(node("a", 1.0, 5.0), node("b", 3.0)))
     assert [(x.node, x.time_unix) for x in snap.xid_events()] == [("a", 5.0), ("b", 3.0), ("a", 1.0)]
     assert json.dumps([x.xid for x in snap.xid_events()]) == "[13, 13, 13]"
+
+
+def test_the_eta_leaves_the_warm_up_out() -> None:
+    """D10: the step-1 window holds the warm-up alone (2.2 s against 0.8 s later); an ETA read off it
+    said 7m04s for a run that ended 2m20s later. The pace comes from the steps seen since."""
+    from observe.sources.direct import StepRate, build_runs
+
+    def seen(step: int, ended: float) -> RankStatus:  # the step-1 window still shows step 1's 2.2 s
+        return RankStatus(rank=0, run_id="r", step=step, planned_steps=200, window_step_seconds=2.2,
+                          last_step_unix=ended, phase="training")
+
+    history, rates = LossHistory(), StepRate()
+    first, = build_runs([seen(1, 1000.0)], history, rates)
+    assert first.eta_seconds is None  # one step seen: no pace yet, rather than 199 x 2.2 s
+    later, = build_runs([seen(7, 1004.8)], history, rates)  # six steps of 0.8 s
+    assert later.seconds_per_step == pytest.approx(0.8) and later.eta_seconds == pytest.approx(193 * 0.8)
+    again, = build_runs([seen(7, 1004.8)], history, rates)  # a refresh without progress keeps the pace
+    assert again.eta_seconds == pytest.approx(193 * 0.8)
+    restarted, = build_runs([seen(5, 1100.0)], history, rates)  # resumed from an older checkpoint: start over
+    assert restarted.eta_seconds is None
+
+
+def test_the_pace_follows_the_last_two_minutes() -> None:
+    from observe.sources.direct import StepRate
+
+    rates = StepRate(seconds=120.0)
+    for step in range(0, 101):  # 1 s per step for 100 s
+        rates.add("r", float(step), 1000.0 + step)
+    for step in range(101, 201):  # then 3 s per step for 300 s
+        pace = rates.add("r", float(step), 1100.0 + 3 * (step - 100))
+    assert pace == pytest.approx(3.0)

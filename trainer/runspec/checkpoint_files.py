@@ -89,6 +89,9 @@ class TrainerState:
     Attributes:
         step: optimizer steps completed when the checkpoint was taken.
         batches_consumed: micro-batches each rank has drawn from its data iterator.
+        blocks_before: blocks of the global stream read before this world size's ranks started
+            counting ``batches_consumed`` (0 unless the run was resumed at another world size):
+            the run has read ``blocks_before + batches_consumed * batch_size * world_size`` blocks.
         scheduler: ``LambdaLR.state_dict()`` (plain numbers).
         layout: the values of ``LAYOUT_FLAGS`` the run used (see ``layout_fingerprint``).
         run_id: the run's ``run_id`` label.
@@ -114,6 +117,7 @@ class TrainerState:
     saved_at: float
     save_seconds: float = 0.0
     files: dict[str, int] = field(default_factory=dict)
+    blocks_before: int = 0
     format: int = FORMAT_VERSION
 
     def write(self, path: Path) -> None:
@@ -228,9 +232,12 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
         if have is None:
             continue
         if saved.get(key) != have:
+            resharded = ", --resume-any-world-size to continue it resharded (not bit-exact)," if key == "world_size" \
+                else ""
             raise UserError(flag, f"checkpoint {path.name} was written with {key} {saved.get(key)!r}, this run "
                               f"has {have!r}, so it cannot continue exactly",
-                              "use the checkpoint's value, or --resume never to start over")
+                            f"use the checkpoint's value ({saved.get(key)!r}) to continue that run{resharded} or a "
+                            "new --checkpoint-dir to start another")
 
 
 def resolve_resume(checkpoint_dir: str | None, resume: str,

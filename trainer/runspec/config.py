@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from observe.catalog import TRAINER_PORT_BASE
-from observe.errors import UserError
+from observe.errors import UserError, did_you_mean, writable_dir
 from observe.flags import OneLineParser, add_flags, apply_flags, flag, parse_flags, to_argv
 from trainer.runspec.checkpoint_files import (
     TrainerState,
@@ -30,8 +29,9 @@ from trainer.runspec.checkpoint_files import (
     newest_complete,
     resolve_resume,
 )
-from trainer.runspec.corpus import resolve_data_files
+from trainer.runspec.corpus import check_enough_text, check_jsonl_text, resolve_data_files
 from trainer.runspec.presets import PRESETS
+from trainer.runspec.weights import check_model_dir
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 MIXED_PRECISION = ("fp32", "bf16", "pure-bf16")
@@ -40,6 +40,9 @@ RESUME_MODES = ("auto", "latest", "never")
 #: The console script that runs one rank (``pyproject.toml`` [project.scripts]); torchrun starts
 #: it with ``--no-python``, so a ``trainer.py`` in the working directory cannot shadow ours.
 TRAINER_COMMAND = "fsdp-observe-trainer"
+#: ``--metrics-linger``'s default: the longest wait for a final scrape, a bit more than the trainer
+#: PodMonitor's 15 s interval (``observe.training.rankenv.DEFAULT_LINGER_SECONDS``, the same).
+DEFAULT_LINGER_SECONDS = 20.0
 #: The environment variable that gives ``--run-id`` its default in a rank.
 RUN_ID_ENV = "FSDP_OBSERVE_RUN_ID"
 
@@ -221,7 +224,11 @@ class MetricsConfig:
         enabled: ``False`` turns the exporter off entirely (the A/B benchmark's baseline).
         port_base: rank ``r`` on a node serves on ``port_base + local_rank``.
         address: bind address.
-        linger_seconds: keep serving this long after the last step, so a final scrape sees it.
+        linger_seconds: after the last step, keep serving ``/metrics`` this long, so whoever scrapes
+            sees the ``finished`` phase and the final figures. ``None`` (the default): until every
+            scraper seen in the last ``DEFAULT_LINGER_SECONDS`` (20 s) has scraped once more, at
+            most that long, and not at all when nobody scraped (``observe.training.server``): one
+            more scrape at the trainer PodMonitor's 15 s interval.
         log_every: steps per log window (loss, tokens/s, MFU are read on log steps only).
         log_json: rank 0 appends one JSON object per log window, and a summary, to this file.
         run_id: the ``run_id`` label; default: torchrun's ``--rdzv-id`` when set, else a new id.
@@ -234,8 +241,10 @@ class MetricsConfig:
         "--metrics-port", "base port; each rank serves on base + LOCAL_RANK", metavar="PORT"))
     address: str = field(default="0.0.0.0", metadata=flag("--metrics-address", "bind address of /metrics",
                                                           metavar="ADDRESS"))
-    linger_seconds: float = field(default=0.0, metadata=flag(
-        "--metrics-linger", "keep serving /metrics this long after the run ends", metavar="SECONDS"))
+    linger_seconds: float | None = field(default=None, metadata=flag(
+        "--metrics-linger", "after the last step keep serving /metrics this long (0: stop at once)", metavar="SECONDS",
+        default_text=f"until every scraper of the last {DEFAULT_LINGER_SECONDS:g} s has scraped the end once more, at "
+        f"most {DEFAULT_LINGER_SECONDS:g} s"))
     log_every: int = field(default=10, metadata=flag("--log-every", "steps per log window", metavar="N"))
     log_json: str | None = field(default=None, metadata=flag(
         "--log-json", "rank 0 appends one JSON object per log window", metavar="FILE"))
@@ -258,6 +267,11 @@ class CheckpointConfig:
             with status 143; a save still running at the deadline is abandoned. Keep it below
             torchrun's ``--shutdown-timeout`` and the pod's ``terminationGracePeriodSeconds``
             (both 30 s by default).
+        any_world_size: resume a checkpoint written at another world size (an elastic resize, a
+            job rendered again with another node count): the model and optimizer are resharded
+            and the data continues from the first block of the global stream no rank has read,
+            so no text is seen twice or skipped; not bit-exact (the global batch is another).
+            Off: such a checkpoint is refused, naming ``--nproc-per-node``.
     """
 
     dir: str | None = field(default=None, metadata=flag(
@@ -272,6 +286,9 @@ class CheckpointConfig:
     sigterm_grace: float = field(default=25.0, metadata=flag(
         "--sigterm-grace", "on SIGTERM save and exit within this time (keep it below torchrun's "
         "--shutdown-timeout)", metavar="SECONDS"))
+    any_world_size: bool = field(default=False, metadata=flag(
+        "--resume-any-world-size", "resume a checkpoint written at another world size (resharded; the data "
+        "continues where the whole run stopped; not bit-exact)"))
 
 
 @dataclass
@@ -344,34 +361,50 @@ class TrainConfig:
         })
 
     def validate(self, world_size: int | None = None, local_world_size: int | None = None) -> list[Path]:
-        """Check every setting; return the resolved data files.
+        """Check every setting and the files it names; return the resolved data files.
 
         Args:
             world_size, local_world_size: the ranks in the run and per node, when known (the
                 launcher knows them before torchrun starts; a rank reads them from torchrun).
-                The mesh layout and a resume's world size are checked only when given.
+                The mesh layout, the corpus size and a resume's world size are checked only when given.
+
+        Raises:
+            UserError: naming the first flag at fault and how to fix it.
+        """
+        self.check_settings(world_size, local_world_size)
+        m, d, o, x = self.model, self.data, self.optim, self.metrics
+        if m.path is not None:
+            check_model_dir(Path(m.path))
+        if m.tokenizer is not None and not Path(m.tokenizer).exists():
+            raise UserError("--tokenizer", f"{m.tokenizer!r} does not exist",
+                              "pass a local Hugging Face tokenizer directory, or omit it for bytes")
+        if x.log_json is not None:
+            _appendable_file(Path(x.log_json), "--log-json")
+        if self.checkpoint.dir is not None:
+            _writable_dir(Path(self.checkpoint.dir))
+        files = resolve_data_files(d.paths)
+        for path in files:
+            if path.suffix == ".jsonl":
+                check_jsonl_text(path)
+        if world_size is not None:
+            check_enough_text(files, world_size, d.batch_size, o.grad_accum_steps, d.seq_len,
+                              self.validation.fraction if self.validation.every else 0.0)
+        self._validate_resume(files, world_size)
+        return files
+
+    def check_settings(self, world_size: int | None = None, local_world_size: int | None = None) -> None:
+        """The checks of ``validate`` that read no file of this machine: what ``fsdp-observe job render``
+        can check for ranks that run elsewhere (their model, data and checkpoint paths are in the pod).
 
         Raises:
             UserError: naming the first flag at fault and how to fix it.
         """
         m, d, o, p, x = self.model, self.data, self.optim, self.parallel, self.metrics
         if m.path is None and m.preset not in PRESETS:
+            close = did_you_mean(m.preset, PRESETS)
             raise UserError("--preset", f"unknown preset {m.preset!r}",
-                              f"choose one of {', '.join(PRESETS)} or pass --model PATH")
-        if m.path is not None and not Path(m.path).is_dir():
-            raise UserError("--model", f"{m.path!r} is not a local directory (weights are read shard by "
-                              "shard from local files)",
-                              "download it first, e.g. huggingface-cli download ID --local-dir DIR, and pass DIR")
-        if m.tokenizer is not None and not Path(m.tokenizer).exists():
-            raise UserError("--tokenizer", f"{m.tokenizer!r} does not exist",
-                              "pass a local Hugging Face tokenizer directory, or omit it for bytes")
-        if m.path is not None and not (Path(m.path) / "config.json").is_file():
-            raise UserError("--model", f"{m.path!r} has no config.json",
-                              "pass a directory written by save_pretrained")
-        if m.path is not None and not any(Path(m.path).glob("*.safetensors")):
-            raise UserError("--model", f"no .safetensors files in {m.path!r} (weights are loaded shard by "
-                              "shard from safetensors only)",
-                              "save the model with save_pretrained(..., safe_serialization=True)")
+                            (f"did you mean {close}? " if close else "") +
+                            f"choose one of {', '.join(PRESETS)} or pass --model PATH")
         _positive("--steps", self.steps)
         _positive("--batch-size", d.batch_size)
         _positive("--seq-len", d.seq_len)
@@ -404,14 +437,14 @@ class TrainConfig:
                               f"{layers}-layer model", f"pass every-N with N <= {layers}, full or none")
         if world_size is not None:
             p.mesh_shape(world_size, local_world_size or world_size)
+        if x.linger_seconds is not None and not x.linger_seconds >= 0:
+            raise UserError("--metrics-linger", f"must be 0 or more, got {x.linger_seconds:g}",
+                            f"pass e.g. --metrics-linger {DEFAULT_LINGER_SECONDS:g}, or 0 to stop serving at once")
         if not 0 < x.port_base < 65536:
             raise UserError("--metrics-port", f"{x.port_base} is not a TCP port",
                               "pass a port between 1024 and 65535")
         self._validate_checkpointing()
         self._validate_validation()
-        files = resolve_data_files(d.paths)
-        self._validate_resume(files, world_size)
-        return files
 
     def _validate_checkpointing(self) -> None:
         k = self.checkpoint
@@ -423,8 +456,6 @@ class TrainConfig:
         if not k.sigterm_grace > 0:
             raise UserError("--sigterm-grace", f"must be positive, got {k.sigterm_grace}",
                               "pass the seconds a save may take after SIGTERM, e.g. 25")
-        if k.dir is not None:
-            _writable_dir(Path(k.dir))
 
     def _validate_validation(self) -> None:
         v = self.validation
@@ -440,11 +471,15 @@ class TrainConfig:
         if self.checkpoint.resume == "never" and self.checkpoint.dir and newest_complete(self.checkpoint.dir):
             raise UserError("--resume", f"never, but {self.checkpoint.dir!r} already holds checkpoints of a run, "
                               "which a restart would resume instead of this one",
-                              "pass an empty --checkpoint-dir, or --resume auto to continue that run")
+                            "pass a new (empty) --checkpoint-dir to start another run, or --resume auto to continue "
+                            "that one")
         path = resolve_resume(self.checkpoint.dir, self.checkpoint.resume)
         if path is not None:
             state = TrainerState.read(path)
-            check_compatible(path, state.layout, self.layout(files, world_size))
+            layout = self.layout(files, world_size)
+            if self.checkpoint.any_world_size:
+                layout["world_size"] = None  # not checked: the checkpoint is resharded
+            check_compatible(path, state.layout, layout)
 
 
 def _beside(resume: str) -> str | None:
@@ -460,14 +495,28 @@ def _writable_dir(path: Path) -> None:
     """
     if path.exists() and not path.is_dir():
         raise UserError("--checkpoint-dir", f"{str(path)!r} is a file", "pass a directory (it is created)")
+    writable_dir(path, "--checkpoint-dir", "pass a directory you can write, on storage every node shares")
+
+
+def _appendable_file(path: Path, flag: str) -> None:
+    """Prove ``path`` can be opened for appending (its folder is created); a file this probe
+    created is removed again, so nothing is left behind when the run never starts.
+
+    Raises:
+        UserError: naming ``flag``: a directory, or a file that cannot be created or written.
+    """
+    if path.is_dir():
+        raise UserError(flag, f"{str(path)!r} is a directory", f"pass a file name, e.g. {path / 'run.jsonl'}")
+    existed = path.exists()
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
     except OSError as exc:
-        raise UserError("--checkpoint-dir", f"cannot write to {str(path)!r} ({exc.strerror})",
-                          "pass a directory you can write, on storage every node shares") from None
+        raise UserError(flag, f"cannot write to {str(path)!r} ({exc.strerror})",
+                        "pass a file in a directory you can write") from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 def _positive(flag: str, value: int) -> None:

@@ -6,6 +6,7 @@ Torch-free, so the launcher can check ``--data`` before starting any rank.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import sysconfig
@@ -92,3 +93,90 @@ def read_documents(path: Path) -> Iterator[str]:
                 continue
             if isinstance(text, str) and text:
                 yield text
+
+
+def is_held_out(text: str, fraction: float) -> bool:
+    """Whether a document belongs to the held-out (validation) split.
+
+    The first 8 bytes of the BLAKE2b digest of its UTF-8 text, read as a fraction of 2**64, fall
+    below ``fraction``: the split depends on the text only, not on file order, epoch or world size.
+    """
+    if fraction <= 0:
+        return False
+    digest = hashlib.blake2b(text.encode("utf-8", errors="replace"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2**64
+
+
+#: Lines of a ``.jsonl`` file looked at, at most, for the first one with a ``text`` field.
+JSONL_PROBE_LINES = 10_000
+
+
+def check_jsonl_text(path: Path) -> None:
+    """Refuse a ``.jsonl`` file none of whose first ``JSONL_PROBE_LINES`` lines holds a document:
+    a JSON object with a non-empty string ``text`` field (what ``read_documents`` reads).
+
+    Raises:
+        UserError: naming the field, and what the first line holds instead.
+    """
+    first: str | None = None
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, 1):
+            if number > JSONL_PROBE_LINES:
+                break
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                first = first or f"line {number} is not JSON"
+                continue
+            if isinstance(record, dict) and isinstance(record.get("text"), str) and record["text"]:
+                return
+            if first is None:
+                keys = ", ".join(sorted(map(str, record))) if isinstance(record, dict) else type(record).__name__
+                first = (f"line {number} has {'no keys' if not keys else 'keys ' + keys}"
+                         if isinstance(record, dict) else f"line {number} is a JSON {keys}, not an object")
+    raise UserError("--data", f"{str(path)!r}: no line has a \"text\" field holding a document"
+                    + (f" ({first})" if first else ""),
+                    'write one JSON object per line with the document under "text", e.g. {"text": "..."}')
+
+
+def count_tokens_upto(files: list[Path], limit: int, held_out: float = 0.0) -> int:
+    """Tokens the training split of ``files`` gives the byte tokenizer (UTF-8 bytes plus one EOS
+    per document), counted until ``limit`` is reached: ``min(total, limit)`` or a little more.
+
+    Every Hugging Face tokenizer the trainer uses gives at most as many tokens as bytes (each token
+    covers at least one byte), so a count below what one step needs means the corpus is too small
+    for any tokenizer. Files are read in the order given; documents held out for validation
+    (``is_held_out``) do not count.
+    """
+    total = 0
+    for path in files:
+        for doc in read_documents(path):
+            if is_held_out(doc, held_out):
+                continue
+            total += len(doc.encode("utf-8", errors="replace")) + 1
+            if total >= limit:
+                return total
+    return total
+
+
+def check_enough_text(files: list[Path], world_size: int, batch_size: int, grad_accum_steps: int, seq_len: int,
+                      held_out: float = 0.0) -> None:
+    """Refuse a corpus too small to fill one optimizer step without repeating its text.
+
+    One step draws ``world_size x grad_accum_steps x batch_size`` blocks of ``seq_len + 1``
+    tokens (``trainer.data.packed_blocks``); fewer tokens than that in one pass over the training
+    split would repeat the same text inside a single step, and training would "succeed" on it.
+
+    Raises:
+        UserError: field ``--data``, with the sizes and what to change.
+    """
+    need = world_size * grad_accum_steps * batch_size * (seq_len + 1)
+    have = count_tokens_upto(files, need, held_out)
+    if have < need:
+        held = " (documents held out for validation not counted)" if held_out > 0 else ""
+        raise UserError("--data", f"the training text holds {have:,} tokens at most{held}, fewer than one step "
+                        f"takes ({world_size} rank(s) x {grad_accum_steps} micro-batch(es) x {batch_size} sequences x "
+                        f"{seq_len + 1} tokens = {need:,}), so every step would repeat it",
+                        "add text, or lower --batch-size, --seq-len, --grad-accum-steps or the ranks")

@@ -8,7 +8,6 @@ the ``fsdp-observe-trainer`` console script (``--no-python``), never ``python -m
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import socket
@@ -16,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from observe.errors import UserError
+from observe.errors import PortInUseError, UserError, bind_error
 from observe.flags import flag
 from trainer.runspec.checkpoint_files import TrainerState, resolve_resume
 from trainer.runspec.config import TRAINER_COMMAND, TrainConfig
@@ -65,21 +64,25 @@ def restart_store_hazard(env: dict[str, str]) -> bool:
 
 
 def check_ports_free(address: str, base: int, count: int) -> None:
-    """Fail early when one of the ranks' metrics ports ``base .. base+count-1`` is taken.
+    """Fail early when one of the ranks' metrics ports ``base .. base+count-1`` is taken, or when
+    ``address`` is not one of this machine's.
 
     Raises:
-        UserError: naming the port, for ``--metrics-port``.
+        UserError: naming the port (``--metrics-port``), or the address (``--metrics-address``).
     """
     for port in range(base, base + count):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((address, port))
             except OSError as exc:
-                problem = (f"port {port} (local_rank {port - base}) is already in use"
-                           if exc.errno == errno.EADDRINUSE else f"cannot bind {address}:{port} ({exc.strerror})")
-                raise UserError("--metrics-port", problem,
-                                  "stop what holds it or pass --metrics-port with a free base port") from None
+                error = bind_error("--metrics-port", address, port, exc,
+                                   "stop what holds it or pass --metrics-port with a free base port",
+                                   address_field="--metrics-address")
+                if isinstance(error, PortInUseError):
+                    raise UserError("--metrics-port", f"port {port} (local_rank {port - base}) is already in use",
+                                    error.fix) from None
+                raise error from None
 
 
 def prepare(cfg: TrainConfig, nproc_per_node: int) -> TrainConfig:
@@ -108,7 +111,7 @@ def check_not_finished(cfg: TrainConfig) -> None:
     path = resolve_resume(cfg.checkpoint.dir, cfg.checkpoint.resume)
     if path is not None and (step := TrainerState.read(path).step) >= cfg.steps:
         raise UserError("--steps", f"checkpoint {path} is already at step {step}, the run is done",
-                          f"pass --steps above {step} to continue it, or --resume never to start over")
+                        f"pass --steps above {step} to continue it, or a new --checkpoint-dir to start another run")
 
 
 #: The console script of ``trainer.launcher``: torchrun (the same flags) whose stop on SIGTERM or
@@ -150,6 +153,18 @@ def installed_script(name: str = TRAINER_COMMAND) -> str:
         raise UserError(name, f"the command is not installed (not beside {sys.executable}, not on PATH)",
                         "pip install -e '.[trainer]' in this environment")
     return found
+
+
+def oversubscription(nproc_per_node: int, cores: int | None = None) -> str | None:
+    """A warning when ``nproc_per_node`` ranks exceed this machine's CPU cores (``os.cpu_count``),
+    as ``fsdp-observe scaling`` notes it: the ranks then share cores, so step times and tokens/s
+    measure the oversubscription; ``None`` when each rank has a core."""
+    cores = cores or os.cpu_count() or 1
+    if nproc_per_node <= cores:
+        return None
+    return (f"warning: {nproc_per_node} ranks on this machine's {cores} CPU core{'s' * (cores != 1)}: ranks share "
+            f"cores, so step times and tokens/s measure that oversubscription (--nproc-per-node {cores} or less "
+            "gives each rank a core)")
 
 
 def torchrun_env(nproc_per_node: int) -> dict[str, str]:

@@ -6,6 +6,7 @@ log writes it), tokens/s, state, and its node and GPU (Enter opens the node)."""
 from __future__ import annotations
 
 import statistics
+import textwrap
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
@@ -164,11 +165,16 @@ def no_run_lines(snapshot: ClusterSnapshot, width: int) -> list[Line]:
                                          "or --prometheus")
         lines = [[(" no training run seen", "title")], [(" no trainer endpoints: ", "dim"), (hint, "dim")]]
     else:
-        lines = [[(" no training run seen", "title")],
-                 [(f" {fmt.plural(snapshot.trainers, 'trainer endpoint')} given; none answers with fsdp_train_* "
-                   "series yet:", "warn")]]
-        problems: list[Line] = [[(" ! ", "bad"), (fmt.shorten(e, max(8, width - 4)), "bad")]
-                                for e in snapshot.errors if e.startswith("trainer ")]
+        if any(e.startswith("training exited") for e in snapshot.errors):  # the demo's training (RunWatch)
+            lines = [[(" no training run seen: the training process exited", "title")]]
+        else:
+            lines = [[(" no training run seen", "title")],
+                     [(f" {fmt.plural(snapshot.trainers, 'trainer endpoint')} given; none answers with "
+                       "fsdp_train_* series yet:", "warn")]]
+        problems: list[Line] = []
+        for error in (e for e in snapshot.errors if e.startswith(("trainer ", "training "))):
+            for n, piece in enumerate(textwrap.wrap(error, max(8, width - 4), break_on_hyphens=False)):
+                problems.append([(" ! " if n == 0 else "   ", "bad"), (piece, "bad")])  # wrapped: the why is at the end
         lines += problems[:20]
     return [fit([(text, style, 0) for text, style in line], width) for line in lines]
 
