@@ -42,13 +42,30 @@ STATES = (
 )
 
 
-def help_lines() -> list[Line]:
-    """The help screen's text."""
+def help_lines(width: int = 106) -> list[Line]:
+    """The help screen's text, each explanation wrapped at word boundaries to ``width`` columns
+    (continuation lines indented under the explanation, so nothing is cut at 80x24)."""
+    import textwrap
+
+    def entries(rows: tuple[tuple[str, str, str], ...], column: int) -> list[Line]:
+        out: list[Line] = []
+        for name, style, text in rows:
+            parts = textwrap.wrap(text, max(20, width - column - 1)) or [""]
+            out.append([(f" {name:<{column - 1}}", style), (parts[0], "value")])
+            out += [[(" " * column, "value"), (part, "value")] for part in parts[1:]]
+        return out
+
     lines: list[Line] = [[(" fsdp-observe top ", "title"), ("  keys follow htop and nvtop", "dim")], []]
-    lines += [[(f" {key:<27}", "accent"), (text, "value")] for key, text in KEYS]
+    lines += entries(tuple((key, "accent", text) for key, text in KEYS), 28)
     lines += [[], [(" states and marks", "title")]]
-    lines += [[(f" {name:<12}", style), (text, "value")] for name, style, text in STATES]
+    lines += entries(STATES, 13)
     return lines
+
+
+def box_text_width(app_width: int) -> int:
+    """Columns of text inside ``#help-box`` (``top.tcss``: 110 wide, at most 95 % of the terminal,
+    less its border and scroll bar)."""
+    return min(110, app_width * 95 // 100) - 4
 
 
 class HelpScreen(ModalScreen[None]):
@@ -58,9 +75,12 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         help_lines_widget = Lines(id="help-lines")
-        help_lines_widget.set_lines(help_lines())
+        help_lines_widget.set_lines(help_lines(box_text_width(self.app.size.width or 80)))
         with VerticalScroll(id="help-box"):
             yield help_lines_widget
+
+    def on_resize(self) -> None:
+        self.query_one("#help-lines", Lines).set_lines(help_lines(box_text_width(self.app.size.width or 80)))
 
 
 class MessagesScreen(ModalScreen[None]):
@@ -76,7 +96,7 @@ class MessagesScreen(ModalScreen[None]):
         import textwrap
 
         lines: list[Line] = [[(" messages ", "title"), ("  Esc closes", "dim")], []]
-        width = max(20, min(110, (self.app.size.width or 80) - 8))
+        width = max(20, box_text_width(self.app.size.width or 80))
         for message in self.messages or ("no messages",):
             for n, part in enumerate(textwrap.wrap(one_line(message), width - 4) or [""]):
                 lines.append([(" ! " if n == 0 else "   ", "bad"), (part, "value")])
