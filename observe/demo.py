@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,19 @@ from observe.ports import free_port, port_is_free
 from observe.sources.view import ClusterSnapshot
 from observe.supervise import Supervised
 
+#: Seconds the demo waits, after the UI was closed on a finished run, for the ranks to end their
+#: linger and exit on their own before it stops them (the default linger is at most 20 s).
+FINISHED_EXIT_WAIT_SECONDS = 30.0
+
 
 def watch(agent_url: str, metrics_urls: list[str], run: Supervised, run_id: str, train_log: Path) -> bool:
     """Run ``fsdp-observe top`` over the demo's agent and ranks until the user quits or the demo gets
     a stop signal (which ``run`` has passed on already); when the user quit a run still going, stop
     it as Ctrl-C would (SIGINT: the ranks agree on a step and exit 130). Returns whether the user did.
+
+    A run whose ranks all said ``finished`` is not stopped: its training is over and it exits 0 once
+    its ranks end their linger (a SIGINT then raced the launcher's own exit and made a finished run
+    exit 130), unless that takes longer than ``FINISHED_EXIT_WAIT_SECONDS``.
 
     The TUI follows ``run_id`` only (another process on a rank's port is an error line, never the
     demo's run) and says when training exited early (``RunWatch``).
@@ -49,9 +58,17 @@ def watch(agent_url: str, metrics_urls: list[str], run: Supervised, run_id: str,
     from observe.tui.app import make_app
 
     source = DirectSource([Endpoint(agent_url)], [Endpoint(u) for u in metrics_urls], run_id=run_id)
-    make_app(RunWatch(source, run, train_log), should_stop=run.stop.requested.is_set).run()
+    app = make_app(RunWatch(source, run, train_log), should_stop=run.stop.requested.is_set)
+    app.run()
     if run.stop.requested.is_set() or run.proc is None or run.proc.poll() is not None:
         return False
+    if any(r.run_id == run_id and r.finished for r in app.snapshot.runs):
+        print("fsdp-observe demo: training finished; waiting for the ranks to exit", flush=True)
+        deadline = time.monotonic() + FINISHED_EXIT_WAIT_SECONDS
+        while run.proc.poll() is None and not run.stop.requested.is_set() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if run.proc.poll() is not None or run.stop.requested.is_set():
+            return False
     print("fsdp-observe demo: the terminal UI was closed; stopping the run (SIGINT, as Ctrl-C)", flush=True)
     run.send(signal.SIGINT)
     return True

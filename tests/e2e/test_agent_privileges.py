@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -43,9 +44,25 @@ NON_ROOT_AMBIENT_SYSLOG = ["--reuid=65534", "--regid=65534", "--clear-groups", "
 OWN_PID_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
+def _searchable_by_others(path: Path) -> list[tuple[Path, int]]:
+    """Give every folder above ``path`` that others cannot enter the search bit (``o+x``), as a
+    container image's folders have it; returns what to put back. A clean clone in ``mktemp -d``
+    (0700, as CI's and ``newcomer-check``'s are) otherwise hides the checkout, and so the editable
+    install's ``observe``, from the uid-65534 agent."""
+    changed = []
+    for folder in path.resolve().parents:
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+            changed.append((folder, stat.S_IMODE(mode)))
+    return changed
+
+
 @pytest.fixture(scope="module")
 def world_readable(native) -> Iterator[Path]:
-    """The stand-in NVML library and sleeper where uid 65534 can read them (pytest's tmp is 0700)."""
+    """The stand-in NVML library and sleeper where uid 65534 can read them (pytest's tmp is 0700),
+    and the checkout reachable by that uid (``_searchable_by_others``)."""
+    restore = _searchable_by_others(REPO / "observe")
     root = Path(tempfile.mkdtemp(prefix="fsdp-observe-priv-"))
     root.chmod(0o755)
     shutil.copy(native.fake_nvml / NVML_SONAME, root / NVML_SONAME)
@@ -54,6 +71,8 @@ def world_readable(native) -> Iterator[Path]:
         p.chmod(0o755)
     yield root
     shutil.rmtree(root)
+    for folder, mode in restore:
+        folder.chmod(mode)
 
 
 def run_agent(prefix: list[str], world_readable: Path, *args: str) -> dict:
