@@ -33,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+from report_table import print_and_write
 from trainer_overhead import scrape_loop  # both ranks scraped once a second, as a busy Prometheus would
 
 REPO = Path(__file__).resolve().parents[1]
@@ -257,13 +258,7 @@ def main() -> int:
     for path, per in reads.items():
         rows.append((f"sync probe ({path}): reads on non-log steps", f"{non_log[path]} (per step: {per})"))
     rows.append(("load average before / after", f"{load_before[0]:.2f} / {report['load_average_after'][0]:.2f}"))
-    width = max(len(r[0]) for r in rows)
-    print()
-    for label, value in rows:
-        print(f"{label:<{width}}  {value}")
-    Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(ns.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwritten: {ns.out}")
+    print_and_write(rows, report, ns.out)
     return 1 if any(non_log.values()) else 0
 
 

@@ -26,6 +26,7 @@ import timeit
 from pathlib import Path
 
 import httpx
+from report_table import print_and_write
 
 from observe.training.collector import TrainerMetrics
 from trainer.runspec.config import DataConfig, MetricsConfig, TrainConfig
@@ -108,13 +109,7 @@ def main() -> int:
         ("pair ratios", ", ".join(f"{r:.3f}" for r in ratios)),
         ("on_step() per call", f"{per_call * 1e6:.2f} us ({report['on_step_share_of_step']:.2e} of a step)"),
     ]
-    width = max(len(r[0]) for r in rows)
-    print()
-    for label, value in rows:
-        print(f"{label:<{width}}  {value}")
-    Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(ns.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwritten: {ns.out}")
+    print_and_write(rows, report, ns.out)
     return 0
 
 
