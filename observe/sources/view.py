@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from observe.model import GpuInfo, NodeHealth, NodeSnapshot, XidEvent
 from observe.xid import SEVERITIES
@@ -45,7 +45,7 @@ SEVERITY_RANK: dict[str, int] = {"node_reboot": 0, "gpu_reset": 1, "unknown": 1,
 assert set(SEVERITY_RANK) == set(SEVERITIES)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeFigures:
     """One row of the Cluster screen, computed from a snapshot.
 
@@ -123,6 +123,12 @@ def ratio(part: float | None, whole: float | None) -> float | None:
 
 def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
     """The Cluster screen's figures of one node at Unix time ``now`` (for the XID window)."""
+    return NodeFigures(**figure_fields(snapshot, now))
+
+
+def figure_fields(snapshot: NodeSnapshot, now: float) -> dict[str, Any]:
+    """``NodeFigures``' fields of one node at Unix time ``now``, by name (``node_status`` builds
+    its one object per node from them)."""
     gpus = snapshot.gpus
     readable = [g for g in gpus if not g.lost]
     utils = [g.utilization_ratio for g in readable if g.utilization_ratio is not None]
@@ -135,7 +141,7 @@ def node_figures(snapshot: NodeSnapshot, now: float) -> NodeFigures:
     memory = snapshot.host.memory
     per_gpu, unattributed = gpu_severities(gpus, recent)
     memory_ratios = tuple(None if g.lost else ratio(g.memory_used_bytes, g.memory_total_bytes) for g in gpus)
-    return NodeFigures(
+    return dict(
         cpu_ratio=snapshot.host.cpu.busy_ratio, memory_ratio=ratio(memory.used_bytes, memory.total_bytes),
         gpus=len(gpus), gpus_lost=len(gpus) - len(readable), mig=any(g.mig_enabled for g in readable),
         gpu_util_mean=sum(utils) / len(utils) if utils else None, gpu_util_max=max(utils) if utils else None,
@@ -208,15 +214,19 @@ def worst_severity(severities: Iterable[str]) -> str | None:
     return min(severities, key=lambda s: SEVERITY_RANK.get(s, 1), default=None)
 
 
-@dataclass(frozen=True)
-class NodeStatus:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeStatus(NodeFigures):
     """One node: what is kept of its latest good snapshot, and how the latest pull went.
 
-    Only the node in focus (the one the Node screen shows) keeps its whole ``NodeSnapshot``; the
-    others keep their figures, XID events and notices. A thousand whole snapshots are some fifty
-    thousand objects that Python's garbage collector would walk, holding the GIL, every time its
-    oldest generation runs (100+ ms on a 2-core machine: a visible freeze); figures are two
-    objects per node.
+    A node is one object: its figures are its own fields (it extends ``NodeFigures``), not a
+    second object, and in slots: with its forty-odd fields an instance ``__dict__`` would no
+    longer share its keys (CPython shares at most 30) and be a second object after all. Each full
+    garbage collection walks every object alive, holding the GIL, and a refresh keeps two
+    generations of every node alive (the source's latest and the one on screen): at 4,096 nodes a
+    second object per node was 8,192 more for every collection to walk
+    (``benchmarks/tui_fanin.py``). For the same reason only the node in focus (the one the Node
+    screen shows) keeps its whole ``NodeSnapshot`` (some fifty objects); the others keep their
+    figures, XID events and notices.
 
     Attributes:
         name: the node name (the agent's ``node``; the source address until it first answers).
@@ -224,8 +234,9 @@ class NodeStatus:
         state: the latest pull's outcome (``STATES``).
         error: why the latest pull failed, one line (``None`` when it did not).
         time_unix: when the latest good snapshot was taken (``None`` before the first one); kept
-            with the figures below when a later pull fails.
-        figures: ``node_figures`` of that snapshot.
+            with the figures when a later pull fails.
+        has_figures: the ``NodeFigures`` fields hold that snapshot's figures (else their
+            defaults: no data yet). ``figures`` is the node itself then, else ``None``.
         xid_events: its XID events, oldest first. notices: the agent's notices.
         snapshot: the whole snapshot, for the node in focus only (``None`` otherwise).
         checked_unix: when the latest pull ended.
@@ -236,11 +247,17 @@ class NodeStatus:
     state: str = "waiting"
     error: str | None = None
     time_unix: float | None = None
-    figures: NodeFigures | None = None
+    has_figures: bool = False
     xid_events: tuple[XidEvent, ...] = ()
     notices: tuple[str, ...] = ()
     snapshot: NodeSnapshot | None = None
     checked_unix: float | None = None
+
+    @property
+    def figures(self) -> NodeFigures | None:
+        """The figures of the latest good snapshot (this node, read as ``NodeFigures``), or
+        ``None`` before the first one."""
+        return self if self.has_figures else None
 
     def age(self, now: float) -> float | None:
         """Seconds since the shown data was taken, or ``None`` without any."""
@@ -254,9 +271,9 @@ def node_status(name: str, source: str, snapshot: NodeSnapshot, now: float, keep
     stale = age > STALE_AFTER_SECONDS
     return NodeStatus(name=snapshot.node or name, source=source, state="stale" if stale else "ok",
                       error=f"the agent's snapshot is {age:.0f} s old (collector stuck?)" if stale else None,
-                      time_unix=snapshot.time_unix, figures=node_figures(snapshot, now),
-                      xid_events=snapshot.xid_events, notices=snapshot.agent.notices,
-                      snapshot=snapshot if keep else None, checked_unix=now)
+                      time_unix=snapshot.time_unix, has_figures=True, xid_events=snapshot.xid_events,
+                      notices=snapshot.agent.notices, snapshot=snapshot if keep else None, checked_unix=now,
+                      **figure_fields(snapshot, now))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 
 from observe.sources.view import ClusterSnapshot
+from observe.tui import strips
 from observe.tui.poller import Poller, Source
 
 #: The footer shows the four screen keys as one entry (``1234 screens``); help lists each.
@@ -64,10 +65,11 @@ class TopApp(App):
     def __init__(self, source: Source, interval: float | None = None, poll: bool = True,
                  should_stop: Callable[[], bool] | None = None) -> None:
         super().__init__()
+        strips.install()  # no frame's drawing left behind as cyclic garbage (observe.tui.strips)
         self.should_stop = should_stop
         self.source = source
         self.poll = poll
-        self.poller = Poller(source, self._deliver, interval)
+        self.poller = Poller(source, self._deliver, interval, pace_collector=poll)
         self.snapshot = ClusterSnapshot(time_unix=0.0, source=getattr(source, "description", ""))
         self.pending: ClusterSnapshot | None = None
         self._pending_lock = threading.Lock()

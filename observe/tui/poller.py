@@ -4,11 +4,14 @@ The UI's event loop never waits on the network or parses a byte: each refresh ru
 finished ``ClusterSnapshot`` is handed over with one thread-safe call. Refreshes that finish
 while the UI is still busy are coalesced (the UI takes the latest). The refresh interval adapts
 to the number of nodes (``adaptive_interval``) unless one is given.
+
+With ``pace_collector`` the poller also paces Python's garbage collector (``CollectorPacing``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import threading
@@ -98,6 +101,53 @@ class GpuHistory:
                     tuple(None if math.isnan(v) else v for v in memory))
 
 
+#: Seconds after handing a snapshot over that the paced full collection runs: the UI has drawn
+#: the snapshot by then (some 50 ms at 4,096 nodes) and let go of the one before.
+COLLECT_AFTER_SECONDS = 0.3
+#: While paced, the number of young collections after which CPython would start a full one by
+#: itself (its third threshold, 10 by default): never, in practice.
+NEVER = 1 << 30
+
+
+class CollectorPacing:
+    """Full garbage collections only once per refresh, at a quiet moment; young ones as usual.
+
+    CPython starts a full collection when allocations cross its thresholds, in whichever thread
+    made them, and holds the GIL throughout: at 4,096 nodes one walks some 50,000 objects (10-30
+    ms here), and one started by the allocations of a redraw added its time to the redraw's on
+    the UI's event loop (stalls of 60-100 ms on the GPU grid, ``benchmarks/tui_fanin.py``). Paced,
+    CPython still runs its young collections (a few milliseconds each, and they untrack the
+    figures' tuples of numbers), but never a full one by itself: the poller thread runs one
+    ``COLLECT_AFTER_SECONDS`` after handing each snapshot over, when the UI has drawn it and let
+    go of the previous one, so that no redraw waits for a full collection and each walks one
+    generation of nodes, not two. Old garbage lives at most one refresh interval (at most 10 s,
+    ``adaptive_interval``); only cyclic garbage waits for it, the rest is freed by reference
+    counting as before.
+
+    ``start`` stops CPython's own full collections (remembering its thresholds), ``collect``
+    runs one, ``stop`` puts the thresholds back.
+    """
+
+    def __init__(self) -> None:
+        self._thresholds: tuple[int, int, int] | None = None
+
+    def start(self) -> None:
+        """No full collection but ``collect``'s until ``stop``."""
+        if self._thresholds is None:
+            self._thresholds = gc.get_threshold()
+            gc.set_threshold(self._thresholds[0], self._thresholds[1], NEVER)
+
+    def collect(self) -> None:
+        """One full collection now (on the poller thread, after a refresh was drawn)."""
+        gc.collect()
+
+    def stop(self) -> None:
+        """CPython's own thresholds again."""
+        if self._thresholds is not None:
+            gc.set_threshold(*self._thresholds)
+            self._thresholds = None
+
+
 class Poller:
     """Refreshes ``source`` on its own thread and hands each snapshot to ``deliver``.
 
@@ -106,10 +156,13 @@ class Poller:
         deliver: called on the poller thread with each new snapshot (must be thread-safe, e.g.
             post a message to the app).
         interval: seconds between refresh starts; ``None`` adapts it to the node count.
+        pace_collector: while the poller runs, Python's garbage collector runs only after each
+            refresh (``CollectorPacing``); the app's own poller does, a poller in a test need not.
     """
 
     def __init__(self, source: Source, deliver: Callable[[ClusterSnapshot], None],
-                 interval: float | None = None) -> None:
+                 interval: float | None = None, pace_collector: bool = False) -> None:
+        self.pacing = CollectorPacing() if pace_collector else None
         self.source = source
         self.deliver = deliver
         self.fixed_interval = interval
@@ -125,14 +178,19 @@ class Poller:
 
     def start(self) -> None:
         """Start refreshing (the first refresh begins at once)."""
+        if self.pacing is not None:
+            self.pacing.start()
         self._thread.start()
         self._ready.wait(5)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop after the refresh in progress and release the source's connections."""
+        """Stop after the refresh in progress and release the source's connections (and give the
+        garbage collector back its own schedule)."""
         self._stop = True
         self.refresh_now()
         self._thread.join(timeout)
+        if self.pacing is not None:
+            self.pacing.stop()
 
     def refresh_now(self) -> None:
         """Start the next refresh now (thread-safe)."""
@@ -179,9 +237,15 @@ class Poller:
             if self._stop:
                 break
             self.deliver(snapshot)
-            remaining = self.interval - (time.monotonic() - started)
-            if remaining > 0:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), remaining)
-                except asyncio.TimeoutError:
-                    pass
+            if self.pacing is not None:
+                await self._wait(min(COLLECT_AFTER_SECONDS, self.interval / 4))
+                self.pacing.collect()
+            await self._wait(self.interval - (time.monotonic() - started))
+
+    async def _wait(self, seconds: float) -> None:
+        """Until ``seconds`` have passed or ``refresh_now`` was called (it stays called)."""
+        if seconds > 0 and self._wake is not None:
+            try:
+                await asyncio.wait_for(self._wake.wait(), seconds)
+            except asyncio.TimeoutError:
+                pass

@@ -28,3 +28,15 @@ async def until(pilot, check: Callable[[], object], timeout: float = 15.0, what:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await pilot.pause(0.05)
     return value
+
+
+class Offline:
+    """A source that is never polled: the tests show snapshots by hand."""
+
+    description = "offline"
+
+    async def cycle(self, focus, deadline):
+        raise AssertionError("not polled")
+
+    def close(self) -> None:
+        pass

@@ -32,22 +32,10 @@ from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable, column_layout
 from tests.support.fleet import RecordedFleet, recorded, trainer_exposition
 from tests.support.scenes import NOW, big_snapshot, finished_snapshot, fleet_snapshot, no_power_reading
-from tests.support.tui import GPU0, GPU1, lines_text, table_text, until
+from tests.support.tui import GPU0, GPU1, Offline, lines_text, table_text, until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.anyio
-
-
-class Offline:
-    """A source that is never polled: the tests show snapshots by hand."""
-
-    description = "offline"
-
-    async def cycle(self, focus, deadline):
-        raise AssertionError("not polled")
-
-    def close(self) -> None:
-        pass
 
 
 async def shown(snapshot: ClusterSnapshot, size: tuple[int, int], node: str | None = None, keys: tuple = ()):

@@ -84,6 +84,18 @@ class TopScreen(Screen):
     def on_screen_resume(self) -> None:
         self.update_snapshot(self.top.snapshot)
 
+    def on_screen_suspend(self) -> None:
+        """Another screen covers this one: drop what it holds of the snapshot (``release``), unless
+        the cover is a modal (the sort menu, help, a GPU's detail), which shows this screen behind
+        it. ``on_screen_resume`` redraws from the latest snapshot."""
+        if not isinstance(self.app.screen, ModalScreen):
+            self.release()
+
+    def release(self) -> None:
+        """Drop per-node data while out of sight. A covered screen's rows would keep a whole
+        generation of node objects alive (4,096 at 4,096 nodes) for every full garbage collection to
+        walk, holding the GIL (``benchmarks/tui_fanin.py``). Screens with such data override it."""
+
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         """Redraw from ``snapshot`` (the status bar here; screens add their content)."""
         width = self.size.width or 80
@@ -134,6 +146,10 @@ class TableScreen(TopScreen):
     def on_mount(self) -> None:
         self.table.focus()
         self.update_snapshot(self.top.snapshot)
+
+    def release(self) -> None:
+        for table in self.query(VirtualTable):
+            table.release()
 
     def action_sort_menu(self) -> None:
         table = self.table

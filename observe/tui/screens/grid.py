@@ -107,6 +107,9 @@ class GridScreen(TopScreen):
         self.grid.focus()
         self.update_snapshot(self.top.snapshot)
 
+    def release(self) -> None:
+        self.grid.release()
+
     def action_next_mode(self) -> None:
         self.mode_index = (self.mode_index + 1) % len(MODES)
         self.grid.set_mode(MODES[self.mode_index])

@@ -22,6 +22,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
+from textual.geometry import Region
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
@@ -35,6 +36,8 @@ TEMPERATURE_RANGE = (30.0, 90.0)
 #: XID severity class -> its cell class (``observe.xid.SEVERITIES``); no event: ``x-none``.
 XID_CLASSES = {"informational": "x-info", "application": "x-app", "nvlink_fabric": "x-reset", "gpu_reset": "x-reset",
                "unknown": "x-reset", "node_reboot": "x-reboot"}
+#: Cells drawn per frame after new data (``GpuGrid._paint_rows``); a bigger grid takes more frames.
+CELLS_PER_PAINT = 2400
 #: Node states whose data is not fresh: hatched cells of this class.
 STATE_CLASSES = {"stale": "warn", "slow": "warn", "unreachable": "bad", "malformed": "bad"}
 
@@ -179,21 +182,58 @@ class GpuGrid(Widget, can_focus=True):
         self._layout_key: tuple[int, int, tuple[int, ...]] | None = None
         self._lines: dict[int, tuple[int, Strip]] = {}  # row -> (width, its drawing) until the data changes
         self._styles: dict[tuple[str, str | None, bool], Style] = {}
+        self._widths: tuple[int, ...] = ()  # node_width of each node, per set_nodes
         self._key: str | None = None
+        self._held: NodeStatus | None = None  # the cursor's node kept by ``release``
+        self._painting = 0  # which set_nodes the rows being drawn (``_paint_rows``) are of
 
     # -- data ---------------------------------------------------------------------------------
 
     def set_nodes(self, nodes: Sequence[NodeStatus], key: Callable[[NodeStatus], str] = lambda n: n.source) -> None:
         """Show ``nodes`` (in this order); the cursor stays on its node (by ``key``)."""
-        current = self.current
+        current = self.current or self._held
+        self._held = None
         self.nodes = tuple(nodes)
+        self._widths = tuple(node_width(n) for n in self.nodes)
         self._lines = {}
         if current is not None:
             wanted = key(current)
             self.cursor = next((i for i, n in enumerate(self.nodes) if key(n) == wanted), self.cursor)
         self.cursor = max(0, min(self.cursor, len(self.nodes) - 1))
+        layout, top = self._layout_key, self._top
         self._relayout()
-        self.refresh()
+        self._painting += 1
+        if self._layout_key != layout or self._top != top:  # rows moved: all of it at once
+            self.refresh()
+        else:
+            self._paint_rows(0, self._painting)
+
+    def _paint_rows(self, first: int, painting: int) -> None:
+        """Draw the rows from ``first`` on, ``CELLS_PER_PAINT`` cells' worth now and the rest after
+        this frame is on screen, until all are (or newer data started over). At 4,096 nodes a
+        200x50 grid is some 9,000 cells of their own colours; drawn in one frame they held the
+        UI's event loop for 30-40 ms (``benchmarks/tui_fanin.py``), in frames of 2,400 cells each
+        holds it for a quarter of that, and the whole grid is new within a few frames."""
+        if painting != self._painting or not self.is_mounted:
+            return
+        width, height = self.size.width, self.size.height
+        if not width or not height:
+            self.refresh()
+            return
+        rows = max(1, CELLS_PER_PAINT // width)
+        self.refresh(Region(0, first, width, min(rows, height - first)))
+        if first + rows < height:
+            self.call_after_refresh(self._paint_rows, first + rows, painting)
+
+    def release(self) -> None:
+        """Drop the nodes and their drawing while the grid is out of sight (its screen is covered),
+        keeping the cursor's node: the next ``set_nodes`` puts the cursor back on it."""
+        self._held = self.current or self._held
+        self.nodes = ()
+        self._widths = ()
+        self._lines = {}
+        self._layout_key = None
+        self.refresh()  # and Textual's cached drawing of them
 
     def set_mode(self, mode: Mode) -> None:
         """Colour by ``mode``."""
@@ -222,7 +262,7 @@ class GpuGrid(Widget, can_focus=True):
 
     def _relayout(self) -> None:
         width, height = max(1, self.size.width), max(1, self.size.height)
-        widths = tuple(node_width(n) for n in self.nodes)
+        widths = self._widths
         key = (width, height, widths)
         if key == self._layout_key:
             return
@@ -260,12 +300,18 @@ class GpuGrid(Widget, can_focus=True):
     def _go(self, index: int) -> None:
         if not self.nodes:
             return
-        for i in (self.cursor, index):  # the rows the cursor leaves and enters are drawn again
-            if 0 <= i < len(self._where):
-                self._lines.pop(self._where[i][0], None)
-        self.cursor = max(0, min(len(self.nodes) - 1, index))
+        index = max(0, min(len(self.nodes) - 1, index))
+        rows = {self._where[i][0] for i in (self.cursor, index) if 0 <= i < len(self._where)}
+        for row in rows:  # the rows the cursor leaves and enters are drawn again, alone
+            self._lines.pop(row, None)
+        top = self._top
+        self.cursor = index
         self._scroll_to_cursor()
-        self.refresh()
+        if self._top != top:
+            self.refresh()
+        else:
+            for row in rows:
+                self.refresh(Region(0, row - top, self.size.width, 1))
         self.post_message(self.Highlighted(self, self.current))
 
     def action_move(self, delta: int) -> None:
@@ -296,7 +342,7 @@ class GpuGrid(Widget, can_focus=True):
         if not 0 <= row < len(self._rows):
             return None
         for start, index in self._rows[row]:
-            if start <= x < start + node_width(self.nodes[index]):
+            if start <= x < start + self._widths[index]:
                 return index
         return None
 
@@ -343,6 +389,7 @@ class GpuGrid(Widget, can_focus=True):
         # one segment per run of cells of one style, across nodes: few objects for the collector
         runs: list[tuple[Style, list[str]]] = []
         style_of = self._style
+        widths, nodes, mode = self._widths, self.nodes, self.mode
         x = 0
         for start, index in self._rows[row]:
             if start > x:
@@ -353,13 +400,13 @@ class GpuGrid(Widget, can_focus=True):
                 else:
                     runs.append((gap_style, [marker]))
             cursor = index == self.cursor
-            for ch, top, bottom in node_cells(self.nodes[index], self.mode):
+            for ch, top, bottom in node_cells(nodes[index], mode):
                 cell_style = style_of(top, bottom, cursor)
                 if runs and runs[-1][0] is cell_style:
                     runs[-1][1].append(ch)
                 else:
                     runs.append((cell_style, [ch]))
-            x = start + node_width(self.nodes[index])
+            x = start + widths[index]
         segments = [Segment("".join(chars), style) for style, chars in runs]
         if x > width:  # a node wider than the widget (16 GPUs in 7 columns): cut
             strip = Strip(segments).crop(0, width)
