@@ -16,8 +16,10 @@ import pytest
 from observe.sources.view import ClusterSnapshot, NodeFigures, NodeStatus, node_status
 from observe.tui.app import make_app
 from observe.tui.poller import NEVER, CollectorPacing, Poller
+from observe.tui.screens.base import SortMenu
 from observe.tui.screens.cluster import ClusterScreen
 from observe.tui.screens.grid import GridScreen
+from observe.tui.screens.node import NodeScreen
 from observe.tui.widgets.grid import CELLS_PER_PAINT, GpuGrid
 from observe.tui.widgets.table import VirtualTable
 from tests.support.fleet import recorded
@@ -47,19 +49,38 @@ async def test_a_covered_screen_lets_go_of_its_nodes_and_gets_its_cursor_back() 
         for _ in range(5):
             await pilot.press("down")
         chosen = table.current_row.source
+        await pilot.press("s")  # a modal: the table stays drawn behind it, rows and all
+        await until(pilot, lambda: isinstance(app.screen, SortMenu), what="the sort menu")
+        assert len(table.rows) == 64
+        await pilot.press("escape")
         await pilot.press("4")
         await until(pilot, lambda: isinstance(app.screen, GridScreen), what="the grid")
         await pilot.pause()
         assert table.rows == [] and table._all == []  # the Cluster screen under the grid holds no node
-        grid = app.screen.query_one(GpuGrid)
-        await pilot.press("s")  # a modal over the grid: the grid stays drawn behind it
-        await pilot.pause()
-        assert len(grid.nodes) == 64
-        await pilot.press("escape")
-        await pilot.press("1")  # back to the Cluster screen: it redraws, the cursor where it was
+        await pilot.press("escape")  # back: the Cluster screen redraws, its cursor where it was
         await until(pilot, lambda: isinstance(app.screen, ClusterScreen), what="the cluster screen")
         await pilot.pause()
         assert len(table.rows) == 64 and table.current_row.source == chosen
+
+
+async def test_the_grid_under_a_node_screen_lets_go_and_keeps_its_cursor() -> None:
+    app = make_app(Offline(), interval=2.0, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.show_snapshot(big_snapshot(64))
+        await pilot.pause()
+        await pilot.press("4")
+        await until(pilot, lambda: isinstance(app.screen, GridScreen), what="the grid")
+        grid = app.screen.query_one(GpuGrid)
+        await pilot.press("right", "right", "right")
+        chosen = grid.current.name
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, NodeScreen), what="the node")
+        await pilot.pause()
+        assert app.screen.node == chosen and grid.nodes == () and grid._lines == {}
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, GridScreen), what="the grid again")
+        await pilot.pause()
+        assert len(grid.nodes) == 64 and grid.current.name == chosen
 
 
 async def test_a_grid_redraws_a_few_rows_per_frame_after_new_data() -> None:
