@@ -55,6 +55,7 @@ class HttpFetcher:
     concurrency: int = 64
     timeout: float = 1.5
     _origins: dict[str, _Origin] = field(default_factory=dict, repr=False)
+    _requests: dict[str, tuple[_Origin, bytes]] = field(default_factory=dict, repr=False)
     _semaphore: asyncio.Semaphore | None = field(default=None, repr=False)
 
     async def get(self, url: str, timeout: float | None = None) -> bytes:
@@ -75,7 +76,12 @@ class HttpFetcher:
             except asyncio.TimeoutError:
                 raise FetchError("slow", f"no answer within {limit:.1f} s") from None
 
-    async def _get(self, url: str) -> bytes:
+    def _request(self, url: str) -> tuple[_Origin, bytes]:
+        """The origin (kept-alive connection) and the request bytes of ``url``, made once per URL:
+        every refresh asks every endpoint the same (``urlsplit`` alone was 5 % of a refresh's CPU)."""
+        known = self._requests.get(url)
+        if known is not None:
+            return known
         parts = urlsplit(url)
         origin_key = f"{parts.scheme}://{parts.netloc}"
         origin = self._origins.get(origin_key)
@@ -88,6 +94,11 @@ class HttpFetcher:
         host = parts.netloc.rsplit("@", 1)[-1]
         request = (f"GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: fsdp-observe-top\r\n"
                    "Accept-Encoding: gzip\r\n\r\n").encode("ascii")
+        self._requests[url] = (origin, request)
+        return origin, request
+
+    async def _get(self, url: str) -> bytes:
+        origin, request = self._request(url)
         reused, conn = origin.idle is not None, origin.idle
         origin.idle = None
         for attempt in (0, 1):

@@ -183,9 +183,12 @@ def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]
     """``(per GPU in gpus order, unattributed)``: the worst severity class of ``events`` on each
     GPU (an event is tied to a GPU by its index, else by its PCI bus), and the worst of the events
     tied to none of them."""
+    events = tuple(events)
+    worst: list[str | None] = [None] * len(gpus)
+    if not events:  # most nodes, most refreshes: nothing to tie (and no PCI bus ids to normalise)
+        return tuple(worst), None
     position = {g.index: i for i, g in enumerate(gpus)}
     by_bus = {_bus(g.pci_bus): i for i, g in enumerate(gpus) if g.pci_bus}
-    worst: list[str | None] = [None] * len(gpus)
     unattributed: list[str] = []
     for event in events:
         if event.gpu is not None and event.gpu in position:
