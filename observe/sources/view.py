@@ -237,9 +237,8 @@ class NodeStatus(NodeFigures):
         state: the latest pull's outcome (``STATES``).
         error: why the latest pull failed, one line (``None`` when it did not).
         time_unix: when the latest good snapshot was taken (``None`` before the first one); kept
-            with the figures when a later pull fails.
-        has_figures: the ``NodeFigures`` fields hold that snapshot's figures (else their
-            defaults: no data yet). ``figures`` is the node itself then, else ``None``.
+            with the figures when a later pull fails. Until then the ``NodeFigures`` fields are
+            their defaults (no data yet) and ``figures`` is ``None``; after, it is the node itself.
         xid_events: its XID events, oldest first. notices: the agent's notices.
         snapshot: the whole snapshot, for the node in focus only (``None`` otherwise).
         checked_unix: when the latest pull ended.
@@ -250,7 +249,6 @@ class NodeStatus(NodeFigures):
     state: str = "waiting"
     error: str | None = None
     time_unix: float | None = None
-    has_figures: bool = False
     xid_events: tuple[XidEvent, ...] = ()
     notices: tuple[str, ...] = ()
     snapshot: NodeSnapshot | None = None
@@ -260,7 +258,7 @@ class NodeStatus(NodeFigures):
     def figures(self) -> NodeFigures | None:
         """The figures of the latest good snapshot (this node, read as ``NodeFigures``), or
         ``None`` before the first one."""
-        return self if self.has_figures else None
+        return None if self.time_unix is None else self
 
     def age(self, now: float) -> float | None:
         """Seconds since the shown data was taken, or ``None`` without any."""
@@ -274,7 +272,7 @@ def node_status(name: str, source: str, snapshot: NodeSnapshot, now: float, keep
     stale = age > STALE_AFTER_SECONDS
     return NodeStatus(name=snapshot.node or name, source=source, state="stale" if stale else "ok",
                       error=f"the agent's snapshot is {age:.0f} s old (collector stuck?)" if stale else None,
-                      time_unix=snapshot.time_unix, has_figures=True, xid_events=snapshot.xid_events,
+                      time_unix=snapshot.time_unix, xid_events=snapshot.xid_events,
                       notices=snapshot.agent.notices, snapshot=snapshot if keep else None, checked_unix=now,
                       **figure_fields(snapshot, now))
 

@@ -29,6 +29,13 @@ from tests.support.tui import Offline, until
 pytestmark = pytest.mark.anyio
 
 
+async def reach(pilot, screen: type, *keys: str) -> None:
+    """Press ``keys``, then let the app run until a ``screen`` is on top and drawn."""
+    await pilot.press(*keys)
+    await until(pilot, lambda: isinstance(pilot.app.screen, screen), what=screen.__name__)
+    await pilot.pause()
+
+
 def test_a_node_is_one_object_for_the_collector() -> None:
     node = node_status("gpu-node-1", "http://a:9401", recorded("gpu-node-1", NOW), NOW, keep=False)
     assert node.figures is node and isinstance(node, NodeFigures)
@@ -49,17 +56,12 @@ async def test_a_covered_screen_lets_go_of_its_nodes_and_gets_its_cursor_back() 
         for _ in range(5):
             await pilot.press("down")
         chosen = table.current_row.source
-        await pilot.press("s")  # a modal: the table stays drawn behind it, rows and all
-        await until(pilot, lambda: isinstance(app.screen, SortMenu), what="the sort menu")
+        await reach(pilot, SortMenu, "s")  # a modal: the table stays drawn behind it, rows and all
         assert len(table.rows) == 64
         await pilot.press("escape")
-        await pilot.press("4")
-        await until(pilot, lambda: isinstance(app.screen, GridScreen), what="the grid")
-        await pilot.pause()
+        await reach(pilot, GridScreen, "4")
         assert table.rows == [] and table._all == []  # the Cluster screen under the grid holds no node
-        await pilot.press("escape")  # back: the Cluster screen redraws, its cursor where it was
-        await until(pilot, lambda: isinstance(app.screen, ClusterScreen), what="the cluster screen")
-        await pilot.pause()
+        await reach(pilot, ClusterScreen, "escape")  # back: the Cluster screen redraws, its cursor where it was
         assert len(table.rows) == 64 and table.current_row.source == chosen
 
 
@@ -68,18 +70,13 @@ async def test_the_grid_under_a_node_screen_lets_go_and_keeps_its_cursor() -> No
     async with app.run_test(size=(120, 40)) as pilot:
         app.show_snapshot(big_snapshot(64))
         await pilot.pause()
-        await pilot.press("4")
-        await until(pilot, lambda: isinstance(app.screen, GridScreen), what="the grid")
+        await reach(pilot, GridScreen, "4")
         grid = app.screen.query_one(GpuGrid)
         await pilot.press("right", "right", "right")
         chosen = grid.current.name
-        await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, NodeScreen), what="the node")
-        await pilot.pause()
+        await reach(pilot, NodeScreen, "enter")
         assert app.screen.node == chosen and grid.nodes == () and grid._lines == {}
-        await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, GridScreen), what="the grid again")
-        await pilot.pause()
+        await reach(pilot, GridScreen, "escape")
         assert len(grid.nodes) == 64 and grid.current.name == chosen
 
 
@@ -88,9 +85,7 @@ async def test_a_grid_redraws_a_few_rows_per_frame_after_new_data() -> None:
     async with app.run_test(size=(200, 50)) as pilot:
         app.show_snapshot(big_snapshot(4096))
         await pilot.pause()
-        await pilot.press("4")
-        await until(pilot, lambda: isinstance(app.screen, GridScreen), what="the grid")
-        await pilot.pause()
+        await reach(pilot, GridScreen, "4")
         grid = app.screen.query_one(GpuGrid)
         drawn: list[list[int]] = []  # rows drawn after each of the grid's paint requests
         render_line, paint_rows = grid.render_line, grid._paint_rows

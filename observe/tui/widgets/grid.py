@@ -183,7 +183,6 @@ class GpuGrid(Widget, can_focus=True):
         self._lines: dict[int, tuple[int, Strip]] = {}  # row -> (width, its drawing) until the data changes
         self._styles: dict[tuple[str, str | None, bool], Style] = {}
         self._widths: tuple[int, ...] = ()  # node_width of each node, per set_nodes
-        self._key: str | None = None
         self._held: NodeStatus | None = None  # the cursor's node kept by ``release``
         self._painting = 0  # which set_nodes the rows being drawn (``_paint_rows``) are of
 
