@@ -140,6 +140,30 @@ def test_a_log_json_probe_leaves_nothing_behind(tmp_path: Path) -> None:
         TrainConfig(metrics=MetricsConfig(log_json=str(tmp_path))).validate()
 
 
+def test_validating_never_removes_a_log_json_another_rank_just_opened(tmp_path: Path, monkeypatch) -> None:
+    """CI failure: every rank validates ``--log-json``; rank 1's probe created the missing file and
+    removed it again, and when rank 0 had opened it in between, rank 0's log was deleted under it.
+    Here rank 0 opens the log while rank 1 validates (the losing interleaving)."""
+    from trainer.runspec.config import MetricsConfig, TrainConfig
+
+    target = tmp_path / "run.jsonl"
+    rank0: list = []
+    real_mkdir = Path.mkdir
+
+    def mkdir_then_rank0_opens(self: Path, *args, **kwargs) -> None:
+        real_mkdir(self, *args, **kwargs)
+        if self == target.parent and not rank0:
+            rank0.append(open(target, "a"))
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_then_rank0_opens)
+    TrainConfig(metrics=MetricsConfig(log_json=str(target))).validate()
+    monkeypatch.undo()
+    rank0[0].write('{"event": "start"}\n')
+    rank0[0].close()
+    assert target.read_text() == '{"event": "start"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]  # the probe left nothing
+
+
 def test_an_address_that_is_not_this_machines_names_the_address_flag(capsys) -> None:
     assert_one_line_error(run_cli(["train", "--metrics-address", "10.255.255.1"], capsys),
                           "--metrics-address: cannot serve on '10.255.255.1'", "not an address of this machine",

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -499,24 +501,29 @@ def _writable_dir(path: Path) -> None:
 
 
 def _appendable_file(path: Path, flag: str) -> None:
-    """Prove ``path`` can be opened for appending (its folder is created); a file this probe
-    created is removed again, so nothing is left behind when the run never starts.
+    """Prove ``path`` can be opened for appending (its folder is created) without ever creating
+    or removing ``path`` itself: every rank validates the same ``--log-json`` while rank 0 may
+    already be writing it, so a probe that made the file and removed it again could delete
+    rank 0's log under it. An existing file is opened for appending; a new one is proven by
+    a uniquely named probe file beside it, which is removed.
 
     Raises:
         UserError: naming ``flag``: a directory, or a file that cannot be created or written.
     """
     if path.is_dir():
         raise UserError(flag, f"{str(path)!r} is a directory", f"pass a file name, e.g. {path / 'run.jsonl'}")
-    existed = path.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a"):
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))  # no O_CREAT: an existing file only
+            return
+        except FileNotFoundError:
+            pass
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.write-test-"):
             pass
     except OSError as exc:
         raise UserError(flag, f"cannot write to {str(path)!r} ({exc.strerror})",
                         "pass a file in a directory you can write") from None
-    if not existed:
-        path.unlink(missing_ok=True)
 
 
 def _positive(flag: str, value: int) -> None:
