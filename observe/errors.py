@@ -11,7 +11,7 @@ Standard library only: a leaf module every package may import.
 
 from __future__ import annotations
 
-import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -92,6 +92,8 @@ def bind_error(field: str, address: str, port: int, exc: OSError, fix: str,
 
 def writable_dir(path: Path, field: str, fix: str) -> Path:
     """Create the folder ``path`` names if needed and prove a file can be written in it; ``path``.
+    The probe file's name is unique (``tempfile``): ranks on several nodes probe one shared
+    checkpoint folder at once, and in containers their pids are often the same.
 
     Raises:
         UserError: naming ``field``, with the system's reason and ``fix``, when it cannot be
@@ -99,9 +101,8 @@ def writable_dir(path: Path, field: str, fix: str) -> Path:
     """
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
     except OSError as exc:
         raise UserError(field, f"cannot write to {str(path)!r} ({exc.strerror})", fix) from None
     return path

@@ -150,6 +150,18 @@ def test_checkpoint_dir_must_be_a_writable_directory(tmp_path) -> None:
     assert (tmp_path / "new" / "dir").is_dir() and not list((tmp_path / "new" / "dir").iterdir())
 
 
+def test_the_checkpoint_dir_probe_never_touches_another_nodes_probe(tmp_path) -> None:
+    """Ranks on several nodes probe one shared --checkpoint-dir at once, and in containers their
+    pids are often equal: a probe named by pid (``.write-test-<pid>``) could remove another
+    node's probe under it, which then failed with a spurious "cannot write"."""
+    import os
+
+    theirs = tmp_path / f".write-test-{os.getpid()}"  # the other node's rank, same pid as ours
+    theirs.write_bytes(b"")
+    prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path)], 2)
+    assert [p.name for p in tmp_path.iterdir()] == [theirs.name]
+
+
 def test_restart_store_hazard_and_the_launchers_remedy(monkeypatch) -> None:
     from trainer.runspec.launch import UNSHARE_STORE_ENV, restart_store_hazard, torchrun_env
 
