@@ -32,6 +32,7 @@ from typing import Any, NoReturn, TypeVar
 from observe.errors import UserError
 
 _UNKNOWN = re.compile(r"unrecognized arguments: (.+)")
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 
 T = TypeVar("T")
 
@@ -39,9 +40,40 @@ T = TypeVar("T")
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose usage mistakes raise ``UserError`` (one line) instead of printing usage.
 
-    An unknown flag gets a did-you-mean from the parser's own flags. Subclasses may override
-    ``hint`` to add a command-specific fix to argparse's message.
+    An unknown flag is reported before a missing required one (``--confg x`` is a typo of
+    ``--config``, not a missing ``--config``), by the subcommand it was given to (``job render``'s
+    own flags, help and did-you-mean), with a did-you-mean from the parser's own flags: a close
+    spelling, or the one flag it begins. Subclasses may override ``hint`` to add a
+    command-specific fix to argparse's message.
     """
+
+    def parse_args(self, args: typing.Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """argparse's ``parse_args``, unknown flags first (see the class).
+
+        Raises:
+            UserError: the first usage mistake.
+        """
+        self._refuse_unknown(args, namespace)
+        return super().parse_args(args, namespace)
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        """argparse's ``add_subparsers``; each subcommand's parser reports its own unknown flags."""
+        kwargs.setdefault("parser_class", _SubcommandParser)
+        return super().add_subparsers(**kwargs)
+
+    def _refuse_unknown(self, args: typing.Sequence[str] | None, namespace: argparse.Namespace | None) -> None:
+        """Parse once with no flag required; unknown arguments are then this parser's error."""
+        required = [action for action in self._actions if action.required]
+        for action in required:
+            action.required = False
+        try:
+            _, unknown = super().parse_known_args(args, argparse.Namespace(**vars(namespace or argparse.Namespace())))
+        finally:
+            for action in required:
+                action.required = True
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
 
     def error(self, message: str) -> NoReturn:
         """Raise a ``UserError``; argparse calls this for every mistake.
@@ -58,19 +90,43 @@ class OneLineParser(argparse.ArgumentParser):
         raise UserError(field, problem, fix or self.hint(message))
 
     def hint(self, message: str) -> str:
-        """The fix appended to argparse's ``message``: a close flag, else ``--help``."""
-        unknown = _UNKNOWN.match(message)
+        """The fix appended to argparse's ``message``: a close flag or choice, else ``--help``."""
+        unknown, choice = _UNKNOWN.match(message), _INVALID_CHOICE.search(message)
+        close = None
         if unknown:
-            flag = unknown.group(1).split()[0].split("=")[0]
-            names = {f.lstrip("-"): f for f in self.flags() if f.startswith("--")}
-            close = difflib.get_close_matches(flag.lstrip("-"), names, n=1, cutoff=0.75)
-            if close:
-                return f"did you mean {names[close[0]]}? (run '{self.prog} --help' for the flags)"
+            close = self.close_flag(unknown.group(1).split()[0].split("=")[0])
+        elif choice:
+            choices = [c.strip().strip("'") for c in choice.group(2).split(",")]  # quoted before Python 3.12.8
+            close = next(iter(difflib.get_close_matches(choice.group(1), choices, n=1, cutoff=0.6)), None)
+        if close:
+            return f"did you mean {close}? (run '{self.prog} --help' for the flags)"
         return f"run '{self.prog} --help' for the flags"
+
+    def close_flag(self, given: str) -> str | None:
+        """The long flag ``given`` most likely meant: the closest spelling (difflib ratio ≥ 0.75),
+        else the only flag that begins with it (``--nproc`` for ``--nproc-per-node``); or None."""
+        if not given.startswith("--") or len(given) < 5:  # at least three letters
+            return None
+        names = {f.lstrip("-"): f for f in self.flags() if f.startswith("--")}
+        close = difflib.get_close_matches(given.lstrip("-"), names, n=1, cutoff=0.75)
+        if close:
+            return names[close[0]]
+        longer = [f for f in names.values() if f.startswith(given)]
+        return longer[0] if len(longer) == 1 else None
 
     def flags(self) -> list[str]:
         """Every long and short option string this parser accepts."""
         return [s for action in self._actions for s in action.option_strings]
+
+
+class _SubcommandParser(OneLineParser):
+    """A subcommand's parser (``job render``): refuses its own unknown flags, so the message names
+    the subcommand, its flags and its ``--help``, not the parent's."""
+
+    def parse_known_args(self, args: typing.Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._refuse_unknown(args, namespace)
+        return super().parse_known_args(args, namespace)
 
 
 @dataclasses.dataclass(frozen=True)

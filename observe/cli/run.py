@@ -35,9 +35,22 @@ PTH_NAME = "fsdp_observe_instrument.pth"
 _PYTHON = re.compile(r"python[0-9.]*$")
 
 
+class _RunParser(OneLineParser):
+    """``run``'s parser: a flag it does not know is most often the training command's own, given
+    before the ``--`` that starts it."""
+
+    def hint(self, message: str) -> str:
+        """A close ``run`` flag, else: write the training command after ``--``."""
+        close = super().hint(message)
+        if close.startswith("did you mean") or not message.startswith("unrecognized arguments"):
+            return close
+        return ("write the training command after --, e.g. fsdp-observe run -- torchrun --nproc-per-node 2 "
+                f"train.py (run '{self.prog} --help' for run's own flags)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``fsdp-observe run`` command line."""
-    ap = OneLineParser(prog="fsdp-observe run", formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = _RunParser(prog="fsdp-observe run", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Run a training command unchanged, with fsdp-observe's per-step metrics on "
                                    "every rank (see docs/own-training.md).",
                        epilog="examples:\n  fsdp-observe run -- torchrun --nproc-per-node 8 train.py\n"
