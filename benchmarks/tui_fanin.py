@@ -16,6 +16,11 @@ refresh as well). Per refresh it records:
 - redraw: time the UI thread spent taking the snapshot onto the screen;
 - RSS: the TUI process's resident memory at the end of the phase, and its peak (``ru_maxrss``).
 
+Per screen change (``4`` from the Cluster screen to the grid, Enter on the grid to a Node
+screen, Esc from there back to the grid it covered, which redraws from its release): the
+time from the key until the app is idle with the new screen drawn, and the longest stall in
+the 0.5 s after the key.
+
 As a side-by-side reference it also times one refresh of the same summaries through
 ``httpx.AsyncClient`` (64 connections), the obvious client, against ``observe.sources.http``.
 Targets (issue 16): 4,096 nodes x 8 GPUs refreshed every 2 s with the GPU grid open, each
@@ -130,13 +135,12 @@ async def run_app(ports: list[int], cycles: int) -> dict:
             await asyncio.sleep(0.05)
         await pilot.pause(0.3)
         for phase in PHASES:
-            if phase == "grid":
-                await pilot.press("4")  # every GPU of every node, redrawn each refresh
-                await pilot.pause(0.5)
+            switch = {}
+            if phase == "grid":  # every GPU of every node, redrawn each refresh
+                switch = await timed_switch(pilot, "4")
                 assert isinstance(app.screen, GridScreen), app.screen
-            if phase == "node":
-                await pilot.press("enter")  # the node under the grid's cursor: its full snapshot every refresh
-                await pilot.pause(0.5)
+            if phase == "node":  # the node under the grid's cursor: its full snapshot every refresh
+                switch = await timed_switch(pilot, "enter")
                 assert isinstance(app.screen, NodeScreen), app.screen
             stalls: list[float] = []
             pauses = GcPauses()
@@ -169,8 +173,28 @@ async def run_app(ports: list[int], cycles: int) -> dict:
                 "rss_bytes": rss_bytes(),
                 "rss_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 "gpus_drawn": app.screen.query_one("#grid").gpus() if phase == "grid" else None,
+                **switch,
             }
+        back = await timed_switch(pilot, "escape")  # Node screen to the grid it covered, redrawn from its release
+        assert isinstance(app.screen, GridScreen), app.screen
+        phases["grid"].update({f"back_{k}": v for k, v in back.items()})
     return phases
+
+
+async def timed_switch(pilot, key: str) -> dict:
+    """Press ``key`` to change screens: ``switch_ms``, from the key until the app is idle again
+    (the new screen mounted and drawn: ``Pilot.press`` waits for that), and ``switch_stall_ms_max``,
+    the longest event-loop stall from the key until 0.5 s after it."""
+    stalls: list[float] = []
+    stop = asyncio.Event()
+    probe = asyncio.create_task(stall_probe(stalls, stop))
+    started = time.perf_counter()
+    await pilot.press(key)
+    switched = time.perf_counter() - started
+    await pilot.pause(0.5)
+    stop.set()
+    await probe
+    return {"switch_ms": 1000 * switched, "switch_stall_ms_max": 1000 * max(stalls, default=0.0)}
 
 
 async def reference(ports: list[int]) -> dict:
@@ -234,7 +258,7 @@ def _child_cpu(pid: int) -> float:
 
 def table(rows: list[dict]) -> str:
     head = ("nodes", "screen", "every", "refresh wall med/max", "fan-in CPU", "app CPU/refresh", "stall max (p99)",
-            "redraw max", "ok", "RSS (peak)")
+            "redraw max", "switch (stall)", "ok", "RSS (peak)")
     out = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
         for phase in PHASES:
@@ -243,14 +267,24 @@ def table(rows: list[dict]) -> str:
                 f"{r[f'{phase}_wall_s_median']:.3f} / {r[f'{phase}_wall_s_max']:.3f} s",
                 f"{r[f'{phase}_fanin_cpu_s_median']:.3f} s", f"{r[f'{phase}_app_cpu_s_per_refresh']:.3f} s",
                 f"{r[f'{phase}_stall_ms_max']:.1f} ({r[f'{phase}_stall_ms_p99']:.1f}) ms",
-                f"{r[f'{phase}_redraw_ms_max']:.1f} ms", f"{r[f'{phase}_nodes_ok_min']}/{r['nodes']}",
+                f"{r[f'{phase}_redraw_ms_max']:.1f} ms", _switch(r, phase),
+                f"{r[f'{phase}_nodes_ok_min']}/{r['nodes']}",
                 f"{r[f'{phase}_rss_bytes'] / 2**20:.0f} ({r[f'{phase}_rss_peak_bytes'] / 2**20:.0f}) MiB")))
+    out += ["", "switch (stall): from the key until the screen is drawn (the longest stall in the 0.5 s after "
+                "the key); grid: 4 from the Cluster screen, then Esc back from a Node screen; node: Enter on the grid"]
     out += ["", "one refresh of N summaries | observe.sources.http wall / CPU | httpx.AsyncClient wall / CPU | "
                 "httpx CPU / ours", "--- | --- | --- | ---"]
     for r in rows:
         out.append(f"{r['nodes']:,} | {r['http_wall_s']:.3f} / {r['http_cpu_s']:.3f} s | "
                    f"{r['httpx_wall_s']:.3f} / {r['httpx_cpu_s']:.3f} s | {r['httpx_cpu_ratio']:.1f}x")
     return "\n".join(out)
+
+
+def _switch(r: dict, phase: str) -> str:
+    """The switch-into figures of one screen (and, for the grid, of the way back to it); '-' for the first."""
+    parts = [f"{r[f'{phase}_{way}switch_ms']:.0f} ({r[f'{phase}_{way}switch_stall_ms_max']:.0f}) ms"
+             for way in ("", "back_") if f"{phase}_{way}switch_ms" in r]
+    return ", ".join(parts) or "-"
 
 
 def main() -> int:

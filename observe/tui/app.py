@@ -13,11 +13,13 @@ import gc
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.screen import Screen
 
 from observe.sources.view import ClusterSnapshot
 from observe.tui import strips
@@ -31,6 +33,8 @@ SCREENS = Binding.Group("screens", compact=True)
 FREEZE_REFRESHES = 3
 #: How often the app looks at ``should_stop`` (seconds).
 STOP_POLL_SECONDS = 0.1
+
+ScreenT = TypeVar("ScreenT", bound=Screen)
 
 
 class SnapshotReady(Message):
@@ -74,6 +78,7 @@ class TopApp(App):
         self.pending: ClusterSnapshot | None = None
         self._pending_lock = threading.Lock()
         self.refreshes = 0
+        self._kept: dict[type[Screen], Screen] = {}
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -120,6 +125,35 @@ class TopApp(App):
         """
         gc.freeze()
 
+    def kept(self, kind: type[ScreenT]) -> ScreenT:
+        """The app's one screen of class ``kind``: made and installed the first time, then kept
+        mounted while out of sight, so going to it again costs no compose and no CSS matching of
+        its widgets. At 8 nodes that was most of a switch: Enter on a node stalled the UI for
+        114-175 ms each time (``benchmarks/tui_fanin.py``, switch figures). Its widgets are moved
+        out of the garbage collector's sight once it has first been drawn (``drawn``)."""
+        screen = self._kept.get(kind)
+        if screen is None:
+            screen = self._kept[kind] = kind()
+            self.install_screen(screen, kind.__name__)
+        return screen  # type: ignore[return-value]  # made as kind() above
+
+    def drawn(self, screen: Screen) -> None:
+        """``screen`` was mounted and drawn for the first time. A kept one lives as long as the
+        app: its widgets, styles and caches are frozen out of the garbage collector's sight, as
+        start-up's are (``_freeze_startup_objects``), so no full collection walks them again."""
+        if screen in self._kept.values():
+            gc.freeze()
+
+    def open_node(self, node: str) -> None:
+        """Show ``node`` on the Node screen (the kept one, switched to this node), over the screen on top."""
+        from observe.tui.screens.node import NodeScreen
+
+        screen = self.kept(NodeScreen)
+        if screen in self.screen_stack:  # not reachable from a screen above it; never twice on the stack
+            return
+        screen.show_node(node)
+        self.push_screen(screen)
+
     def set_focus_node(self, node: str | None) -> None:
         """Ask for ``node``'s full snapshot (processes) from now on; ``None`` for summaries only."""
         self.poller.set_focus(node)
@@ -163,12 +197,9 @@ class TopApp(App):
 
         while len(self.screen_stack) > 2:
             self.pop_screen()
-        if name == "run":
-            self.push_screen(RunScreen())
-        elif name == "alerts":
-            self.push_screen(AlertsScreen())
-        elif name == "grid":
-            self.push_screen(GridScreen())
+        kinds: dict[str, type[Screen]] = {"run": RunScreen, "alerts": AlertsScreen, "grid": GridScreen}
+        if name in kinds:
+            self.push_screen(self.kept(kinds[name]))
 
 
 def make_app(source: Source, interval: float | None = None, poll: bool = True,

@@ -30,6 +30,13 @@ async def until(pilot, check: Callable[[], object], timeout: float = 15.0, what:
     return value
 
 
+async def reach(pilot, screen: type, *keys: str) -> None:
+    """Press ``keys``, then let the app run until a ``screen`` is on top and drawn."""
+    await pilot.press(*keys)
+    await until(pilot, lambda: isinstance(pilot.app.screen, screen), what=screen.__name__)
+    await pilot.pause()
+
+
 class Offline:
     """A source that is never polled: the tests show snapshots by hand."""
 

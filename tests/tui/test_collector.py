@@ -24,16 +24,9 @@ from observe.tui.widgets.grid import CELLS_PER_PAINT, GpuGrid
 from observe.tui.widgets.table import VirtualTable
 from tests.support.fleet import recorded
 from tests.support.scenes import NOW, big_snapshot
-from tests.support.tui import Offline, until
+from tests.support.tui import Offline, reach, until
 
 pytestmark = pytest.mark.anyio
-
-
-async def reach(pilot, screen: type, *keys: str) -> None:
-    """Press ``keys``, then let the app run until a ``screen`` is on top and drawn."""
-    await pilot.press(*keys)
-    await until(pilot, lambda: isinstance(pilot.app.screen, screen), what=screen.__name__)
-    await pilot.pause()
 
 
 def test_a_node_is_one_object_for_the_collector() -> None:
@@ -75,9 +68,14 @@ async def test_the_grid_under_a_node_screen_lets_go_and_keeps_its_cursor() -> No
         await pilot.press("right", "right", "right")
         chosen = grid.current.name
         await reach(pilot, NodeScreen, "enter")
-        assert app.screen.node == chosen and grid.nodes == () and grid._lines == {}
+        node_screen = app.screen
+        assert node_screen.node == chosen and grid.nodes == () and grid._lines == {}
         await reach(pilot, GridScreen, "escape")
         assert len(grid.nodes) == 64 and grid.current.name == chosen
+        await pilot.press("right")
+        chosen = grid.current.name
+        await reach(pilot, NodeScreen, "enter")  # the kept Node screen (TopApp.kept), on the node asked for
+        assert app.screen is node_screen and node_screen.node == chosen == app.poller.focus
 
 
 async def test_a_grid_redraws_a_few_rows_per_frame_after_new_data() -> None:

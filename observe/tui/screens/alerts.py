@@ -79,6 +79,4 @@ class AlertsScreen(TableScreen):
         self._detail()
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:
-        from observe.tui.screens.node import NodeScreen
-
-        self.app.push_screen(NodeScreen(event.row.node))
+        self.top.open_node(event.row.node)

@@ -81,6 +81,9 @@ class TopScreen(Screen):
     def compose_footer(self) -> ComposeResult:
         yield Footer(compact=True)
 
+    def on_mount(self) -> None:  # a subclass's own on_mount runs first (Textual calls both)
+        self.call_after_refresh(self.top.drawn, self)
+
     def on_screen_resume(self) -> None:
         self.update_snapshot(self.top.snapshot)
 

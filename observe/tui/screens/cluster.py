@@ -154,6 +154,4 @@ class ClusterScreen(TableScreen):
         table.set_rows(snapshot.nodes)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:
-        from observe.tui.screens.node import NodeScreen
-
-        self.app.push_screen(NodeScreen(event.row.name))
+        self.top.open_node(event.row.name)

@@ -137,7 +137,5 @@ class GridScreen(TopScreen):
         self._describe()
 
     def on_gpu_grid_selected(self, event: GpuGrid.Selected) -> None:
-        from observe.tui.screens.node import NodeScreen
-
         if event.node is not None:
-            self.app.push_screen(NodeScreen(event.node.name))
+            self.top.open_node(event.node.name)

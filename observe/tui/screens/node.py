@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
 
 from observe.model import NodeSnapshot
 from observe.sources.view import ClusterSnapshot, NodeStatus, k8s_health
@@ -211,7 +212,7 @@ class NodeScreen(TableScreen):
     TITLE = "Node"
     BINDINGS = [*TableScreen.BINDINGS, Binding("c", "toggle_gpu_view", "compact/detail")]
 
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str = "") -> None:
         super().__init__()
         self.node = node
         #: ``None`` chooses: detailed blocks only where all of them fit; ``True``/``False`` by ``c``.
@@ -244,8 +245,23 @@ class NodeScreen(TableScreen):
             return focused
         return self.query_one("#processes", VirtualTable)
 
-    def on_mount(self) -> None:  # TableScreen.on_mount runs next (Textual calls both)
-        self.top.set_focus_node(self.node)
+    def show_node(self, node: str) -> None:
+        """Show ``node`` from now on (the app keeps one Node screen: ``TopApp.open_node``). Sort,
+        filter and the compact/detail choice stay; the cursor starts at the top of another node."""
+        if node != self.node:
+            self.node = node
+            self._gpu_count = -1
+            for table in self.query(VirtualTable):
+                table.forget_cursor()
+
+    def on_screen_resume(self) -> None:  # TopScreen's runs next and draws (Textual calls both)
+        self.top.set_focus_node(self.node)  # this node's full snapshot (processes) from now on
+
+    def on_screen_suspend(self) -> None:  # TopScreen's runs next and releases
+        """Covered by a screen that is not a modal, or popped: summaries only again (behind a
+        modal, a GPU's detail, this node's figures still show)."""
+        if not isinstance(self.app.screen, ModalScreen):
+            self.top.set_focus_node(None)
 
     def on_unmount(self) -> None:
         self.top.set_focus_node(None)

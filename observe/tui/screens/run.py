@@ -223,8 +223,6 @@ class RunScreen(TableScreen):
         self.query_one("#run", Lines).set_lines(lines)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:
-        from observe.tui.screens.node import NodeScreen
-
         node = event.row.rank.node
         if node and self.top.snapshot.node(node) is not None:
-            self.app.push_screen(NodeScreen(node))
+            self.top.open_node(node)

@@ -186,6 +186,12 @@ class VirtualTable(Widget, can_focus=True):
         self.rows = []
         self.refresh()  # and Textual's cached drawing of them
 
+    def forget_cursor(self) -> None:
+        """The next rows start with the cursor on the first row (they are another node's)."""
+        self._held_key = None
+        self.cursor = 0
+        self._top = 0
+
     def set_columns(self, columns: Sequence[Column]) -> None:
         """Replace the columns (the sort column stays when it is still there)."""
         self.columns = list(columns)
