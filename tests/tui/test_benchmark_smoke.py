@@ -28,5 +28,6 @@ def test_the_fanin_benchmark_runs_and_writes_its_json(tmp_path: Path) -> None:
     assert row["grid_gpus_drawn"] == 64 and row["grid_nodes_ok_min"] == 8  # the GPU grid phase ran
     assert row["node_rss_bytes"] > 0 and row["node_rss_peak_bytes"] >= row["cluster_rss_bytes"] // 2
     assert "RSS (peak)" in proc.stdout and "switch (stall)" in proc.stdout
-    assert all(row[key] > 0 for key in ("grid_switch_ms", "node_switch_ms", "grid_back_switch_ms"))
+    assert all(row[key] > 0 for key in ("grid_switch_ms", "node_switch_ms", "grid_back_switch_ms",
+                                        "node_again_switch_ms"))
     assert row["grid_back_switch_stall_ms_max"] >= 0 and "cluster_switch_ms" not in row
