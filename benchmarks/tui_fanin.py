@@ -14,7 +14,8 @@ refresh as well). Per refresh it records:
 - stall: the longest lateness of a 5 ms timer task running in the app's event loop while the app
   renders (the UI's responsiveness; target < 50 ms);
 - redraw: time the UI thread spent taking the snapshot onto the screen;
-- RSS: the TUI process's resident memory at the end of the phase, and its peak (``ru_maxrss``).
+- RSS: the TUI process's resident memory at the end of the phase, and its peak (``ru_maxrss``);
+  with several sizes, each size runs in a process of its own.
 
 Per screen change (``4`` from the Cluster screen to the grid, Enter on the grid to a Node
 screen, Esc from there back to the grid it covered, which redraws from its release, then Enter
@@ -254,6 +255,19 @@ def measure(n: int, cycles: int) -> dict:
         fleet.wait()
 
 
+def _in_child(n: int, cycles: int) -> dict:
+    """``measure(n, cycles)`` in a process of its own, so each size's RSS is its own (an app's
+    frozen objects stay in the process that ran it: ``TopApp._freeze_startup_objects``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "one.json"
+        child = subprocess.run([sys.executable, __file__, "--nodes", str(n), "--cycles", str(cycles), "--out",
+                                str(out)], capture_output=True, text=True)
+        if child.returncode != 0:
+            raise RuntimeError(f"measuring {n} nodes failed:\n{child.stderr[-3000:]}")
+        (row,) = json.loads(out.read_text())["results"]
+        return row
+
+
 def _child_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -306,7 +320,7 @@ def main() -> int:
     rows = []
     for n in sizes:
         print(f"measuring {n} nodes...", file=sys.stderr, flush=True)
-        rows.append(measure(n, cycles))
+        rows.append(measure(n, cycles) if len(sizes) == 1 else _in_child(n, cycles))
     print(table(rows))
     load = os.getloadavg()
     print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
