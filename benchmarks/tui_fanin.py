@@ -300,7 +300,8 @@ def table(rows: list[dict]) -> str:
 
 
 def _switch(r: dict, phase: str) -> str:
-    """The switch-into figures of one screen (and, for the grid, of the way back to it); '-' for the first."""
+    """The switch figures of one screen: into it, then back to it (grid) or into it again (node); '-' for
+    the first screen."""
     parts = [f"{r[f'{phase}_{way}switch_ms']:.0f} ({r[f'{phase}_{way}switch_stall_ms_max']:.0f}) ms"
              for way in ("", "back_", "again_") if f"{phase}_{way}switch_ms" in r]
     return ", ".join(parts) or "-"

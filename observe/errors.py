@@ -90,19 +90,30 @@ def bind_error(field: str, address: str, port: int, exc: OSError, fix: str,
     return UserError(field, f"cannot serve on {address}:{port} ({exc.strerror or exc})", fix)
 
 
+def prove_writable(folder: Path) -> None:
+    """Create ``folder`` if needed and write and remove a probe file in it. The probe's name is
+    unique (``tempfile``), never a file someone else may be using: ranks on several nodes probe one
+    shared checkpoint folder at once (in containers their pids are often the same), and every rank
+    validates the ``--log-json`` that rank 0 may already be writing.
+
+    Raises:
+        OSError: it cannot be created or written (read-only, no permission, a file in the way).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+        pass
+
+
 def writable_dir(path: Path, field: str, fix: str) -> Path:
-    """Create the folder ``path`` names if needed and prove a file can be written in it; ``path``.
-    The probe file's name is unique (``tempfile``): ranks on several nodes probe one shared
-    checkpoint folder at once, and in containers their pids are often the same.
+    """Create the folder ``path`` names if needed and prove a file can be written in it
+    (``prove_writable``); ``path``.
 
     Raises:
         UserError: naming ``field``, with the system's reason and ``fix``, when it cannot be
             created or written (read-only, no permission, a file in the way).
     """
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-            pass
+        prove_writable(path)
     except OSError as exc:
         raise UserError(field, f"cannot write to {str(path)!r} ({exc.strerror})", fix) from None
     return path

@@ -43,8 +43,8 @@ class OneLineParser(argparse.ArgumentParser):
     An unknown flag is reported before a missing required one (``--confg x`` is a typo of
     ``--config``, not a missing ``--config``), by the subcommand it was given to (``job render``'s
     own flags, help and did-you-mean), with a did-you-mean from the parser's own flags: a close
-    spelling, or the one flag it begins. Subclasses may override ``hint`` to add a
-    command-specific fix to argparse's message.
+    spelling, or the one flag it begins. Subclasses may override ``fallback`` for a
+    command-specific fix where no did-you-mean applies.
     """
 
     def parse_args(self, args: typing.Sequence[str] | None = None,  # type: ignore[override]
@@ -100,6 +100,10 @@ class OneLineParser(argparse.ArgumentParser):
             close = next(iter(difflib.get_close_matches(choice.group(1), choices, n=1, cutoff=0.6)), None)
         if close:
             return f"did you mean {close}? (run '{self.prog} --help' for the flags)"
+        return self.fallback(message)
+
+    def fallback(self, message: str) -> str:
+        """The fix when no flag or choice is close to what ``message`` names: ``--help``."""
         return f"run '{self.prog} --help' for the flags"
 
     def close_flag(self, given: str) -> str | None:

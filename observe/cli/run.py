@@ -39,11 +39,11 @@ class _RunParser(OneLineParser):
     """``run``'s parser: a flag it does not know is most often the training command's own, given
     before the ``--`` that starts it."""
 
-    def hint(self, message: str) -> str:
-        """A close ``run`` flag, else: write the training command after ``--``."""
-        close = super().hint(message)
-        if close.startswith("did you mean") or not message.startswith("unrecognized arguments"):
-            return close
+    def fallback(self, message: str) -> str:
+        """For a flag ``run`` does not know, and no ``run`` flag is close: write the training
+        command after ``--``."""
+        if not message.startswith("unrecognized arguments"):
+            return super().fallback(message)
         return ("write the training command after --, e.g. fsdp-observe run -- torchrun --nproc-per-node 2 "
                 f"train.py (run '{self.prog} --help' for run's own flags)")
 

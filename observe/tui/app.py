@@ -128,8 +128,8 @@ class TopApp(App):
     def kept(self, kind: type[ScreenT]) -> ScreenT:
         """The app's one screen of class ``kind``: made and installed the first time, then kept
         mounted while out of sight, so going to it again costs no compose and no CSS matching of
-        its widgets. At 8 nodes that was most of a switch: Enter on a node stalled the UI for
-        114-175 ms each time (``benchmarks/tui_fanin.py``, switch figures). Its widgets are moved
+        its widgets. At 8-16 nodes that was most of a switch: Enter on a node stalled the UI for
+        65-112 ms each time (``benchmarks/tui_fanin.py``, switch figures). Its widgets are moved
         out of the garbage collector's sight once it has first been drawn (``drawn``)."""
         screen = self._kept.get(kind)
         if screen is None:

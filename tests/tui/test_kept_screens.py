@@ -1,6 +1,6 @@
 """One screen of each kind per app (``TopApp.kept``): going back to the grid, the Run or Alerts
 screen, or into a node again, reuses the screen already mounted instead of composing and styling
-a new one (at 8 nodes a new Node screen stalled the UI for 114-175 ms per Enter;
+a new one (at 8-16 nodes a new Node screen stalled the UI for 65-112 ms per Enter;
 ``benchmarks/tui_fanin.py`` measures switches). These tests pin what must stay true when a
 screen is reused: it shows the node asked for, its cursor starts at the top of another node and
 stays on the same node, the poller fetches the full snapshot of the node shown and of no other,

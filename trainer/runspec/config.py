@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from observe.catalog import TRAINER_PORT_BASE
-from observe.errors import UserError, did_you_mean, writable_dir
+from observe.errors import UserError, did_you_mean, prove_writable, writable_dir
 from observe.flags import OneLineParser, add_flags, apply_flags, flag, parse_flags, to_argv
 from trainer.runspec.checkpoint_files import (
     TrainerState,
@@ -504,8 +503,8 @@ def _appendable_file(path: Path, flag: str) -> None:
     """Prove ``path`` can be opened for appending (its folder is created) without ever creating
     or removing ``path`` itself: every rank validates the same ``--log-json`` while rank 0 may
     already be writing it, so a probe that made the file and removed it again could delete
-    rank 0's log under it. An existing file is opened for appending; a new one is proven by
-    a uniquely named probe file beside it, which is removed.
+    rank 0's log under it. An existing file is opened for appending; for a new one its folder
+    is proven writable (``prove_writable``).
 
     Raises:
         UserError: naming ``flag``: a directory, or a file that cannot be created or written.
@@ -516,11 +515,8 @@ def _appendable_file(path: Path, flag: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_APPEND))  # no O_CREAT: an existing file only
-            return
         except FileNotFoundError:
-            pass
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.write-test-"):
-            pass
+            prove_writable(path.parent)
     except OSError as exc:
         raise UserError(flag, f"cannot write to {str(path)!r} ({exc.strerror})",
                         "pass a file in a directory you can write") from None
