@@ -12,7 +12,7 @@ import sys
 import termios
 from pathlib import Path
 
-from tests.support.terminal import read_until
+from tests.support.terminal import read_until, wait_exit
 
 
 def test_the_demo_opens_the_tui_on_a_terminal_and_q_stops_the_run(port_block, subprocess_env) -> None:
@@ -28,7 +28,7 @@ def test_the_demo_opens_the_tui_on_a_terminal_and_q_stops_the_run(port_block, su
         read_until(main, r"\bok\b", 60)  # the node's row
         os.write(main, b"q")
         text = read_until(main, r"exit status\s+\d+", 90)
-        assert proc.wait(timeout=60) == 130  # as Ctrl-C: the same status in the summary, the JSON log and the shell
+        assert wait_exit(main, proc, 60)[0] == 130  # as Ctrl-C: the same status in the summary, the JSON log and the shell
         assert "the terminal UI was closed; stopping the run" in text and "stopped (the terminal UI was closed)" in text
         assert re.search(r"exit status\s+130", text)
     finally:
@@ -74,7 +74,7 @@ def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, 
         assert not re.search(r"\brun someone-else\b", shown)  # never shown as the demo's run
         os.write(main, b"q")
         summary = read_until(main, r"JSON log\s+\S+", 60)
-        status = proc.wait(timeout=60)
+        status = wait_exit(main, proc, 60)[0]
         assert status not in (0, 130, 143)
         assert re.search(r"demo-\S+ FAILED", summary)
         assert re.search(rf"why\s+error: --metrics-port: port {base} on 127\.0\.0\.1 is already in use", summary)
@@ -107,7 +107,7 @@ def test_a_finished_run_is_shown_finished_with_its_final_figures(subprocess_env)
         read_until(main, r"finished", 30)
         os.write(main, b"q")
         summary = read_until(main, r"JSON log\s+\S+", 60)
-        assert proc.wait(timeout=60) == 0
+        assert wait_exit(main, proc, 60)[0] == 0
         last_loss = re.search(r"loss, last window\s+(\d+\.\d+) \(to step 30\)", summary)
         assert last_loss and last_loss.group(1) in shown  # the TUI showed the final window's loss
         assert "unreachable" not in shown.rsplit("30 / 30", 1)[-1]

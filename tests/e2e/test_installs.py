@@ -35,7 +35,7 @@ from observe import prometheus_local
 from tests.support.fake_apiserver import RecordedAPIServer, Reply, write_kubeconfig
 from tests.support.fleet import RecordedFleet, trainer_exposition
 from tests.support.processes import wait_for
-from tests.support.terminal import read_until
+from tests.support.terminal import read_until, wait_exit
 from tests.support.tui import GPU0
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ def test_the_base_install_is_the_cli_and_the_tui(venv: Venv) -> None:
         try:
             read_until(main, r"gpu-node-1", 30)
             os.write(main, b"q")
-            assert proc.wait(timeout=20) == 0
+            assert wait_exit(main, proc, 20)[0] == 0
         finally:
             if proc.poll() is None:
                 proc.kill()

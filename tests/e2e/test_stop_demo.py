@@ -20,7 +20,7 @@ from pathlib import Path
 
 from observe.supervise import running, start_time
 from tests.support.stop_stress import descendants, kill_quietly, rank_processes
-from tests.support.terminal import read_until
+from tests.support.terminal import read_until, wait_exit
 
 
 def end_record(out: Path) -> dict:
@@ -92,7 +92,7 @@ def test_sigterm_with_the_tui_open_closes_it_and_stops_the_run_with_143(port_blo
         below = [(pid, start_time(pid)) for pid in descendants(proc.pid)]
         proc.send_signal(signal.SIGTERM)
         text = read_until(main, r"exit status\s+\d+", 60)
-        assert proc.wait(timeout=30) == 143
+        assert wait_exit(main, proc, 30)[0] == 143
     finally:
         kill_everything_below(proc)
         os.close(main)
