@@ -11,19 +11,31 @@ import time
 _ESCAPES = re.compile(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-B]|\x1b[=>]")
 
 
+def _read(fd: int, seconds: float) -> bytes | None:
+    """What the terminal has within ``seconds`` (``b""``: nothing yet); ``None`` once the child closed it."""
+    if not select.select([fd], [], [], seconds)[0]:
+        return b""
+    try:
+        return os.read(fd, 65536) or None
+    except OSError:  # the child closed the terminal
+        return None
+
+
+def _shown(seen: bytes) -> str:
+    return _ESCAPES.sub("", seen.decode("utf-8", "replace"))
+
+
 def read_until(fd: int, pattern: str, timeout: float) -> str:
     """Everything the terminal showed until ``pattern`` appeared (escape sequences removed)."""
     seen, deadline = b"", time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                seen += os.read(fd, 65536)
-            except OSError:  # the child closed the terminal
-                break
-            text = _ESCAPES.sub("", seen.decode("utf-8", "replace"))
-            if re.search(pattern, text):
-                return text
+        chunk = _read(fd, 0.2)
+        if chunk is None:
+            break
+        if chunk:
+            seen += chunk
+            if re.search(pattern, _shown(seen)):
+                return _shown(seen)
     raise AssertionError(f"{pattern!r} did not appear within {timeout} s; the terminal showed:\n{seen[-3000:]!r}")
 
 
@@ -41,18 +53,11 @@ def wait_exit(fd: int, proc: subprocess.Popen, timeout: float) -> tuple[int, str
     while proc.poll() is None:
         if time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(proc.args, timeout)
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            try:
-                seen += os.read(fd, 65536)
-            except OSError:  # the child closed the terminal
-                proc.wait(max(0.0, deadline - time.monotonic()))
-    while select.select([fd], [], [], 0)[0]:  # what it wrote just before it exited
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
+        chunk = _read(fd, 0.1)
+        if chunk is None:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        else:
+            seen += chunk
+    while chunk := _read(fd, 0):  # what it wrote just before it exited
         seen += chunk
-    return proc.returncode, _ESCAPES.sub("", seen.decode("utf-8", "replace"))
+    return proc.returncode, _shown(seen)
