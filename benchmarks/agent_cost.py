@@ -74,8 +74,12 @@ class Scraper:
     """One keep-alive HTTP/1.1 connection that GETs a path and times the whole response."""
 
     def __init__(self, port: int, path: str = "/metrics") -> None:
-        self.port, self.request = port, (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                          "Accept-Encoding: gzip\r\nConnection: keep-alive\r\n\r\n").encode()
+        self.port, self.request = (
+            port,
+            (
+                f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\nConnection: keep-alive\r\n\r\n"
+            ).encode(),
+        )
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -116,8 +120,15 @@ async def scrape_each_second(ports: dict[str, int], seconds: float, pids: dict[s
             sizes[name] = (await scraper.get())[1]
         await asyncio.sleep(max(0.0, start + tick + 1 - time.monotonic()))
     elapsed = time.monotonic() - start
-    out = {name: {"cpu_seconds": cpu_seconds(pid) - before[name], "peak_rss_bytes": peak_rss_bytes(pid),
-                  "gzip_body_bytes": sizes[name], "seconds": elapsed} for name, pid in pids.items()}
+    out = {
+        name: {
+            "cpu_seconds": cpu_seconds(pid) - before[name],
+            "peak_rss_bytes": peak_rss_bytes(pid),
+            "gzip_body_bytes": sizes[name],
+            "seconds": elapsed,
+        }
+        for name, pid in pids.items()
+    }
     for scraper in scrapers.values():
         scraper.close()
     return out
@@ -152,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=1000, help="extra sleeping processes (default 1000)")
     ap.add_argument("--scrapers", type=int, default=20, help="concurrent scrapers in the latency phase (default 20)")
     scratch = Path(tempfile.gettempdir()) / "fsdp-observe-benchmarks"
-    ap.add_argument("--out", type=Path, default=scratch / "agent_cost.json",
-                    help="JSON output (default %(default)s; the committed figures: benchmarks/results/agent_cost.json)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=scratch / "agent_cost.json",
+        help="JSON output (default %(default)s; the committed figures: benchmarks/results/agent_cost.json)",
+    )
     ns = ap.parse_args(argv)
     if not shutil.which(NODE_EXPORTER):
         print(f"error: {NODE_EXPORTER} not found; apt-get install prometheus-node-exporter", file=sys.stderr)
@@ -161,11 +176,30 @@ def main(argv: list[str] | None = None) -> int:
 
     sleepers = [subprocess.Popen(["sleep", "100000"]) for _ in range(ns.processes)]
     ports = {"agent": free_port(), "node_exporter": free_port()}
-    agent = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--address", "127.0.0.1", "--port",
-                              str(ports["agent"]), "--interval", "1", "--log-level", "warning"],
-                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    exporter = subprocess.Popen([NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{ports['node_exporter']}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "observe.cli",
+            "agent",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(ports["agent"]),
+            "--interval",
+            "1",
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    exporter = subprocess.Popen(
+        [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{ports['node_exporter']}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pids = {"agent": agent.pid, "node_exporter": exporter.pid}
     try:
         for port in ports.values():
@@ -173,12 +207,16 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(3)  # let both settle (first collections, caches)
         processes = sum(name.isdigit() for name in os.listdir("/proc"))
         load_before = os.getloadavg()
-        print(f"agent_cost: {processes} processes on this machine ({ns.processes} extra sleeping), "
-              f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f}; {ns.seconds:g} s at 1 scrape/s, "
-              f"then {ns.scrapers} concurrent scrapers for {ns.latency_seconds:g} s", flush=True)
+        print(
+            f"agent_cost: {processes} processes on this machine ({ns.processes} extra sleeping), "
+            f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f}; {ns.seconds:g} s at 1 scrape/s, "
+            f"then {ns.scrapers} concurrent scrapers for {ns.latency_seconds:g} s",
+            flush=True,
+        )
         cost = asyncio.run(scrape_each_second(ports, ns.seconds, pids))
-        latency = {name: asyncio.run(burst_latency(port, ns.scrapers, ns.latency_seconds))
-                   for name, port in ports.items()}
+        latency = {
+            name: asyncio.run(burst_latency(port, ns.scrapers, ns.latency_seconds)) for name, port in ports.items()
+        }
     finally:
         for proc in (agent, exporter, *sleepers):
             proc.send_signal(signal.SIGTERM)
@@ -186,13 +224,26 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait()
 
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "processes": processes, "load_average_before": load_before, "load_average_after": os.getloadavg()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "processes": processes,
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        },
         "settings": vars(ns) | {"out": str(ns.out)},
         "cost": cost,
-        "latency_ms": {name: {"p50": percentile(v, 0.50) * 1e3, "p99": percentile(v, 0.99) * 1e3,
-                              "max": max(v) * 1e3, "mean": statistics.fmean(v) * 1e3, "samples": len(v)}
-                       for name, v in latency.items()},
+        "latency_ms": {
+            name: {
+                "p50": percentile(v, 0.50) * 1e3,
+                "p99": percentile(v, 0.99) * 1e3,
+                "max": max(v) * 1e3,
+                "mean": statistics.fmean(v) * 1e3,
+                "samples": len(v),
+            }
+            for name, v in latency.items()
+        },
     }
     a, n = cost["agent"], cost["node_exporter"]
     result["cpu_ratio"] = a["cpu_seconds"] / n["cpu_seconds"] if n["cpu_seconds"] else float("inf")
@@ -220,10 +271,14 @@ def main(argv: list[str] | None = None) -> int:
         cells = zip(row, widths, strict=True)
         print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(cells)))
     missed = [k for k, v in result["met"].items() if not v]
-    print(f"targets met: {', '.join(k for k, v in result['met'].items() if v) or 'none'}"
-          + (f"; missed: {', '.join(missed)}" if missed else ""))
-    print(f"load average before / after: {load_before[0]:.2f} / {result['machine']['load_average_after'][0]:.2f} "
-          "(other work on the machine shows up in the latencies)")
+    print(
+        f"targets met: {', '.join(k for k, v in result['met'].items() if v) or 'none'}"
+        + (f"; missed: {', '.join(missed)}" if missed else "")
+    )
+    print(
+        f"load average before / after: {load_before[0]:.2f} / {result['machine']['load_average_after'][0]:.2f} "
+        "(other work on the machine shows up in the latencies)"
+    )
     print(f"JSON: {ns.out}")
     return 0 if all(result["met"].values()) else 1
 

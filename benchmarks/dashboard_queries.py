@@ -70,14 +70,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=None, help="where the TSDB is built (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the workdir (reuse it with --reuse)")
     p.add_argument("--reuse", action="store_true", help="skip building: open the TSDB already in --workdir")
-    p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "fsdp-observe-bench" /
-                   "dashboard_queries.json", help="JSON results")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "fsdp-observe-bench" / "dashboard_queries.json",
+        help="JSON results",
+    )
     return p.parse_args(argv)
 
 
 def seconds(duration: str) -> float:
     """``3h`` → 10800."""
     from observe.promql import duration_seconds
+
     return duration_seconds(duration)
 
 
@@ -94,8 +99,11 @@ def build(cluster: Cluster, tsdb: Path, work: Path, chunk: float) -> dict:
             spent["samples"] += write_span(cluster, out, t, stop)
         spent["generate_s"] += time.perf_counter() - began
         began = time.perf_counter()
-        subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(text), str(tsdb)], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(text), str(tsdb)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         spent["convert_s"] += time.perf_counter() - began
         text.unlink()
         print(f"  history to {time.strftime('%H:%M', time.gmtime(stop))} UTC: {spent['samples']:,} samples", flush=True)
@@ -105,8 +113,9 @@ def build(cluster: Cluster, tsdb: Path, work: Path, chunk: float) -> dict:
 
 def recording_rules(path: Path) -> Path:
     """A rule file with only the recording rules (for ``promtool tsdb create-blocks-from rules``)."""
-    groups = [{"name": g["name"], "rules": [r for r in g["rules"] if "record" in r]}
-              for g in rules.rule_file()["groups"]]
+    groups = [
+        {"name": g["name"], "rules": [r for r in g["rules"] if "record" in r]} for g in rules.rule_file()["groups"]
+    ]
     path.write_text(yaml.safe_dump({"groups": [g for g in groups if g["rules"]]}, sort_keys=False))
     return path
 
@@ -127,26 +136,42 @@ def queries(range_s: float, step: float, scrape: float, one_node: str) -> list[d
         values.update(__rate_interval=f"{rate_interval:g}s", __interval=f"{step:g}s", __range=f"{range_s:g}s")
         for panel in board["panels"]:
             for target in panel.get("targets", []):
-                out.append({"kind": "panel", "where": f"{board['uid']} / {panel['title']} / {target['refId']}",
-                            "expr": substitute(target["expr"], values), "instant": bool(target.get("instant"))})
+                out.append(
+                    {
+                        "kind": "panel",
+                        "where": f"{board['uid']} / {panel['title']} / {target['refId']}",
+                        "expr": substitute(target["expr"], values),
+                        "instant": bool(target.get("instant")),
+                    }
+                )
         for var in board["templating"]["list"]:
             if var["type"] == "query":
                 found = re.fullmatch(r"(?:label_values|query_result)\((.+?)(?:, \w+)?\)", var["query"])
                 assert found, var["query"]  # the dashboards use only these two forms
                 inner = found.group(1)
-                out.append({"kind": "variable", "where": f"{board['uid']} / ${var['name']}",
-                            "expr": substitute(inner, values), "instant": True})
+                out.append(
+                    {
+                        "kind": "variable",
+                        "where": f"{board['uid']} / ${var['name']}",
+                        "expr": substitute(inner, values),
+                        "instant": True,
+                    }
+                )
     for group in rules.rule_file()["groups"]:
         for rule in group["rules"]:
-            out.append({"kind": "rule", "where": rule.get("record") or rule["alert"], "expr": rule["expr"],
-                        "instant": True})
+            out.append(
+                {"kind": "rule", "where": rule.get("record") or rule["alert"], "expr": rule["expr"], "instant": True}
+            )
     return out
 
 
 def time_query(client: httpx.Client, q: dict, end: float, range_s: float, step: float, repeat: int) -> dict:
     """p50/p95 wall latency (ms) over ``repeat`` runs, and the series the last one returned."""
-    params = ({"query": q["expr"], "time": f"{end:.3f}"} if q["instant"] else
-              {"query": q["expr"], "start": f"{end - range_s:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
+    params = (
+        {"query": q["expr"], "time": f"{end:.3f}"}
+        if q["instant"]
+        else {"query": q["expr"], "start": f"{end - range_s:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+    )
     path = "/api/v1/query" if q["instant"] else "/api/v1/query_range"
     latencies, body = [], {}
     for _ in range(repeat):
@@ -156,8 +181,13 @@ def time_query(client: httpx.Client, q: dict, end: float, range_s: float, step: 
     latencies.sort()
     p95 = latencies[min(len(latencies) - 1, math.ceil(0.95 * len(latencies)) - 1)]
     ok = body.get("status") == "success"
-    return {**q, "p50_ms": round(statistics.median(latencies), 1), "p95_ms": round(p95, 1),
-            "series": len(body["data"]["result"]) if ok else None, "error": None if ok else body.get("error")}
+    return {
+        **q,
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p95_ms": round(p95, 1),
+        "series": len(body["data"]["result"]) if ok else None,
+        "error": None if ok else body.get("error"),
+    }
 
 
 def verdict(r: dict) -> str:
@@ -181,35 +211,62 @@ def main(argv: list[str] | None = None) -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="fsdp-dash-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     end = math.floor(time.time() / args.scrape) * args.scrape
-    cluster = Cluster(nodes=args.nodes, gpus=args.gpus, ranks=args.ranks, cores=args.cores,
-                      start=end - args.hours * 3600, end=end, step=args.scrape)
+    cluster = Cluster(
+        nodes=args.nodes,
+        gpus=args.gpus,
+        ranks=args.ranks,
+        cores=args.cores,
+        start=end - args.hours * 3600,
+        end=end,
+        step=args.scrape,
+    )
     series = series_total(cluster)
     samples = series * args.hours * 3600 / args.scrape
     chunk_bytes = series * (args.chunk_minutes * 60 / args.scrape) * BYTES_PER_SAMPLE
     free = shutil.disk_usage(work).free
-    print(f"{args.nodes} nodes: {series:,} series, {samples:,.0f} samples; {chunk_bytes / 1e9:.1f} GB of text per "
-          f"{args.chunk_minutes:g}-minute chunk ({free / 1e9:.0f} GB free in {work}); at ~0.3 M samples/s per core "
-          f"promtool needs ~{samples / 3e5 / 60:.0f} min", flush=True)
+    print(
+        f"{args.nodes} nodes: {series:,} series, {samples:,.0f} samples; {chunk_bytes / 1e9:.1f} GB of text per "
+        f"{args.chunk_minutes:g}-minute chunk ({free / 1e9:.0f} GB free in {work}); at ~0.3 M samples/s per core "
+        f"promtool needs ~{samples / 3e5 / 60:.0f} min",
+        flush=True,
+    )
     if not args.reuse and chunk_bytes * 1.2 > free:
-        print(f"error: --chunk-minutes {args.chunk_minutes:g}: a chunk needs {chunk_bytes / 1e9:.0f} GB, "
-              f"{free / 1e9:.0f} GB are free; give fewer minutes", file=sys.stderr)
+        print(
+            f"error: --chunk-minutes {args.chunk_minutes:g}: a chunk needs {chunk_bytes / 1e9:.0f} GB, "
+            f"{free / 1e9:.0f} GB are free; give fewer minutes",
+            file=sys.stderr,
+        )
         return 2
     load_before = os.getloadavg()
     tsdb = work / "prometheus" / "tsdb"
     built = {} if args.reuse else build(cluster, tsdb, work, args.chunk_minutes * 60)
     rule_file = work / "rules.yaml"
     rule_file.write_text(rules.render())
-    config = {"global": {"scrape_interval": f"{args.scrape:g}s", "evaluation_interval": "1m"},
-              "rule_files": [str(rule_file)]}
+    config = {
+        "global": {"scrape_interval": f"{args.scrape:g}s", "evaluation_interval": "1m"},
+        "rule_files": [str(rule_file)],
+    }
     prometheus = prometheus_local.start(work / "prometheus", config, free_port(), timeout=600)
     try:
         if not args.reuse:
             began = time.perf_counter()
             backfill = work / "rules-backfill"
-            subprocess.run(["promtool", "tsdb", "create-blocks-from", "rules", f"--start={cluster.start:.0f}",
-                            f"--end={end:.0f}", f"--url={prometheus.url}", f"--output-dir={backfill}",
-                            "--eval-interval=60s", str(recording_rules(work / "recording.yaml"))],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    "promtool",
+                    "tsdb",
+                    "create-blocks-from",
+                    "rules",
+                    f"--start={cluster.start:.0f}",
+                    f"--end={end:.0f}",
+                    f"--url={prometheus.url}",
+                    f"--output-dir={backfill}",
+                    "--eval-interval=60s",
+                    str(recording_rules(work / "recording.yaml")),
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             prometheus.stop()
             for block in backfill.iterdir():
                 shutil.move(str(block), tsdb / block.name)
@@ -230,19 +287,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['kind']:8} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f} {shown:>7}  {verdict(r):8} {r['where']}")
     missed = [r for r in results if verdict(r) != "ok"]
     load_after = os.getloadavg()
-    print(f"\n{len(results)} queries, {len(missed)} miss a target (panel p95 <= {PANEL_P95_MS:g} ms and <= "
-          f"{PANEL_SERIES} series; rule p95 <= {RULE_P95_MS:g} ms). Load average {load_before[0]:.2f} before, "
-          f"{load_after[0]:.2f} after; {os.cpu_count()} CPUs.")
+    print(
+        f"\n{len(results)} queries, {len(missed)} miss a target (panel p95 <= {PANEL_P95_MS:g} ms and <= "
+        f"{PANEL_SERIES} series; rule p95 <= {RULE_P95_MS:g} ms). Load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after; {os.cpu_count()} CPUs."
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus, "ranks_per_node": args.ranks,
-                    "cores_per_node": args.cores, "hours": args.hours, "scrape_s": args.scrape, "series": series,
-                    "samples": int(samples)},
-        "query": {"range": args.range_, "step_s": args.step, "repeat": args.repeat},
-        "build": built, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                    "loadavg_before": load_before, "loadavg_after": load_after},
-        "targets": {"panel_p95_ms": PANEL_P95_MS, "panel_series": PANEL_SERIES, "rule_p95_ms": RULE_P95_MS},
-        "results": [{**r, "verdict": verdict(r)} for r in results]}, indent=2) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {
+                "cluster": {
+                    "nodes": args.nodes,
+                    "gpus_per_node": args.gpus,
+                    "ranks_per_node": args.ranks,
+                    "cores_per_node": args.cores,
+                    "hours": args.hours,
+                    "scrape_s": args.scrape,
+                    "series": series,
+                    "samples": int(samples),
+                },
+                "query": {"range": args.range_, "step_s": args.step, "repeat": args.repeat},
+                "build": built,
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "loadavg_before": load_before,
+                    "loadavg_after": load_after,
+                },
+                "targets": {"panel_p95_ms": PANEL_P95_MS, "panel_series": PANEL_SERIES, "rule_p95_ms": RULE_P95_MS},
+                "results": [{**r, "verdict": verdict(r)} for r in results],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -35,37 +35,98 @@ def make_node(index: int, now: float, seed: int, processes: bool = True) -> Node
     nothing would load the server)."""
     with_processes = processes
     r = random.Random(index * 7919 + seed)
-    gpus = tuple(GpuInfo(
-        index=g, uuid=f"GPU-{index:08x}-{g:04x}-4000-8000-{seed % 4096:012x}", name="NVIDIA H100 80GB HBM3",
-        pci_bus=f"0000:{0x18 + 0x10 * g:02x}:00", driver_version="550.54.15", utilization_ratio=r.uniform(0.6, 1.0),
-        memory_utilization_ratio=r.uniform(0.2, 0.6), memory_total_bytes=80 << 30,
-        memory_used_bytes=r.randrange(40 << 30, 78 << 30), memory_reserved_bytes=512 << 20,
-        temperature_celsius=float(r.randrange(40, 84)), power_watts=r.uniform(300, 700), power_limit_watts=700.0,
-        sm_clock_hertz=1.98e9, memory_clock_hertz=2.619e9, fan_speed_ratio=None,
-        pcie_rx_bytes_per_second=r.uniform(1e6, 1e9), pcie_tx_bytes_per_second=r.uniform(1e6, 1e9),
-        encoder_utilization_ratio=0.0, decoder_utilization_ratio=0.0, ecc_corrected_total=0, ecc_uncorrected_total=0,
-        throttle_reasons=("sw_power_cap",) if r.random() < 0.3 else (), mig_enabled=False) for g in range(GPUS))
-    procs = tuple(ProcessInfo(
-        pid=1000 + p, ppid=1, name="python3" if p < GPUS else f"worker{p}", state="running" if p < GPUS else "sleeping",
-        user="root", cpu_cores=r.uniform(0.9, 1.0) if p < GPUS else r.uniform(0, 0.05), memory_ratio=r.uniform(0, 0.01),
-        rss_bytes=r.randrange(1 << 30), cpu_seconds=r.uniform(0, 1e5), threads=r.randrange(1, 64),
-        command=f"/usr/bin/python3 -m trainer --preset llama2-7b --local-rank {p % GPUS} --log-every 10 "
-                f"--data /mnt/data/shard-{p:05d}.bin", pod_uid="0f2c9a44-52a3-4b8e-9c41-3e2d7f1a6b90",
-        container_id=f"{p:064x}") for p in range(PROCESSES if with_processes else 0))
-    gpu_processes = tuple(GpuProcess(gpu=g, gpu_uuid=gpus[g].uuid, pid=1000 + g,
-                                     used_memory_bytes=gpus[g].memory_used_bytes,
-                                     sm_utilization_ratio=gpus[g].utilization_ratio, name="python3", user="root",
-                                     command=procs[g].command) for g in range(GPUS if with_processes else 0))
+    gpus = tuple(
+        GpuInfo(
+            index=g,
+            uuid=f"GPU-{index:08x}-{g:04x}-4000-8000-{seed % 4096:012x}",
+            name="NVIDIA H100 80GB HBM3",
+            pci_bus=f"0000:{0x18 + 0x10 * g:02x}:00",
+            driver_version="550.54.15",
+            utilization_ratio=r.uniform(0.6, 1.0),
+            memory_utilization_ratio=r.uniform(0.2, 0.6),
+            memory_total_bytes=80 << 30,
+            memory_used_bytes=r.randrange(40 << 30, 78 << 30),
+            memory_reserved_bytes=512 << 20,
+            temperature_celsius=float(r.randrange(40, 84)),
+            power_watts=r.uniform(300, 700),
+            power_limit_watts=700.0,
+            sm_clock_hertz=1.98e9,
+            memory_clock_hertz=2.619e9,
+            fan_speed_ratio=None,
+            pcie_rx_bytes_per_second=r.uniform(1e6, 1e9),
+            pcie_tx_bytes_per_second=r.uniform(1e6, 1e9),
+            encoder_utilization_ratio=0.0,
+            decoder_utilization_ratio=0.0,
+            ecc_corrected_total=0,
+            ecc_uncorrected_total=0,
+            throttle_reasons=("sw_power_cap",) if r.random() < 0.3 else (),
+            mig_enabled=False,
+        )
+        for g in range(GPUS)
+    )
+    procs = tuple(
+        ProcessInfo(
+            pid=1000 + p,
+            ppid=1,
+            name="python3" if p < GPUS else f"worker{p}",
+            state="running" if p < GPUS else "sleeping",
+            user="root",
+            cpu_cores=r.uniform(0.9, 1.0) if p < GPUS else r.uniform(0, 0.05),
+            memory_ratio=r.uniform(0, 0.01),
+            rss_bytes=r.randrange(1 << 30),
+            cpu_seconds=r.uniform(0, 1e5),
+            threads=r.randrange(1, 64),
+            command=f"/usr/bin/python3 -m trainer --preset llama2-7b --local-rank {p % GPUS} --log-every 10 "
+            f"--data /mnt/data/shard-{p:05d}.bin",
+            pod_uid="0f2c9a44-52a3-4b8e-9c41-3e2d7f1a6b90",
+            container_id=f"{p:064x}",
+        )
+        for p in range(PROCESSES if with_processes else 0)
+    )
+    gpu_processes = tuple(
+        GpuProcess(
+            gpu=g,
+            gpu_uuid=gpus[g].uuid,
+            pid=1000 + g,
+            used_memory_bytes=gpus[g].memory_used_bytes,
+            sm_utilization_ratio=gpus[g].utilization_ratio,
+            name="python3",
+            user="root",
+            command=procs[g].command,
+        )
+        for g in range(GPUS if with_processes else 0)
+    )
     cores = tuple(r.uniform(0.05, 0.95) for _ in range(CORES))
-    host = HostStats(cpu_count=CORES, cpu=CpuStats(sum(cores) / CORES, cores),
-                     memory=MemoryStats(2 << 40, r.randrange(200 << 30, 1 << 40), 1 << 40, 1 << 30, 300 << 30, 0, 0),
-                     load1=40.0, load5=41.0, load15=42.0, uptime_seconds=1.2e6, processes=1400, threads=21000,
-                     processes_by_state={"running": 12, "sleeping": 1388})
-    agent = AgentHealth(version="0.1.0", interval_seconds=1.0, collection_seconds=0.04, collections=1000,
-                        cpu_seconds=120.0, resident_memory_bytes=60 << 20,
-                        sources={"procfs": "ok", "nvml": "ok", "kernel_log": "ok"})
-    return NodeSnapshot(node=f"gpu-node-{index:04d}", time_unix=now, host=host, processes=procs, gpus=gpus,
-                        gpu_processes=gpu_processes, agent=agent)
+    host = HostStats(
+        cpu_count=CORES,
+        cpu=CpuStats(sum(cores) / CORES, cores),
+        memory=MemoryStats(2 << 40, r.randrange(200 << 30, 1 << 40), 1 << 40, 1 << 30, 300 << 30, 0, 0),
+        load1=40.0,
+        load5=41.0,
+        load15=42.0,
+        uptime_seconds=1.2e6,
+        processes=1400,
+        threads=21000,
+        processes_by_state={"running": 12, "sleeping": 1388},
+    )
+    agent = AgentHealth(
+        version="0.1.0",
+        interval_seconds=1.0,
+        collection_seconds=0.04,
+        collections=1000,
+        cpu_seconds=120.0,
+        resident_memory_bytes=60 << 20,
+        sources={"procfs": "ok", "nvml": "ok", "kernel_log": "ok"},
+    )
+    return NodeSnapshot(
+        node=f"gpu-node-{index:04d}",
+        time_unix=now,
+        host=host,
+        processes=procs,
+        gpus=gpus,
+        gpu_processes=gpu_processes,
+        agent=agent,
+    )
 
 
 class Fleet:
@@ -106,8 +167,10 @@ async def serve(fleet: Fleet, refresh: float) -> None:
                 head = await reader.readuntil(b"\r\n\r\n")
                 target = head.split(b" ", 2)[1]
                 body = fleet.body(index, target)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             writer.close()

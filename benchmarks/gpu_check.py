@@ -105,10 +105,20 @@ FIELDS: tuple[Field, ...] = (
     Field("ecc.errors.corrected.volatile.total", f"{c.GPU_ECC_ERRORS.name}{{type=corrected}}"),
     Field("ecc.errors.uncorrected.volatile.total", f"{c.GPU_ECC_ERRORS.name}{{type=uncorrected}}"),
     Field("mig.mode.current", c.GPU_MIG_MODE.name),
-    *(Field(f"clocks_throttle_reasons.{reason}", f"{c.GPU_CLOCK_THROTTLE.name}{{reason={reason}}}")
-      for reason in ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-                     "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-                     "display_clock_setting")),
+    *(
+        Field(f"clocks_throttle_reasons.{reason}", f"{c.GPU_CLOCK_THROTTLE.name}{{reason={reason}}}")
+        for reason in (
+            "gpu_idle",
+            "applications_clocks_setting",
+            "sw_power_cap",
+            "hw_slowdown",
+            "sync_boost",
+            "sw_thermal_slowdown",
+            "hw_thermal_slowdown",
+            "hw_power_brake_slowdown",
+            "display_clock_setting",
+        )
+    ),
 )
 #: Agent GPU series with no ``--query-gpu`` counterpart (listed in the table as not compared).
 NOT_COMPARED = (c.GPU_PCIE_RX.name, c.GPU_PCIE_TX.name)
@@ -119,6 +129,7 @@ class CheckError(Exception):
 
 
 # -- pure parts (tested on CPU) -----------------------------------------------------------------------
+
 
 def cuda_problem(cuda_available: Callable[[], bool] | None = None) -> str | None:
     """Why this machine cannot run the check (no CUDA build of torch, no GPU), or ``None``."""
@@ -163,8 +174,9 @@ def parse_smi_csv(text: str, fields: list[str]) -> list[dict[str, str | float | 
         if not cells or all(not cell.strip() for cell in cells):
             continue
         if len(cells) != len(fields):
-            raise CheckError(f"nvidia-smi line {line_no} has {len(cells)} columns for {len(fields)} fields: "
-                             f"{','.join(cells)[:200]}")
+            raise CheckError(
+                f"nvidia-smi line {line_no} has {len(cells)} columns for {len(fields)} fields: {','.join(cells)[:200]}"
+            )
         rows.append({name: smi_value(cell) for name, cell in zip(fields, cells, strict=True)})
     return rows
 
@@ -209,8 +221,11 @@ class Comparison:
     note: str = ""
 
 
-def compare(agent: Mapping[str, str | float], reads: Sequence[Mapping[str, str | float | None]],
-            fields: tuple[Field, ...] = FIELDS) -> list[Comparison]:
+def compare(
+    agent: Mapping[str, str | float],
+    reads: Sequence[Mapping[str, str | float | None]],
+    fields: tuple[Field, ...] = FIELDS,
+) -> list[Comparison]:
     """Each field of one GPU: the agent's value against nvidia-smi's reads taken around its scrape.
 
     Agreement: a fact equal to the first read; a number equal (``exact``) or within
@@ -242,8 +257,9 @@ def compare(agent: Mapping[str, str | float], reads: Sequence[Mapping[str, str |
     return rows
 
 
-def mfu_agrees(exported_mfu: float, flops_per_token: float, tokens_per_second: float, device_name: str,
-               tolerance: float = 0.02) -> tuple[bool, float | None]:
+def mfu_agrees(
+    exported_mfu: float, flops_per_token: float, tokens_per_second: float, device_name: str, tolerance: float = 0.02
+) -> tuple[bool, float | None]:
     """Whether the exported MFU equals ``flops/token * tokens/s / peak`` for ``device_name`` from
     ``PEAK_BF16_FLOPS`` (within ``tolerance`` of it, relative; tokens/s and MFU are read from
     one scrape); returns the recomputed MFU too (``None``: the device is not in the table)."""
@@ -266,8 +282,7 @@ def memory_plausible(allocated: float, reserved: float, peak: float, total: floa
     if peak < allocated:
         problems.append(f"peak {peak:.3g} B is below allocated {allocated:.3g} B")
     if peak < 0.8 * 16 * parameters:  # 0.8: ``parameters`` may be an estimate (from FLOPs/token)
-        problems.append(f"peak {peak:.3g} B is below 0.8 x 16 B x {parameters:.3g} parameters (weights, grads, "
-                        "AdamW)")
+        problems.append(f"peak {peak:.3g} B is below 0.8 x 16 B x {parameters:.3g} parameters (weights, grads, AdamW)")
     return problems
 
 
@@ -281,8 +296,12 @@ def nvidia_smi(index: int) -> dict[str, str | float | None]:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         raise CheckError("nvidia-smi is not on PATH (it ships with the NVIDIA driver)")
-    proc = subprocess.run([smi, f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}",
-                           "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [smi, f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if proc.returncode != 0:
         raise CheckError(f"nvidia-smi exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:300]}")
     rows = parse_smi_csv(proc.stdout, SMI_FIELDS)
@@ -311,8 +330,13 @@ def wait_for(url: str, seconds: float) -> str:
 def check_agent(index: int, env: dict[str, str]) -> dict:
     """Phase 1: the agent against the real NVML and nvidia-smi, on the idle GPU."""
     port = free_port()
-    agent = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--port", str(port), "--interval", "1"],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "observe.cli", "agent", "--port", str(port), "--interval", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(f"http://127.0.0.1:{port}/healthz", 60)
         time.sleep(3)  # a few collections: utilisation and power need a sample period
@@ -326,19 +350,48 @@ def check_agent(index: int, env: dict[str, str]) -> dict:
     samples = parse(text)
     rows = compare(agent_values(samples, uuid), [before, after])
     exported = {s.name for s in samples if s.labels.get("gpu_uuid") == uuid}
-    return {"gpu_uuid": uuid, "rows": [asdict(r) for r in rows],
-            "not_compared": [n for n in NOT_COMPARED if n in exported],
-            "ok": all(r.ok is not False for r in rows)}
+    return {
+        "gpu_uuid": uuid,
+        "rows": [asdict(r) for r in rows],
+        "not_compared": [n for n in NOT_COMPARED if n in exported],
+        "ok": all(r.ok is not False for r in rows),
+    }
 
 
 def check_fsdp(index: int, env: dict[str, str], workdir: Path, steps: int, expected_uuid: str) -> dict:
     """Phase 2: a 1-GPU FSDP run of the Llama 3.2 1B shape in bf16, read from its /metrics."""
     port = free_port()
     log = workdir / "fsdp.jsonl"
-    cmd = [sys.executable, "-m", "observe.cli", "train", "--nproc-per-node", "1", "--preset", "llama3.2-1b",
-           "--device", "cuda", "--mixed-precision", "bf16", "--seq-len", "2048", "--batch-size", "4",
-           "--steps", str(steps), "--log-every", "5", "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
-           "--metrics-linger", "10", "--log-json", str(log)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "observe.cli",
+        "train",
+        "--nproc-per-node",
+        "1",
+        "--preset",
+        "llama3.2-1b",
+        "--device",
+        "cuda",
+        "--mixed-precision",
+        "bf16",
+        "--seq-len",
+        "2048",
+        "--batch-size",
+        "4",
+        "--steps",
+        str(steps),
+        "--log-every",
+        "5",
+        "--metrics-port",
+        str(port),
+        "--metrics-address",
+        "127.0.0.1",
+        "--metrics-linger",
+        "10",
+        "--log-json",
+        str(log),
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     scrapes: list[list[Sample]] = []
     try:
@@ -369,18 +422,34 @@ def check_fsdp(index: int, env: dict[str, str], workdir: Path, steps: int, expec
     mfu, fpt = value(c.TRAIN_MFU), value(c.TRAIN_FLOPS_PER_TOKEN)
     uuid = next((s.labels.get("gpu_uuid") for s in scrapes[-1] if s.name == c.TRAIN_STEP.name), None)
     name = str(nvidia_smi(index)["name"])
-    agrees, expected = (mfu_agrees(mfu, fpt, tokens, name) if mfu is not None and fpt is not None
-                        and tokens is not None else (False, None))
-    memory = [value(m) for m in (c.TRAIN_DEVICE_MEMORY_ALLOCATED, c.TRAIN_DEVICE_MEMORY_RESERVED,
-                                 c.TRAIN_DEVICE_MEMORY_PEAK)]
+    agrees, expected = (
+        mfu_agrees(mfu, fpt, tokens, name)
+        if mfu is not None and fpt is not None and tokens is not None
+        else (False, None)
+    )
+    memory = [
+        value(m) for m in (c.TRAIN_DEVICE_MEMORY_ALLOCATED, c.TRAIN_DEVICE_MEMORY_RESERVED, c.TRAIN_DEVICE_MEMORY_PEAK)
+    ]
     total = float(nvidia_smi(index)["memory.total"] or 0) * MIB
     parameters = (fpt or 0) / 6  # FLOPs/token = 6 N + attention (about 10% here): N, slightly over
-    problems = (["a device-memory series is missing"] if None in memory else
-                memory_plausible(memory[0] or 0, memory[1] or 0, memory[2] or 0, total, parameters))
-    return {"exit_status": proc.returncode, "tokens_per_second": tokens, "mfu": mfu, "mfu_recomputed": expected,
-            "mfu_agrees": agrees, "device_memory_bytes": memory, "memory_problems": problems,
-            "gpu_uuid": uuid, "nvml_gpu_uuid": expected_uuid, "scrapes": len(scrapes),
-            "ok": proc.returncode == 0 and agrees and not problems and uuid == expected_uuid}
+    problems = (
+        ["a device-memory series is missing"]
+        if None in memory
+        else memory_plausible(memory[0] or 0, memory[1] or 0, memory[2] or 0, total, parameters)
+    )
+    return {
+        "exit_status": proc.returncode,
+        "tokens_per_second": tokens,
+        "mfu": mfu,
+        "mfu_recomputed": expected,
+        "mfu_agrees": agrees,
+        "device_memory_bytes": memory,
+        "memory_problems": problems,
+        "gpu_uuid": uuid,
+        "nvml_gpu_uuid": expected_uuid,
+        "scrapes": len(scrapes),
+        "ok": proc.returncode == 0 and agrees and not problems and uuid == expected_uuid,
+    }
 
 
 def hf_worker(steps: int, record: str) -> None:
@@ -391,8 +460,15 @@ def hf_worker(steps: int, record: str) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                         num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=1024)
+    config = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        max_position_embeddings=1024,
+    )
     model = LlamaForCausalLM(config)
     data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 32000, (steps * 8 + 8, 1024))]
     stamps: list[float] = []
@@ -401,9 +477,17 @@ def hf_worker(steps: int, record: str) -> None:
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 - the Trainer's signature
             stamps.append(time.perf_counter())
 
-    args = TrainingArguments(output_dir=str(Path(record).parent / "hf-out"), max_steps=steps,
-                             per_device_train_batch_size=8, bf16=True, logging_steps=10, report_to="none",
-                             save_strategy="no", dataloader_drop_last=True, seed=0)
+    args = TrainingArguments(
+        output_dir=str(Path(record).parent / "hf-out"),
+        max_steps=steps,
+        per_device_train_batch_size=8,
+        bf16=True,
+        logging_steps=10,
+        report_to="none",
+        save_strategy="no",
+        dataloader_drop_last=True,
+        seed=0,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[Stamp()])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -424,10 +508,16 @@ def check_hf(env: dict[str, str], workdir: Path, steps: int, pairs: int) -> dict
         record = workdir / f"hf-{i}-{kind}.json"
         run_env = dict(env)
         if kind == "on":
-            run_env.update({c.INSTRUMENT_ENV: "1", "FSDP_OBSERVE_PORT_BASE": str(free_port()),
-                            "FSDP_OBSERVE_LINGER_SECONDS": "0"})
-        proc = subprocess.run([sys.executable, __file__, "--worker", "hf", "--steps", str(steps), "--record",
-                               str(record)], env=run_env, capture_output=True, text=True, timeout=BUDGET_SECONDS / 2)
+            run_env.update(
+                {c.INSTRUMENT_ENV: "1", "FSDP_OBSERVE_PORT_BASE": str(free_port()), "FSDP_OBSERVE_LINGER_SECONDS": "0"}
+            )
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", "hf", "--steps", str(steps), "--record", str(record)],
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=BUDGET_SECONDS / 2,
+        )
         if proc.returncode != 0:
             raise CheckError(f"the HF Trainer run ({kind}) exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
         runs[kind].append(json.loads(record.read_text()))
@@ -440,9 +530,15 @@ def check_hf(env: dict[str, str], workdir: Path, steps: int, pairs: int) -> dict
     off = statistics.median(seconds_per_step(r) for r in runs["off"])
     on = statistics.median(seconds_per_step(r) for r in runs["on"])
     added = statistics.median(r["syncs"] for r in runs["on"]) - statistics.median(r["syncs"] for r in runs["off"])
-    return {"seconds_per_step_off": off, "seconds_per_step_on": on, "overhead_ratio": on / off,
-            "syncs_off": [r["syncs"] for r in runs["off"]], "syncs_on": [r["syncs"] for r in runs["on"]],
-            "added_syncs": added, "ok": on / off <= 1.01 and added <= 0}
+    return {
+        "seconds_per_step_off": off,
+        "seconds_per_step_on": on,
+        "overhead_ratio": on / off,
+        "syncs_off": [r["syncs"] for r in runs["off"]],
+        "syncs_on": [r["syncs"] for r in runs["on"]],
+        "added_syncs": added,
+        "ok": on / off <= 1.01 and added <= 0,
+    }
 
 
 def table(report: dict) -> str:
@@ -500,8 +596,11 @@ def main(argv: list[str] | None = None) -> int:
         except (CheckError, subprocess.TimeoutExpired, OSError) as exc:
             report["errors"][key] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     report["seconds"] = time.monotonic() - started
-    report["ok"] = not report["errors"] and all(report.get(k, {}).get("ok") for k, _ in phases) \
+    report["ok"] = (
+        not report["errors"]
+        and all(report.get(k, {}).get("ok") for k, _ in phases)
         and report["seconds"] < BUDGET_SECONDS
+    )
     print(table(report))
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     ns.out.write_text(json.dumps(report, indent=2, default=str))

@@ -55,8 +55,10 @@ def measure(label: str, target: str, torch_first: bool, work: Path) -> dict:
         subprocess.run([*pip, TORCH], check=True, env=env)
     subprocess.run([*pip, target], check=True, env=env)
     seconds = time.monotonic() - started
-    has_torch = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], env=env,
-                               capture_output=True).returncode == 0
+    has_torch = (
+        subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], env=env, capture_output=True).returncode
+        == 0
+    )
     size = du_bytes(venv)
     shutil.rmtree(venv)
     return {"role": label, "target": target, "bytes": size, "install_seconds": round(seconds, 1), "torch": has_torch}
@@ -64,8 +66,9 @@ def measure(label: str, target: str, torch_first: bool, work: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--roles", nargs="+", choices=list(ROLES), default=list(ROLES),
-                    help="roles to measure (default all)")
+    ap.add_argument(
+        "--roles", nargs="+", choices=list(ROLES), default=list(ROLES), help="roles to measure (default all)"
+    )
     ap.add_argument("--before", type=Path, metavar="DIR", help="an older checkout to measure as one install")
     ap.add_argument("--out", type=Path, default=SCRATCH / "install_size.json", help="JSON output (default %(default)s)")
     ns = ap.parse_args()
@@ -85,8 +88,10 @@ def main() -> int:
     print(f"\n{'role':<22} {'venv MB':>9} {'vs before':>10} {'torch':>6} {'install s':>10}")
     for r in rows:
         ratio = f"{r['bytes'] / before:.2f}x" if before else "-"
-        print(f"{r['role']:<22} {r['bytes'] / 1e6:>9,.0f} {ratio:>10} {'yes' if r['torch'] else 'no':>6} "
-              f"{r['install_seconds']:>10}")
+        print(
+            f"{r['role']:<22} {r['bytes'] / 1e6:>9,.0f} {ratio:>10} {'yes' if r['torch'] else 'no':>6} "
+            f"{r['install_seconds']:>10}"
+        )
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     ns.out.write_text(json.dumps({"python": sys.version.split()[0], "rows": rows}, indent=2) + "\n")
     print(f"\nwritten: {ns.out}")

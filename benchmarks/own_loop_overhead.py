@@ -43,6 +43,7 @@ WARMUP_STEPS = 5
 
 # -- the workloads (run by torchrun: this file with --worker) ----------------------------------------
 
+
 def worker(kind: str, steps: int, record: str, model_dir: str) -> None:
     """One rank of a workload; writes its optimizer-step timestamps (rank 0)."""
     sys.path.insert(0, str(SCRIPTS))
@@ -81,17 +82,31 @@ def worker(kind: str, steps: int, record: str, model_dir: str) -> None:
                 stamps.append(time.perf_counter())
 
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=4,
-                                 gradient_accumulation_steps=2, logging_steps=10, report_to="none", use_cpu=True,
-                                 save_strategy="no", seed=0, disable_tqdm=True)
-        trainer = Trainer(model=LlamaForCausalLM.from_pretrained(model_dir), args=args,
-                          train_dataset=tiny_llama.sequences(steps * 2 * 4 * world), callbacks=[Stamps()])
+        args = TrainingArguments(
+            output_dir=tempfile.mkdtemp(),
+            max_steps=steps,
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            logging_steps=10,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            seed=0,
+            disable_tqdm=True,
+        )
+        trainer = Trainer(
+            model=LlamaForCausalLM.from_pretrained(model_dir),
+            args=args,
+            train_dataset=tiny_llama.sequences(steps * 2 * 4 * world),
+            callbacks=[Stamps()],
+        )
         trainer.train()
     if int(os.environ.get("RANK", "0")) == 0:
         Path(record).write_text(json.dumps(stamps))
 
 
 # -- the pairs ----------------------------------------------------------------------------------
+
 
 def median_step(record: Path) -> float:
     """Median seconds between optimizer steps after the warm-up."""
@@ -105,8 +120,13 @@ def run_once(kind: str, instrumented: bool, steps: int, folder: Path, model_dir:
 
     base = free_port_block(2)
     record = folder / f"{kind}-{instrumented}-{time.monotonic_ns()}.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FSDP_OBSERVE_PORT_BASE": str(base),
-           "FSDP_OBSERVE_ADDRESS": "127.0.0.1", "FSDP_OBSERVE_LINGER_SECONDS": "0"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "FSDP_OBSERVE_PORT_BASE": str(base),
+        "FSDP_OBSERVE_ADDRESS": "127.0.0.1",
+        "FSDP_OBSERVE_LINGER_SECONDS": "0",
+    }
     env.pop("FSDP_OBSERVE_INSTRUMENT", None)
     if instrumented:
         env["FSDP_OBSERVE_INSTRUMENT"] = "1"
@@ -115,20 +135,41 @@ def run_once(kind: str, instrumented: bool, steps: int, folder: Path, model_dir:
     if instrumented:
         scraper.start()
     try:
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                               __file__, "--worker", kind, "--steps", str(steps), "--record", str(record),
-                               "--model-dir", str(model_dir)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                __file__,
+                "--worker",
+                kind,
+                "--steps",
+                str(steps),
+                "--record",
+                str(record),
+                "--model-dir",
+                str(model_dir),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     finally:
         stop.set()
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.splitlines()[-15:])
-        raise SystemExit(f"the {kind} run ({'with' if instrumented else 'without'} metrics) exited "
-                         f"{proc.returncode}; its last lines:\n{tail}")
+        raise SystemExit(
+            f"the {kind} run ({'with' if instrumented else 'without'} metrics) exited "
+            f"{proc.returncode}; its last lines:\n{tail}"
+        )
     return median_step(record)
 
 
 # -- the sync probe -------------------------------------------------------------------------------
+
 
 def probe_reads(steps: int = 20, log_every: int = 5) -> dict[str, list[int]]:
     """Host reads per step: of the device values handed to the API (``SyncProbe``), and added by the
@@ -223,8 +264,9 @@ def main() -> int:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        subprocess.run([sys.executable, str(SCRIPTS / "save_tiny_llama.py"), str(folder / "tiny")], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, str(SCRIPTS / "save_tiny_llama.py"), str(folder / "tiny")], check=True, capture_output=True
+        )
         for kind in ns.workloads.split(","):
             ratios, on, off = [], [], []
             for i in range(ns.pairs):
@@ -233,28 +275,50 @@ def main() -> int:
                 on.append(got[True])
                 off.append(got[False])
                 ratios.append(got[True] / got[False])
-                print(f"{kind} pair {i + 1}/{ns.pairs}: with {got[True] * 1000:.2f} ms, without "
-                      f"{got[False] * 1000:.2f} ms, ratio {ratios[-1]:.4f}", flush=True)
-            results[kind] = {"median_step_seconds_instrumented": statistics.median(on),
-                             "median_step_seconds_plain": statistics.median(off), "pair_ratios": ratios,
-                             "median_ratio": statistics.median(ratios)}
+                print(
+                    f"{kind} pair {i + 1}/{ns.pairs}: with {got[True] * 1000:.2f} ms, without "
+                    f"{got[False] * 1000:.2f} ms, ratio {ratios[-1]:.4f}",
+                    flush=True,
+                )
+            results[kind] = {
+                "median_step_seconds_instrumented": statistics.median(on),
+                "median_step_seconds_plain": statistics.median(off),
+                "pair_ratios": ratios,
+                "median_ratio": statistics.median(ratios),
+            }
     reads = probe_reads()
     hook_seconds = hook_seconds_per_step()
     log_steps = [i for i in range(20) if (i + 1) == 1 or (i + 1) % 5 == 0 or (i + 1) == 20]
     non_log = {path: sum(n for i, n in enumerate(per) if i not in log_steps) for path, per in reads.items()}
-    report = {"pairs": ns.pairs, "steps_per_run": ns.steps, "ranks": 2, "target_ratio": 1.01,
-              "load_average_before": load_before, "load_average_after": os.getloadavg(), "workloads": results,
-              "probe_reads_per_step": reads, "probe_reads_on_non_log_steps": non_log,
-              "hook_seconds_per_step": hook_seconds}
+    report = {
+        "pairs": ns.pairs,
+        "steps_per_run": ns.steps,
+        "ranks": 2,
+        "target_ratio": 1.01,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "workloads": results,
+        "probe_reads_per_step": reads,
+        "probe_reads_on_non_log_steps": non_log,
+        "hook_seconds_per_step": hook_seconds,
+    }
     rows = []
     for kind, r in results.items():
         with_ms, without_ms = r["median_step_seconds_instrumented"] * 1000, r["median_step_seconds_plain"] * 1000
         rows.append((f"{kind}: median step with / without", f"{with_ms:.2f} / {without_ms:.2f} ms"))
-        rows.append((f"{kind}: median pair ratio", f"{r['median_ratio']:.4f} (target <= 1.01; pairs "
-                                                    f"{', '.join(f'{x:.3f}' for x in r['pair_ratios'])})"))
+        rows.append(
+            (
+                f"{kind}: median pair ratio",
+                f"{r['median_ratio']:.4f} (target <= 1.01; pairs {', '.join(f'{x:.3f}' for x in r['pair_ratios'])})",
+            )
+        )
     for kind, r in results.items():
-        rows.append((f"{kind}: injector hooks' own cost per step", f"{hook_seconds * 1e6:.1f} us = "
-                     f"{hook_seconds / r['median_step_seconds_plain']:.2e} of its plain step"))
+        rows.append(
+            (
+                f"{kind}: injector hooks' own cost per step",
+                f"{hook_seconds * 1e6:.1f} us = {hook_seconds / r['median_step_seconds_plain']:.2e} of its plain step",
+            )
+        )
     for path, per in reads.items():
         rows.append((f"sync probe ({path}): reads on non-log steps", f"{non_log[path]} (per step: {per})"))
     rows.append(("load average before / after", f"{load_before[0]:.2f} / {report['load_average_after'][0]:.2f}"))

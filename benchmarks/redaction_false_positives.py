@@ -67,9 +67,12 @@ def case_lines() -> list[list[str]]:
 def stdlib_paths() -> list[str]:
     """Every file path under this interpreter's standard library (third-party packages left out)."""
     root = sysconfig.get_paths()["stdlib"]
-    return sorted(os.path.join(d, f) for d, dirs, files in os.walk(root)
-                  if not dirs.__setitem__(slice(None), [x for x in dirs if x not in ("site-packages", "dist-packages")])
-                  for f in files)
+    return sorted(
+        os.path.join(d, f)
+        for d, dirs, files in os.walk(root)
+        if not dirs.__setitem__(slice(None), [x for x in dirs if x not in ("site-packages", "dist-packages")])
+        for f in files
+    )
 
 
 def stdlib_modules(paths: list[str]) -> list[str]:
@@ -97,8 +100,14 @@ def measure(name: str, items: list[list[str]]) -> dict:
     random_hits = sum(any(random_rule_fires(a) for a in args) for args in items)
     changed = sum(safe_command(as_cmdline(args)) != " ".join(args) for args in items)
     n = max(1, len(items))
-    return {"corpus": name, "items": len(items), "random_rule": random_hits, "random_rule_rate": random_hits / n,
-            "changed": changed, "changed_rate": changed / n}
+    return {
+        "corpus": name,
+        "items": len(items),
+        "random_rule": random_hits,
+        "random_rule_rate": random_hits / n,
+        "changed": changed,
+        "changed_rate": changed / n,
+    }
 
 
 def credentials(samples: int, rng: random.Random) -> dict[str, list[str]]:
@@ -110,9 +119,11 @@ def credentials(samples: int, rng: random.Random) -> dict[str, list[str]]:
         return "".join(rng.choice(alphabet) for _ in range(n))
 
     import base64
+
     return {
-        "urlsafe base64, 15-48 bytes": [base64.urlsafe_b64encode(rng.randbytes(rng.randint(15, 48))).decode()
-                                        for _ in range(samples)],
+        "urlsafe base64, 15-48 bytes": [
+            base64.urlsafe_b64encode(rng.randbytes(rng.randint(15, 48))).decode() for _ in range(samples)
+        ],
         "base62, 20-64 chars": [pick(b62, rng.randint(20, 64)) for _ in range(samples)],
         "AWS secret key shape (40)": [pick(b62 + "/+", 40) for _ in range(samples)],
         "base36, 32 chars": [pick(b36, 32) for _ in range(samples)],
@@ -124,34 +135,48 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=2000, help="random credentials of each kind (default 2000)")
     ap.add_argument("--seed", type=int, default=17)
-    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "fsdp-observe-bench"
-                    / "redaction_false_positives.json")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "fsdp-observe-bench" / "redaction_false_positives.json",
+    )
     ns = ap.parse_args()
     started = time.perf_counter()
     paths = stdlib_paths()
-    corpora = [measure("redaction cases without a secret", case_lines()),
-               measure("stdlib file paths", [[p] for p in paths]),
-               measure("stdlib module names", [[m] for m in stdlib_modules(paths)])]
+    corpora = [
+        measure("redaction cases without a secret", case_lines()),
+        measure("stdlib file paths", [[p] for p in paths]),
+        measure("stdlib module names", [[m] for m in stdlib_modules(paths)]),
+    ]
     rng = random.Random(ns.seed)
     caught = []
     for kind, tokens in credentials(ns.samples, rng).items():
         hits = sum(safe_command(f"prog\0{t}\0".encode()) != f"prog {t}" for t in tokens)
         caught.append({"kind": kind, "samples": len(tokens), "caught": hits, "rate": hits / len(tokens)})
-    print(f"random-token rule: >= {RANDOM_MIN_CHARS} chars, entropy >= {RANDOM_MIN_ENTROPY_BITS} bits/char, "
-          f"class changes >= {RANDOM_MIN_CLASS_CHANGES}, or entropy >= {RANDOM_HIGH_ENTROPY_BITS}")
+    print(
+        f"random-token rule: >= {RANDOM_MIN_CHARS} chars, entropy >= {RANDOM_MIN_ENTROPY_BITS} bits/char, "
+        f"class changes >= {RANDOM_MIN_CLASS_CHANGES}, or entropy >= {RANDOM_HIGH_ENTROPY_BITS}"
+    )
     print(f"{'text without secrets':40} {'items':>7} {'random rule':>12} {'rate':>8} {'any rule':>9} {'rate':>8}")
     for c in corpora:
-        print(f"{c['corpus']:40} {c['items']:>7,} {c['random_rule']:>12,} {c['random_rule_rate']:>8.3%} "
-              f"{c['changed']:>9,} {c['changed_rate']:>8.3%}")
+        print(
+            f"{c['corpus']:40} {c['items']:>7,} {c['random_rule']:>12,} {c['random_rule_rate']:>8.3%} "
+            f"{c['changed']:>9,} {c['changed_rate']:>8.3%}"
+        )
     print(f"\n{'random credential':40} {'samples':>7} {'caught':>12} {'rate':>8}")
     for c in caught:
         print(f"{c['kind']:40} {c['samples']:>7,} {c['caught']:>12,} {c['rate']:>8.1%}")
     print(f"\n({time.perf_counter() - started:.1f} s)")
     ns.out.parent.mkdir(parents=True, exist_ok=True)
-    thresholds = {"min_chars": RANDOM_MIN_CHARS, "min_entropy_bits": RANDOM_MIN_ENTROPY_BITS,
-                  "min_class_changes": RANDOM_MIN_CLASS_CHANGES, "high_entropy_bits": RANDOM_HIGH_ENTROPY_BITS}
-    ns.out.write_text(json.dumps({"thresholds": thresholds, "false_positives": corpora, "true_positives": caught},
-                                 indent=1) + "\n")
+    thresholds = {
+        "min_chars": RANDOM_MIN_CHARS,
+        "min_entropy_bits": RANDOM_MIN_ENTROPY_BITS,
+        "min_class_changes": RANDOM_MIN_CLASS_CHANGES,
+        "high_entropy_bits": RANDOM_HIGH_ENTROPY_BITS,
+    }
+    ns.out.write_text(
+        json.dumps({"thresholds": thresholds, "false_positives": corpora, "true_positives": caught}, indent=1) + "\n"
+    )
     print(f"JSON: {ns.out}")
     return 0
 

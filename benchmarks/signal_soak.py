@@ -56,8 +56,12 @@ def main() -> int:
     ap.add_argument("--at-once", type=int, default=2, help="agents running at the same time")
     ap.add_argument("--scenarios", nargs="+", choices=sorted(AGENT_SCENARIOS), default=sorted(AGENT_SCENARIOS))
     ap.add_argument("--rapid", action="store_true", help="bursts of up to 12 signals at most 1 ms apart")
-    ap.add_argument("--hang-seconds", type=float, default=30.0,
-                    help="a run not gone this long after its first signal counts as hung")
+    ap.add_argument(
+        "--hang-seconds",
+        type=float,
+        default=30.0,
+        help="a run not gone this long after its first signal counts as hung",
+    )
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose agent runs (default: this one)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "fsdp-observe-bench" / "signal_soak.json")
@@ -94,18 +98,40 @@ def main() -> int:
                 tally.add(outcome)
     wall = time.monotonic() - started
     load_after = os.getloadavg()
-    print(f"signal soak: agent of {ns.repo}, seed {seed}, {'rapid ' if ns.rapid else ''}bursts, "
-          f"grace {GRACE_SECONDS:g} s, hung after {ns.hang_seconds:g} s, {ns.at_once} at once, {wall:.0f} s, "
-          f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
+    print(
+        f"signal soak: agent of {ns.repo}, seed {seed}, {'rapid ' if ns.rapid else ''}bursts, "
+        f"grace {GRACE_SECONDS:g} s, hung after {ns.hang_seconds:g} s, {ns.at_once} at once, {wall:.0f} s, "
+        f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
+    )
     print(tally.table())
     ns.out.parent.mkdir(parents=True, exist_ok=True)
-    ns.out.write_text(json.dumps({
-        "repo": str(ns.repo), "seed": seed, "rapid": ns.rapid, "grace_seconds": GRACE_SECONDS,
-        "hang_seconds": ns.hang_seconds, "at_once": ns.at_once, "wall_seconds": wall,
-        "load_average": [load_before[0], load_after[0]], "machine": platform.platform(),
-        "runs": [{"scenario": o.shot.scenario, "signals": [int(s) for s in o.shot.signals], "delay": o.shot.delay,
-                  "verdict": tally.verdict(o), "status": o.status, "seconds": o.seconds} for o in tally.outcomes],
-    }, indent=1))
+    ns.out.write_text(
+        json.dumps(
+            {
+                "repo": str(ns.repo),
+                "seed": seed,
+                "rapid": ns.rapid,
+                "grace_seconds": GRACE_SECONDS,
+                "hang_seconds": ns.hang_seconds,
+                "at_once": ns.at_once,
+                "wall_seconds": wall,
+                "load_average": [load_before[0], load_after[0]],
+                "machine": platform.platform(),
+                "runs": [
+                    {
+                        "scenario": o.shot.scenario,
+                        "signals": [int(s) for s in o.shot.signals],
+                        "delay": o.shot.delay,
+                        "verdict": tally.verdict(o),
+                        "status": o.status,
+                        "seconds": o.seconds,
+                    }
+                    for o in tally.outcomes
+                ],
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {ns.out}")
     return 0
 

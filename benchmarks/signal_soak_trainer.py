@@ -53,18 +53,36 @@ def corpus(folder: Path) -> Path:
 
 
 def one_run(ns: argparse.Namespace, work: Path, data: Path, checkpoints: bool, rng: random.Random) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-           "PYTHONPATH": str(ns.repo)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "PYTHONPATH": str(ns.repo),
+    }
     log = work / "run.jsonl"
-    args = ["--data", str(data), "--steps", "400", *FAST, "--metrics", "off", "--sigterm-grace", "8",
-            "--log-json", str(log)] + (["--checkpoint-dir", str(work / "ckpt"), "--checkpoint-every", "2"]
-                                       if checkpoints else [])
+    args = [
+        "--data",
+        str(data),
+        "--steps",
+        "400",
+        *FAST,
+        "--metrics",
+        "off",
+        "--sigterm-grace",
+        "8",
+        "--log-json",
+        str(log),
+    ] + (["--checkpoint-dir", str(work / "ckpt"), "--checkpoint-every", "2"] if checkpoints else [])
     launcher = "trainer.launcher" if (ns.repo / "trainer" / "launcher.py").exists() else "torch.distributed.run"
-    cmd = ([sys.executable, "-m", launcher, "--standalone", "--nproc-per-node=2", "-m", "trainer", *args]
-           if ns.target == "torchrun" else
-           [sys.executable, "-m", "observe.cli", "train", "--nproc-per-node", "2", *args])
-    proc = subprocess.Popen(cmd, cwd=ns.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    cmd = (
+        [sys.executable, "-m", launcher, "--standalone", "--nproc-per-node=2", "-m", "trainer", *args]
+        if ns.target == "torchrun"
+        else [sys.executable, "-m", "observe.cli", "train", "--nproc-per-node", "2", *args]
+    )
+    proc = subprocess.Popen(
+        cmd, cwd=ns.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     deadline = time.monotonic() + 180
     while not (log.exists() and '"step": 3,' in log.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -90,9 +108,15 @@ def one_run(ns: argparse.Namespace, work: Path, data: Path, checkpoints: bool, r
     proc.wait()
     lines = log.read_text().splitlines() if log.exists() else []
     ends = [json.loads(line) for line in lines if '"event": "end"' in line]
-    return {"sent": "+".join(signal.Signals(s).name for s in sent), "status": status, "seconds": round(took, 2),
-            "end_status": ends[-1]["exit_status"] if ends else None, "traceback": "Traceback" in output,
-            "ranks_left": len(left), "checkpoints": checkpoints}
+    return {
+        "sent": "+".join(signal.Signals(s).name for s in sent),
+        "status": status,
+        "seconds": round(took, 2),
+        "end_status": ends[-1]["exit_status"] if ends else None,
+        "traceback": "Traceback" in output,
+        "ranks_left": len(left),
+        "checkpoints": checkpoints,
+    }
 
 
 def main() -> int:
@@ -102,8 +126,9 @@ def main() -> int:
     ap.add_argument("--hang-seconds", type=float, default=30.0)
     ap.add_argument("--repo", type=Path, default=REPO)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", type=Path,
-                    default=Path(tempfile.gettempdir()) / "fsdp-observe-bench" / "signal_soak_trainer.json")
+    ap.add_argument(
+        "--out", type=Path, default=Path(tempfile.gettempdir()) / "fsdp-observe-bench" / "signal_soak_trainer.json"
+    )
     ns = ap.parse_args()
     rng = random.Random(ns.seed)
     scratch = Path(tempfile.mkdtemp(prefix="signal-soak-trainer-"))
@@ -123,12 +148,21 @@ def main() -> int:
         summary["traceback"] += r["traceback"]
         summary["status not 128+signal"] += r["status"] not in [expected[s] for s in r["sent"].split("+")]
         summary["end record disagrees"] += r["end_status"] is not None and r["end_status"] != r["status"]
-    print(f"{ns.target} of {ns.repo}, {len(runs)} runs, seed {ns.seed}, load average {load:.2f} -> "
-          f"{os.getloadavg()[0]:.2f}: " + ", ".join(f"{k} {summary[k]}" for k in (
-              "orphaned ranks", "hung", "traceback", "status not 128+signal", "end record disagrees")))
+    print(
+        f"{ns.target} of {ns.repo}, {len(runs)} runs, seed {ns.seed}, load average {load:.2f} -> "
+        f"{os.getloadavg()[0]:.2f}: "
+        + ", ".join(
+            f"{k} {summary[k]}"
+            for k in ("orphaned ranks", "hung", "traceback", "status not 128+signal", "end record disagrees")
+        )
+    )
     ns.out.parent.mkdir(parents=True, exist_ok=True)
-    ns.out.write_text(json.dumps({"target": ns.target, "repo": str(ns.repo), "seed": ns.seed, "runs": runs,
-                                  "summary": dict(summary)}, indent=1))
+    ns.out.write_text(
+        json.dumps(
+            {"target": ns.target, "repo": str(ns.repo), "seed": ns.seed, "runs": runs, "summary": dict(summary)},
+            indent=1,
+        )
+    )
     print(f"wrote {ns.out}")
     return 0
 

@@ -87,7 +87,8 @@ class Profiles:
     def _fmt(self, key: tuple, values: list[float], integer: bool) -> list[str]:
         if key not in self._cache:
             self._cache[key] = "\n".join(
-                f"{int(v)} {t}" if integer else f"{v:.6g} {t}" for v, t in zip(values, self.times, strict=True))
+                f"{int(v)} {t}" if integer else f"{v:.6g} {t}" for v, t in zip(values, self.times, strict=True)
+            )
         return [self._cache[key]]
 
 
@@ -108,14 +109,16 @@ def dcgm(cluster: Cluster, out: TextIO, p: Profiles) -> int:
         for n in range(cluster.nodes):
             node = cluster.node(n)
             for g in range(cluster.gpus):
-                labels = (f'gpu="{g}",UUID="GPU-{n:08x}-0000-4000-8000-{g:012x}",'
-                          f'pci_bus_id="00000000:{16 + g:02X}:00.0",'
-                          f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="{node}",'
-                          f'DCGM_FI_DRIVER_VERSION="570.124.06",exported_container="pytorch",'
-                          f'exported_namespace="{NAMESPACE}",exported_pod="{RUN}-worker-{n}",'
-                          f'job="nvidia-dcgm-exporter",namespace="gpu-operator",pod="nvidia-dcgm-exporter-{n:05x}",'
-                          f'instance="10.{n // 250}.{n % 250}.9:9400",container="nvidia-dcgm-exporter",'
-                          f'service="nvidia-dcgm-exporter",endpoint="gpu-metrics"')
+                labels = (
+                    f'gpu="{g}",UUID="GPU-{n:08x}-0000-4000-8000-{g:012x}",'
+                    f'pci_bus_id="00000000:{16 + g:02X}:00.0",'
+                    f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="{node}",'
+                    f'DCGM_FI_DRIVER_VERSION="570.124.06",exported_container="pytorch",'
+                    f'exported_namespace="{NAMESPACE}",exported_pod="{RUN}-worker-{n}",'
+                    f'job="nvidia-dcgm-exporter",namespace="gpu-operator",pod="nvidia-dcgm-exporter-{n:05x}",'
+                    f'instance="10.{n // 250}.{n % 250}.9:9400",container="nvidia-dcgm-exporter",'
+                    f'service="nvidia-dcgm-exporter",endpoint="gpu-metrics"'
+                )
                 if counter.name == "DCGM_FI_DEV_XID_ERRORS":
                     no_error = labels + ',err_code="0",err_msg="No Error"'
                     written += _series(out, counter.name, no_error, p.gauge(0, 0, True))
@@ -123,8 +126,9 @@ def dcgm(cluster: Cluster, out: TextIO, p: Profiles) -> int:
                 level = float(BUSY.get(counter.name, 0))
                 if counter.name == "DCGM_FI_DEV_GPU_TEMP" and (n, g) == (5, 3):
                     level = 84.0
-                written += _series(out, counter.name, labels, p.gauge(level, level * 0.02,
-                                                                      counter.name not in DOUBLE_FIELDS))
+                written += _series(
+                    out, counter.name, labels, p.gauge(level, level * 0.02, counter.name not in DOUBLE_FIELDS)
+                )
     return written
 
 
@@ -133,13 +137,26 @@ def agent(cluster: Cluster, out: TextIO, p: Profiles) -> int:
     written = 0
 
     def base(n: int) -> str:
-        return (f'node="{cluster.node(n)}",job="fsdp-observe-agent",namespace="fsdp-observe",'
-                f'instance="10.{n // 250}.{n % 250}.9:9401",pod="fsdp-observe-agent-{n:05x}"')
+        return (
+            f'node="{cluster.node(n)}",job="fsdp-observe-agent",namespace="fsdp-observe",'
+            f'instance="10.{n // 250}.{n % 250}.9:9401",pod="fsdp-observe-agent-{n:05x}"'
+        )
 
-    host = [(c.NODE_CPU_BUSY, 0.35), (c.NODE_MEMORY_TOTAL, 2.0e12), (c.NODE_MEMORY_USED, 6.4e11),
-            (c.NODE_MEMORY_AVAILABLE, 1.3e12), (c.NODE_MEMORY_CACHED, 2.0e11), (c.NODE_MEMORY_BUFFERS, 1.0e9),
-            (c.NODE_SWAP_TOTAL, 0.0), (c.NODE_SWAP_USED, 0.0), (c.NODE_LOAD1, 22.0), (c.NODE_LOAD5, 21.0),
-            (c.NODE_LOAD15, 20.0), (c.NODE_THREADS, 4200.0), (c.AGENT_COLLECTION_SECONDS, 0.004)]
+    host = [
+        (c.NODE_CPU_BUSY, 0.35),
+        (c.NODE_MEMORY_TOTAL, 2.0e12),
+        (c.NODE_MEMORY_USED, 6.4e11),
+        (c.NODE_MEMORY_AVAILABLE, 1.3e12),
+        (c.NODE_MEMORY_CACHED, 2.0e11),
+        (c.NODE_MEMORY_BUFFERS, 1.0e9),
+        (c.NODE_SWAP_TOTAL, 0.0),
+        (c.NODE_SWAP_USED, 0.0),
+        (c.NODE_LOAD1, 22.0),
+        (c.NODE_LOAD5, 21.0),
+        (c.NODE_LOAD15, 20.0),
+        (c.NODE_THREADS, 4200.0),
+        (c.AGENT_COLLECTION_SECONDS, 0.004),
+    ]
     for metric, level in host:
         for n in range(cluster.nodes):
             written += _series(out, metric.name, base(n), p.gauge(level, level * 0.05))
@@ -154,15 +171,24 @@ def agent(cluster: Cluster, out: TextIO, p: Profiles) -> int:
             written += _series(out, c.AGENT_UP.name, f'{base(n)},source="{source}"', p.gauge(1, 0, True))
     for n in range(cluster.nodes):
         written += _series(out, c.AGENT_COLLECTIONS.name, base(n), p.counter(1 / 15))
-    per_gpu = [(c.GPU_UTILIZATION, 0.97), (c.GPU_MEMORY_USED, 7.4e10), (c.GPU_MEMORY_TOTAL, 8.5e10),
-               (c.GPU_TEMPERATURE, 61.0), (c.GPU_POWER, 640.0), (c.GPU_POWER_LIMIT, 700.0), (c.GPU_LOST, 0.0)]
+    per_gpu = [
+        (c.GPU_UTILIZATION, 0.97),
+        (c.GPU_MEMORY_USED, 7.4e10),
+        (c.GPU_MEMORY_TOTAL, 8.5e10),
+        (c.GPU_TEMPERATURE, 61.0),
+        (c.GPU_POWER, 640.0),
+        (c.GPU_POWER_LIMIT, 700.0),
+        (c.GPU_LOST, 0.0),
+    ]
     for metric, level in per_gpu:
         for n in range(cluster.nodes):
             for g in range(cluster.gpus):
                 labels = f'{base(n)},gpu="{g}",gpu_uuid="GPU-{n:08x}-0000-4000-8000-{g:012x}"'
                 written += _series(out, metric.name, labels, p.gauge(level, level * 0.02))
-    gpu_metrics = [(c.GPU_CLOCK_THROTTLE, "reason", ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal")),
-                   (c.GPU_ECC_ERRORS, "type", ("corrected", "uncorrected"))]
+    gpu_metrics = [
+        (c.GPU_CLOCK_THROTTLE, "reason", ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal")),
+        (c.GPU_ECC_ERRORS, "type", ("corrected", "uncorrected")),
+    ]
     for metric, label, values in gpu_metrics:
         name = metric.name
         for n in range(cluster.nodes):
@@ -177,8 +203,10 @@ def agent(cluster: Cluster, out: TextIO, p: Profiles) -> int:
                 written += _series(out, metric.name, labels, p.gauge(level, 0))
     for n in range(cluster.nodes):
         for g in range(cluster.gpus):
-            labels = (f'{base(n)},pid="{1000 + g}",ppid="1",user="trainer",name="python3",'
-                      f'command="python -m trainer --rank {g}",pod_uid="",container_id=""')
+            labels = (
+                f'{base(n)},pid="{1000 + g}",ppid="1",user="trainer",name="python3",'
+                f'command="python -m trainer --rank {g}",pod_uid="",container_id=""'
+            )
             written += _series(out, c.NODE_PROCESS_INFO.name, labels, p.gauge(1, 0, True))
     for metric, level in ((c.NODE_PROCESS_CPU_SECONDS, 0.98), (c.NODE_PROCESS_RESIDENT_MEMORY, 3.0e10)):
         for n in range(cluster.nodes):
@@ -197,19 +225,32 @@ def trainer(cluster: Cluster, out: TextIO, p: Profiles) -> int:
         for n in range(cluster.nodes):
             for local in range(cluster.ranks):
                 rank = n * cluster.ranks + local
-                labels = (f'run_id="{RUN}",rank="{rank}",local_rank="{local}",node="{cluster.node(n)}",'
-                          f'gpu_uuid="GPU-{n:08x}-0000-4000-8000-{local:012x}",namespace="{NAMESPACE}",'
-                          f'job="{NAMESPACE}/fsdp-observe-trainer",'
-                          f'instance="10.{n // 250}.{n % 250}.{20 + local}:9500",'
-                          f'pod="{RUN}-worker-{n}"')
+                labels = (
+                    f'run_id="{RUN}",rank="{rank}",local_rank="{local}",node="{cluster.node(n)}",'
+                    f'gpu_uuid="GPU-{n:08x}-0000-4000-8000-{local:012x}",namespace="{NAMESPACE}",'
+                    f'job="{NAMESPACE}/fsdp-observe-trainer",'
+                    f'instance="10.{n // 250}.{n % 250}.{20 + local}:9500",'
+                    f'pod="{RUN}-worker-{n}"'
+                )
                 yield rank, labels, rank % 1000 == 17
 
-    gauges = [(c.TRAIN_STEP, 4000.0), (c.TRAIN_PLANNED_STEPS, 20000.0), (c.TRAIN_TOKENS_PER_SECOND, 3100.0),
-              (c.TRAIN_LOSS, 1.7), (c.TRAIN_MFU, 0.41), (c.TRAIN_WINDOW_STEP_SECONDS, 2.6),
-              (c.TRAIN_DEVICE_MEMORY_ALLOCATED, 6.1e10), (c.TRAIN_DEVICE_MEMORY_RESERVED, 7.0e10),
-              (c.TRAIN_DEVICE_MEMORY_PEAK, 6.6e10), (c.TRAIN_PROCESS_RESIDENT_MEMORY_PEAK, 3.0e10),
-              (c.TRAIN_GRAD_NORM, 0.8), (c.TRAIN_LEARNING_RATE, 2e-5), (c.TRAIN_GOODPUT, 0.93),
-              (c.TRAIN_LAST_CHECKPOINT_TIMESTAMP, 1.7e9), (c.TRAIN_LAST_STEP_TIMESTAMP, 1.7e9)]
+    gauges = [
+        (c.TRAIN_STEP, 4000.0),
+        (c.TRAIN_PLANNED_STEPS, 20000.0),
+        (c.TRAIN_TOKENS_PER_SECOND, 3100.0),
+        (c.TRAIN_LOSS, 1.7),
+        (c.TRAIN_MFU, 0.41),
+        (c.TRAIN_WINDOW_STEP_SECONDS, 2.6),
+        (c.TRAIN_DEVICE_MEMORY_ALLOCATED, 6.1e10),
+        (c.TRAIN_DEVICE_MEMORY_RESERVED, 7.0e10),
+        (c.TRAIN_DEVICE_MEMORY_PEAK, 6.6e10),
+        (c.TRAIN_PROCESS_RESIDENT_MEMORY_PEAK, 3.0e10),
+        (c.TRAIN_GRAD_NORM, 0.8),
+        (c.TRAIN_LEARNING_RATE, 2e-5),
+        (c.TRAIN_GOODPUT, 0.93),
+        (c.TRAIN_LAST_CHECKPOINT_TIMESTAMP, 1.7e9),
+        (c.TRAIN_LAST_STEP_TIMESTAMP, 1.7e9),
+    ]
     for metric, level in gauges:
         for _, labels, slow in ranks():
             scale = 1.6 if slow and metric is c.TRAIN_WINDOW_STEP_SECONDS else 1.0
@@ -218,13 +259,16 @@ def trainer(cluster: Cluster, out: TextIO, p: Profiles) -> int:
         if rank == 0:
             written += _series(out, c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name, labels, p.gauge(3100.0 * world, 100.0))
     for _, labels, _ in ranks():
-        info = (f',model="llama3-70b",sharding_strategy="FULL_SHARD",mixed_precision="bf16",world_size="{world}",'
-                f'device_type="cuda",backend="nccl",activation_checkpointing="full",mesh="{world}"')
+        info = (
+            f',model="llama3-70b",sharding_strategy="FULL_SHARD",mixed_precision="bf16",world_size="{world}",'
+            f'device_type="cuda",backend="nccl",activation_checkpointing="full",mesh="{world}"'
+        )
         written += _series(out, c.TRAIN_INFO.name, labels + info, p.gauge(1, 0, True))
     for _, labels, _ in ranks():
         for phase in c.TRAIN_PHASES:
-            written += _series(out, c.TRAIN_PHASE.name, f'{labels},phase="{phase}"',
-                               p.gauge(1 if phase == "training" else 0, 0, True))
+            written += _series(
+                out, c.TRAIN_PHASE.name, f'{labels},phase="{phase}"', p.gauge(1 if phase == "training" else 0, 0, True)
+            )
     for _, labels, _ in ranks():
         for phase in c.TRAIN_PHASES:
             rate = 0.93 if phase == "training" else 0.07 / (len(c.TRAIN_PHASES) - 1)
@@ -239,8 +283,9 @@ def trainer(cluster: Cluster, out: TextIO, p: Profiles) -> int:
             for bound in (*c.STEP_SECONDS_BUCKETS, math.inf):
                 share = 1.0 if bound >= seconds * 1.2 else 0.5 if bound >= seconds else 0.0
                 le = "+Inf" if bound == math.inf else f"{bound:g}"
-                written += _series(out, f"{metric.name}_bucket", f'{labels},le="{le}"',
-                                   p.counter(steps_per_second * share))
+                written += _series(
+                    out, f"{metric.name}_bucket", f'{labels},le="{le}"', p.counter(steps_per_second * share)
+                )
             written += _series(out, f"{metric.name}_sum", labels, p.counter(steps_per_second * seconds))
             written += _series(out, f"{metric.name}_count", labels, p.counter(steps_per_second))
     return written
@@ -256,23 +301,30 @@ def node_exporter(cluster: Cluster, out: TextIO, p: Profiles) -> int:
     written = 0
 
     def base(n: int) -> str:
-        return (f'instance="{cluster.node(n)}",job="node-exporter",namespace="monitoring",'
-                f'pod="kube-prometheus-stack-prometheus-node-exporter-{n:05x}",service="node-exporter"')
+        return (
+            f'instance="{cluster.node(n)}",job="node-exporter",namespace="monitoring",'
+            f'pod="kube-prometheus-stack-prometheus-node-exporter-{n:05x}",service="node-exporter"'
+        )
 
     for n in range(cluster.nodes):
-        written += _series(out, "node_uname_info", f'{base(n)},nodename="{cluster.node(n)}",release="6.8.0"',
-                           p.gauge(1, 0, True))
+        written += _series(
+            out, "node_uname_info", f'{base(n)},nodename="{cluster.node(n)}",release="6.8.0"', p.gauge(1, 0, True)
+        )
     for n in range(cluster.nodes):
         for cpu in range(cluster.cores):
             for mode, share in zip(CPU_MODES, (0.6, 0.3, 0.08, 0.02), strict=True):
-                written += _series(out, "node_cpu_seconds_total", f'{base(n)},cpu="{cpu}",mode="{mode}"',
-                                   p.counter(share))
+                written += _series(
+                    out, "node_cpu_seconds_total", f'{base(n)},cpu="{cpu}",mode="{mode}"', p.counter(share)
+                )
     for name, rate in (("node_network_receive_bytes_total", 2.5e9), ("node_network_transmit_bytes_total", 2.4e9)):
         for n in range(cluster.nodes):
             for device, scale in (("eth0", 1.0), ("lo", 0.01), ("cali1a2b3c", 0.1)):
                 written += _series(out, name, f'{base(n)},device="{device}"', p.counter(rate * scale))
-    for name, rate in (("node_disk_read_bytes_total", 4e8), ("node_disk_written_bytes_total", 2e8),
-                       ("node_disk_io_time_seconds_total", 0.3)):
+    for name, rate in (
+        ("node_disk_read_bytes_total", 4e8),
+        ("node_disk_written_bytes_total", 2e8),
+        ("node_disk_io_time_seconds_total", 0.3),
+    ):
         for n in range(cluster.nodes):
             for device in ("nvme0n1", "nvme1n1", "nvme0n1p1"):
                 written += _series(out, name, f'{base(n)},device="{device}"', p.counter(rate))

@@ -69,10 +69,15 @@ def trainer_config(setup: Setup, strategy: str, checkpointing: str, log_json: Pa
         model=ModelConfig(preset=setup.preset),
         data=DataConfig(seq_len=setup.seq_len, batch_size=setup.batch_size),
         optim=OptimConfig(warmup_steps=2),
-        parallel=ParallelConfig(sharding_strategy=strategy, replicate_degree=hybrid,
-                                activation_checkpointing=checkpointing, mixed_precision=setup.mixed_precision),
+        parallel=ParallelConfig(
+            sharding_strategy=strategy,
+            replicate_degree=hybrid,
+            activation_checkpointing=checkpointing,
+            mixed_precision=setup.mixed_precision,
+        ),
         metrics=MetricsConfig(enabled=False, log_every=setup.log_every, log_json=str(log_json)),
-        steps=setup.steps)
+        steps=setup.steps,
+    )
 
 
 def run_one(setup: Setup, strategy: str, checkpointing: str, workdir: Path) -> dict:
@@ -80,8 +85,13 @@ def run_one(setup: Setup, strategy: str, checkpointing: str, workdir: Path) -> d
     log_json = workdir / f"{strategy}-{checkpointing}.jsonl"
     cfg = trainer_config(setup, strategy, checkpointing, log_json)
     started = time.monotonic()
-    proc = subprocess.run(torchrun_command(cfg, setup.ranks), env=torchrun_env(setup.ranks),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        torchrun_command(cfg, setup.ranks),
+        env=torchrun_env(setup.ranks),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"error: {strategy}/{checkpointing} failed:\n{proc.stdout[-3000:]}")
     records = [json.loads(line) for line in log_json.read_text().splitlines()]
@@ -92,7 +102,9 @@ def run_one(setup: Setup, strategy: str, checkpointing: str, workdir: Path) -> d
     step_seconds = [w["step_seconds"] for w in windows if w["step"] > 1]
     devices = [b for b in end["device_peak_bytes"] if b is not None]
     return {
-        "strategy": strategy, "activation_checkpointing": checkpointing, "mesh": start["mesh"],
+        "strategy": strategy,
+        "activation_checkpointing": checkpointing,
+        "mesh": start["mesh"],
         "step_seconds_median": statistics.median(step_seconds) if step_seconds else last["step_seconds"],
         "tokens_per_second_per_device": last["global_tokens_per_second"] / setup.ranks,
         "mfu": last["mfu"],
@@ -106,8 +118,16 @@ def run_one(setup: Setup, strategy: str, checkpointing: str, workdir: Path) -> d
 def print_table(setup: Setup, rows: list[dict]) -> None:
     on_cuda = setup.mode == "cuda"
     memory = "device peak GiB (max rank)" if on_cuda else "peak RSS MiB (max rank)"
-    header = ["strategy", "mesh", "act. ckpt", "step s", "tokens/s/device", "MFU", memory,
-              "vs FULL_SHARD, no act. ckpt"]
+    header = [
+        "strategy",
+        "mesh",
+        "act. ckpt",
+        "step s",
+        "tokens/s/device",
+        "MFU",
+        memory,
+        "vs FULL_SHARD, no act. ckpt",
+    ]
 
     def peak_of(r: dict) -> float:
         if on_cuda:
@@ -118,12 +138,19 @@ def print_table(setup: Setup, rows: list[dict]) -> None:
     lines = []
     for r in rows:
         peak = peak_of(r)
-        ratio = (f"step x{r['step_seconds_median'] / ref['step_seconds_median']:.2f}, "
-                 f"memory x{peak / peak_of(ref):.2f}")
-        lines.append([r["strategy"], "x".join(map(str, r["mesh"])), r["activation_checkpointing"],
-                      f"{r['step_seconds_median']:.3f}", f"{r['tokens_per_second_per_device']:,.0f}",
-                      "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}", f"{peak:,.2f}" if on_cuda else f"{peak:,.0f}",
-                      ratio])
+        ratio = f"step x{r['step_seconds_median'] / ref['step_seconds_median']:.2f}, memory x{peak / peak_of(ref):.2f}"
+        lines.append(
+            [
+                r["strategy"],
+                "x".join(map(str, r["mesh"])),
+                r["activation_checkpointing"],
+                f"{r['step_seconds_median']:.3f}",
+                f"{r['tokens_per_second_per_device']:,.0f}",
+                "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}",
+                f"{peak:,.2f}" if on_cuda else f"{peak:,.0f}",
+                ratio,
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(header, *lines, strict=False)]
     for line in [header, ["-" * w for w in widths], *lines]:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)))
@@ -136,8 +163,11 @@ def main() -> int:
     mode.add_argument("--cuda", action="store_true", help="the GPU benchmark (Llama 3.2 1B shape, bf16)")
     ap.add_argument("--nproc-per-node", type=int, help="ranks (default: 2 on CPU, every visible GPU with --cuda)")
     ap.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
-    ap.add_argument("--out", help=f"JSON output (default {SCRATCH}/strategies[_quick|_cuda].json; the committed "
-                    "figures are benchmarks/results/strategies*.json)")
+    ap.add_argument(
+        "--out",
+        help=f"JSON output (default {SCRATCH}/strategies[_quick|_cuda].json; the committed "
+        "figures are benchmarks/results/strategies*.json)",
+    )
     ns = ap.parse_args()
     name = "cuda" if ns.cuda else "quick" if ns.quick else "cpu"
     gpus = ns.nproc_per_node or (_gpu_count() if ns.cuda and not ns.dry_run else 8)
@@ -147,8 +177,10 @@ def main() -> int:
     if name == "cuda":
         os.environ.setdefault("OMP_NUM_THREADS", "4")
     out = Path(ns.out or SCRATCH / f"strategies{'' if name == 'cpu' else '_' + name}.json")
-    print(f"strategies benchmark ({name}): {setup.ranks} ranks, preset {setup.preset}, {setup.mixed_precision}, "
-          f"seq {setup.seq_len} x batch {setup.batch_size} per rank, {setup.steps} steps per configuration")
+    print(
+        f"strategies benchmark ({name}): {setup.ranks} ranks, preset {setup.preset}, {setup.mixed_precision}, "
+        f"seq {setup.seq_len} x batch {setup.batch_size} per rank, {setup.steps} steps per configuration"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for strategy, checkpointing in setup.grid:  # every command is validated before the first run
             prepare(trainer_config(setup, strategy, checkpointing, Path(tmp) / "x.jsonl"), setup.ranks)
@@ -160,8 +192,11 @@ def main() -> int:
         rows = []
         for strategy, checkpointing in setup.grid:
             rows.append(run_one(setup, strategy, checkpointing, Path(tmp)))
-            print(f"  {strategy:<13} {checkpointing:<4}  {rows[-1]['step_seconds_median']:.3f} s/step  "
-                  f"({rows[-1]['wall_seconds']:.0f} s)", flush=True)
+            print(
+                f"  {strategy:<13} {checkpointing:<4}  {rows[-1]['step_seconds_median']:.3f} s/step  "
+                f"({rows[-1]['wall_seconds']:.0f} s)",
+                flush=True,
+            )
     print()
     print_table(setup, rows)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -39,8 +39,13 @@ SCRATCH = Path(tempfile.gettempdir()) / "fsdp-observe-benchmarks"
 def run_once(metrics_on: bool, steps: int, port: int, workdir: Path) -> float:
     """One run; returns rank 0's median step time (seconds)."""
     log_json = workdir / f"run-{metrics_on}-{time.monotonic_ns()}.jsonl"
-    cfg = TrainConfig(steps=steps, data=DataConfig(seq_len=256, batch_size=8), metrics=MetricsConfig(
-        enabled=metrics_on, log_every=10, log_json=str(log_json), port_base=port, address="127.0.0.1"))
+    cfg = TrainConfig(
+        steps=steps,
+        data=DataConfig(seq_len=256, batch_size=8),
+        metrics=MetricsConfig(
+            enabled=metrics_on, log_every=10, log_json=str(log_json), port_base=port, address="127.0.0.1"
+        ),
+    )
     env = dict(os.environ, OMP_NUM_THREADS="1")
     stop = threading.Event()
     scraper = threading.Thread(target=scrape_loop, args=(port, stop), daemon=True)
@@ -88,12 +93,20 @@ def main() -> int:
             on_medians.append(result[True])
             off_medians.append(result[False])
             ratios.append(result[True] / result[False])
-            print(f"pair {i + 1}/{ns.pairs}: on {result[True] * 1000:.1f} ms, off {result[False] * 1000:.1f} ms, "
-                  f"ratio {ratios[-1]:.4f}", flush=True)
+            print(
+                f"pair {i + 1}/{ns.pairs}: on {result[True] * 1000:.1f} ms, off {result[False] * 1000:.1f} ms, "
+                f"ratio {ratios[-1]:.4f}",
+                flush=True,
+            )
     per_call = on_step_cost_seconds()
     step = statistics.median(off_medians)
     report = {
-        "pairs": ns.pairs, "steps_per_run": ns.steps, "ranks": 2, "preset": "tiny", "seq_len": 256, "batch_size": 8,
+        "pairs": ns.pairs,
+        "steps_per_run": ns.steps,
+        "ranks": 2,
+        "preset": "tiny",
+        "seq_len": 256,
+        "batch_size": 8,
         "median_step_seconds_metrics_on": statistics.median(on_medians),
         "median_step_seconds_metrics_off": step,
         "pair_ratios": ratios,

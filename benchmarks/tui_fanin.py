@@ -84,10 +84,16 @@ class Measured:
     async def cycle(self, focus: str | None, deadline: float):
         wall, cpu = time.perf_counter(), time.thread_time()
         snapshot = await self.source.cycle(focus, deadline)
-        self.cycles.append({"wall": time.perf_counter() - wall, "cpu": time.thread_time() - cpu,
-                            "ok": sum(n.state == "ok" for n in snapshot.nodes), "nodes": len(snapshot.nodes),
-                            "focus": focus, "full": sum(1 for n in snapshot.nodes
-                                                        if n.snapshot is not None and n.snapshot.view == "full")})
+        self.cycles.append(
+            {
+                "wall": time.perf_counter() - wall,
+                "cpu": time.thread_time() - cpu,
+                "ok": sum(n.state == "ok" for n in snapshot.nodes),
+                "nodes": len(snapshot.nodes),
+                "focus": focus,
+                "full": sum(1 for n in snapshot.nodes if n.snapshot is not None and n.snapshot.view == "full"),
+            }
+        )
         return snapshot
 
     def close(self) -> None:
@@ -157,7 +163,7 @@ async def run_app(ports: list[int], cycles: int) -> dict:
             await probe
             gc.callbacks.remove(pauses)
             elapsed = time.perf_counter() - wall0
-            measured = source.cycles[first + 1:first + cycles + 1]
+            measured = source.cycles[first + 1 : first + cycles + 1]
             phases[phase] = {
                 "interval_s": app.poller.interval,
                 "refreshes": len(measured),
@@ -221,9 +227,11 @@ async def reference(ports: list[int]) -> dict:
         semaphore = asyncio.Semaphore(64)
         result = (0.0, 0.0)
         async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+
             async def get(url: str) -> bytes:
                 async with semaphore:
                     return (await client.get(url)).content
+
             for _ in range(2):
                 wall, cpu = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(get(u) for u in urls))
@@ -231,13 +239,19 @@ async def reference(ports: list[int]) -> dict:
         return result
 
     own, other = await ours(), await with_httpx()
-    return {"http_wall_s": own[0], "http_cpu_s": own[1], "httpx_wall_s": other[0], "httpx_cpu_s": other[1],
-            "httpx_cpu_ratio": other[1] / own[1] if own[1] else None}
+    return {
+        "http_wall_s": own[0],
+        "http_cpu_s": own[1],
+        "httpx_wall_s": other[0],
+        "httpx_cpu_s": other[1],
+        "httpx_cpu_ratio": other[1] / own[1] if own[1] else None,
+    }
 
 
 def measure(n: int, cycles: int) -> dict:
-    fleet = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--nodes", str(n)],
-                             stdout=subprocess.PIPE, text=True)
+    fleet = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--nodes", str(n)], stdout=subprocess.PIPE, text=True
+    )
     try:
         word, _, ports_json = fleet.stdout.readline().partition(" ")
         if word != "ready":
@@ -247,9 +261,14 @@ def measure(n: int, cycles: int) -> dict:
         load_before = os.getloadavg()
         phases = asyncio.run(run_app(ports, cycles))
         ref = asyncio.run(reference(ports))
-        return {"nodes": n, **{f"{p}_{k}": v for p, d in phases.items() for k, v in d.items()}, **ref,
-                "fleet_cpu_s": _child_cpu(fleet.pid) - fleet_cpu0, "load_before": load_before,
-                "load_after": os.getloadavg()}
+        return {
+            "nodes": n,
+            **{f"{p}_{k}": v for p, d in phases.items() for k, v in d.items()},
+            **ref,
+            "fleet_cpu_s": _child_cpu(fleet.pid) - fleet_cpu0,
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+        }
     finally:
         fleet.terminate()
         fleet.wait()
@@ -260,8 +279,11 @@ def _in_child(n: int, cycles: int) -> dict:
     frozen objects stay in the process that ran it: ``TopApp._freeze_startup_objects``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "one.json"
-        child = subprocess.run([sys.executable, __file__, "--nodes", str(n), "--cycles", str(cycles), "--out",
-                                str(out)], capture_output=True, text=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--nodes", str(n), "--cycles", str(cycles), "--out", str(out)],
+            capture_output=True,
+            text=True,
+        )
         if child.returncode != 0:
             raise RuntimeError(f"measuring {n} nodes failed:\n{child.stderr[-3000:]}")
         (row,) = json.loads(out.read_text())["results"]
@@ -275,35 +297,67 @@ def _child_cpu(pid: int) -> float:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("nodes", "screen", "every", "refresh wall med/max", "fan-in CPU", "app CPU/refresh", "stall max (p99)",
-            "redraw max", "switch (stall)", "ok", "RSS (peak)")
+    head = (
+        "nodes",
+        "screen",
+        "every",
+        "refresh wall med/max",
+        "fan-in CPU",
+        "app CPU/refresh",
+        "stall max (p99)",
+        "redraw max",
+        "switch (stall)",
+        "ok",
+        "RSS (peak)",
+    )
     out = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
         for phase in PHASES:
-            out.append(" | ".join((
-                f"{r['nodes']:,}", phase, f"{r[f'{phase}_interval_s']:g} s",
-                f"{r[f'{phase}_wall_s_median']:.3f} / {r[f'{phase}_wall_s_max']:.3f} s",
-                f"{r[f'{phase}_fanin_cpu_s_median']:.3f} s", f"{r[f'{phase}_app_cpu_s_per_refresh']:.3f} s",
-                f"{r[f'{phase}_stall_ms_max']:.1f} ({r[f'{phase}_stall_ms_p99']:.1f}) ms",
-                f"{r[f'{phase}_redraw_ms_max']:.1f} ms", _switch(r, phase),
-                f"{r[f'{phase}_nodes_ok_min']}/{r['nodes']}",
-                f"{r[f'{phase}_rss_bytes'] / 2**20:.0f} ({r[f'{phase}_rss_peak_bytes'] / 2**20:.0f}) MiB")))
-    out += ["", "switch (stall): from the key until the screen is drawn (the longest stall in the 0.5 s after "
-                "the key); grid: 4 from the Cluster screen, then Esc back from a Node screen; node: Enter on the grid, "
-                "then Enter on the next node after that Esc"]
-    out += ["", "one refresh of N summaries | observe.sources.http wall / CPU | httpx.AsyncClient wall / CPU | "
-                "httpx CPU / ours", "--- | --- | --- | ---"]
+            out.append(
+                " | ".join(
+                    (
+                        f"{r['nodes']:,}",
+                        phase,
+                        f"{r[f'{phase}_interval_s']:g} s",
+                        f"{r[f'{phase}_wall_s_median']:.3f} / {r[f'{phase}_wall_s_max']:.3f} s",
+                        f"{r[f'{phase}_fanin_cpu_s_median']:.3f} s",
+                        f"{r[f'{phase}_app_cpu_s_per_refresh']:.3f} s",
+                        f"{r[f'{phase}_stall_ms_max']:.1f} ({r[f'{phase}_stall_ms_p99']:.1f}) ms",
+                        f"{r[f'{phase}_redraw_ms_max']:.1f} ms",
+                        _switch(r, phase),
+                        f"{r[f'{phase}_nodes_ok_min']}/{r['nodes']}",
+                        f"{r[f'{phase}_rss_bytes'] / 2**20:.0f} ({r[f'{phase}_rss_peak_bytes'] / 2**20:.0f}) MiB",
+                    )
+                )
+            )
+    out += [
+        "",
+        "switch (stall): from the key until the screen is drawn (the longest stall in the 0.5 s after "
+        "the key); grid: 4 from the Cluster screen, then Esc back from a Node screen; node: Enter on the grid, "
+        "then Enter on the next node after that Esc",
+    ]
+    out += [
+        "",
+        "one refresh of N summaries | observe.sources.http wall / CPU | httpx.AsyncClient wall / CPU | "
+        "httpx CPU / ours",
+        "--- | --- | --- | ---",
+    ]
     for r in rows:
-        out.append(f"{r['nodes']:,} | {r['http_wall_s']:.3f} / {r['http_cpu_s']:.3f} s | "
-                   f"{r['httpx_wall_s']:.3f} / {r['httpx_cpu_s']:.3f} s | {r['httpx_cpu_ratio']:.1f}x")
+        out.append(
+            f"{r['nodes']:,} | {r['http_wall_s']:.3f} / {r['http_cpu_s']:.3f} s | "
+            f"{r['httpx_wall_s']:.3f} / {r['httpx_cpu_s']:.3f} s | {r['httpx_cpu_ratio']:.1f}x"
+        )
     return "\n".join(out)
 
 
 def _switch(r: dict, phase: str) -> str:
     """The switch figures of one screen: into it, then back to it (grid) or into it again (node); '-' for
     the first screen."""
-    parts = [f"{r[f'{phase}_{way}switch_ms']:.0f} ({r[f'{phase}_{way}switch_stall_ms_max']:.0f}) ms"
-             for way in ("", "back_", "again_") if f"{phase}_{way}switch_ms" in r]
+    parts = [
+        f"{r[f'{phase}_{way}switch_ms']:.0f} ({r[f'{phase}_{way}switch_stall_ms_max']:.0f}) ms"
+        for way in ("", "back_", "again_")
+        if f"{phase}_{way}switch_ms" in r
+    ]
     return ", ".join(parts) or "-"
 
 
@@ -326,9 +380,22 @@ def main() -> int:
     load = os.getloadavg()
     print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
     ns.out.parent.mkdir(parents=True, exist_ok=True)
-    ns.out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                              "platform": platform.platform()},
-                                  "quick": ns.quick, "cycles": cycles, "results": rows}, indent=2) + "\n")
+    ns.out.write_text(
+        json.dumps(
+            {
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                },
+                "quick": ns.quick,
+                "cycles": cycles,
+                "results": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {ns.out}", file=sys.stderr)
     return 0
 

@@ -111,8 +111,11 @@ class RunWatch:
             return None
         if self._line is None:
             first = first_error_line(self.train_log)
-            self._line = (f"training exited with status {supervise.shell_status(status)}"
-                          + (f": {first}" if first else "") + f" (all its output: {self.train_log})")
+            self._line = (
+                f"training exited with status {supervise.shell_status(status)}"
+                + (f": {first}" if first else "")
+                + f" (all its output: {self.train_log})"
+            )
         return self._line
 
     async def cycle(self, focus: str | None, deadline: float) -> ClusterSnapshot:
@@ -216,12 +219,20 @@ def read_log(path: Path) -> tuple[list[dict], dict | None]:
     return windows, end
 
 
-def summary_rows(windows: list[dict], end: dict | None, scrapes: list[ScrapeRecord],
-                 status: int) -> list[tuple[str, str]]:
+def summary_rows(
+    windows: list[dict], end: dict | None, scrapes: list[ScrapeRecord], status: int
+) -> list[tuple[str, str]]:
     """The summary table as (label, value) rows; the last is the exit status."""
-    rows: list[tuple[str, str]] = [("steps", f"{end['step']} ({end['steps']} run by this attempt)"
-                                    if end and end.get("step") != end.get("steps") else
-                                    str(end["steps"]) if end else "n/a (no end record)")]
+    rows: list[tuple[str, str]] = [
+        (
+            "steps",
+            f"{end['step']} ({end['steps']} run by this attempt)"
+            if end and end.get("step") != end.get("steps")
+            else str(end["steps"])
+            if end
+            else "n/a (no end record)",
+        )
+    ]
     if windows:
         first, last = windows[0], windows[-1]
         rows += [
@@ -252,8 +263,14 @@ def outputs_rows(log_json: Path, train_log: Path | None, status: int) -> list[tu
             rows.append(("why", reason))
     if train_log is not None and train_log.is_file():
         rows.append(("training output", str(train_log)))
-    rows.append(("JSON log", str(log_json) if log_json.is_file() else
-                 "none (training ended before its first step)" + ("" if train_log else "; see its output above")))
+    rows.append(
+        (
+            "JSON log",
+            str(log_json)
+            if log_json.is_file()
+            else "none (training ended before its first step)" + ("" if train_log else "; see its output above"),
+        )
+    )
     return rows
 
 
@@ -267,9 +284,24 @@ def start_agent(port: int, log_path: Path, timeout: float = 30.0) -> tuple[subpr
             is the agent's own error line when it gave one.
     """
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--address", "127.0.0.1",
-                                 "--port", str(port), "--interval", "1"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "observe.cli",
+                "agent",
+                "--address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--interval",
+                "1",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+        )
     assert proc.stdout is not None  # stdout=PIPE
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     line = proc.stdout.readline().decode() if ready else ""
@@ -311,8 +343,10 @@ def agent_rows(snapshot: NodeSnapshot | None, url: str) -> list[tuple[str, str]]
         return [("node agent", f"{url} (no snapshot could be read)")]
     host, mem = snapshot.host, snapshot.host.memory
     cpu = "n/a" if host.cpu.busy_ratio is None else f"{host.cpu.busy_ratio:.0%} busy"
-    rows = [("node agent", f"{url}/metrics, {snapshot.agent.collections} collections"),
-            ("agent: CPU", f"{cpu} of {host.cpu_count} CPUs, load {host.load1:.2f}, {host.processes} processes")]
+    rows = [
+        ("node agent", f"{url}/metrics, {snapshot.agent.collections} collections"),
+        ("agent: CPU", f"{cpu} of {host.cpu_count} CPUs, load {host.load1:.2f}, {host.processes} processes"),
+    ]
     if mem.total_bytes and mem.used_bytes is not None:
         rows.append(("agent: memory", f"{mem.used_bytes / 2**30:.1f} of {mem.total_bytes / 2**30:.1f} GiB used"))
     if snapshot.gpus:
@@ -327,8 +361,9 @@ def agent_rows(snapshot: NodeSnapshot | None, url: str) -> list[tuple[str, str]]
     return rows
 
 
-def start_prometheus(out: Path, port: int | None, agent_url: str,
-                     rank_urls: list[str]) -> prometheus_local.LocalPrometheus:
+def start_prometheus(
+    out: Path, port: int | None, agent_url: str, rank_urls: list[str]
+) -> prometheus_local.LocalPrometheus:
     """Prometheus on 127.0.0.1 with the generated rules, scraping the agent and the ranks.
 
     Its config, log, rule file and TSDB go to ``out/prometheus``. ``port`` ``None``: the default
@@ -347,8 +382,13 @@ def start_prometheus(out: Path, port: int | None, agent_url: str,
         port = prometheus_local.DEFAULT_PORT
         if not port_is_free(port):
             port = free_port()
-    cfg = prometheus_local.config({"fsdp-observe-agent": [urlsplit(agent_url).netloc],
-                                   "fsdp-observe-trainer": [urlsplit(u).netloc for u in rank_urls]}, [rule_path])
+    cfg = prometheus_local.config(
+        {
+            "fsdp-observe-agent": [urlsplit(agent_url).netloc],
+            "fsdp-observe-trainer": [urlsplit(u).netloc for u in rank_urls],
+        },
+        [rule_path],
+    )
     return prometheus_local.start(folder, cfg, port)
 
 

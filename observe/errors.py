@@ -67,8 +67,9 @@ class PortInUseError(UserError):
         super().__init__(field, f"port {port} on {address} is already in use", fix)
 
 
-def bind_error(field: str, address: str, port: int, exc: OSError, fix: str,
-               address_field: str | None = None) -> UserError:
+def bind_error(
+    field: str, address: str, port: int, exc: OSError, fix: str, address_field: str | None = None
+) -> UserError:
     """The ``UserError`` for a failed ``bind(address, port)``.
 
     ``PortInUseError`` (``field``, the port's flag) for ``EADDRINUSE``. An address that cannot
@@ -83,10 +84,12 @@ def bind_error(field: str, address: str, port: int, exc: OSError, fix: str,
         return PortInUseError(field, address, port, fix)
     bad_address = isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
     if address_field is not None and bad_address:
-        return UserError(address_field, f"cannot serve on {address!r} ({exc.strerror or exc}): it is not an "
-                         "address of this machine",
-                         f"pass {address_field} 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or an "
-                         "address 'ip -brief address' lists")
+        return UserError(
+            address_field,
+            f"cannot serve on {address!r} ({exc.strerror or exc}): it is not an address of this machine",
+            f"pass {address_field} 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or an "
+            "address 'ip -brief address' lists",
+        )
     return UserError(field, f"cannot serve on {address}:{port} ({exc.strerror or exc})", fix)
 
 

@@ -47,8 +47,11 @@ class OneLineParser(argparse.ArgumentParser):
     command-specific fix where no did-you-mean applies.
     """
 
-    def parse_args(self, args: typing.Sequence[str] | None = None,  # type: ignore[override]
-                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+    def parse_args(  # type: ignore[override]
+        self,
+        args: typing.Sequence[str] | None = None,
+        namespace: argparse.Namespace | None = None,
+    ) -> argparse.Namespace:
         """argparse's ``parse_args``, unknown flags first (see the class).
 
         Raises:
@@ -127,8 +130,11 @@ class _SubcommandParser(OneLineParser):
     """A subcommand's parser (``job render``): refuses its own unknown flags, so the message names
     the subcommand, its flags and its ``--help``, not the parent's."""
 
-    def parse_known_args(self, args: typing.Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]
+        self,
+        args: typing.Sequence[str] | None = None,
+        namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
         self._refuse_unknown(args, namespace)
         return super().parse_known_args(args, namespace)
 
@@ -150,10 +156,20 @@ class Flag:
     env: str | None = None
 
 
-def flag(name: str, help: str, *, group: str | None = None, metavar: str | None = None,
-         choices: tuple[str, ...] | None = None, nargs: str | None = None, const: Any = None,
-         parse: Callable[[str], Any] | None = None, format: Callable[[Any], str] | None = None,
-         default_text: str | None = None, env: str | None = None) -> dict[str, Flag]:
+def flag(
+    name: str,
+    help: str,
+    *,
+    group: str | None = None,
+    metavar: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    nargs: str | None = None,
+    const: Any = None,
+    parse: Callable[[str], Any] | None = None,
+    format: Callable[[Any], str] | None = None,
+    default_text: str | None = None,
+    env: str | None = None,
+) -> dict[str, Flag]:
     """Field metadata declaring the flag of a dataclass field: ``field(..., metadata=flag(...))``.
 
     Args:
@@ -189,8 +205,12 @@ def iter_flags(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.F
             yield f"{prefix}{f.name}", f, f.metadata["flag"]
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type, groups: Mapping[str, str] | None = None,
-              only: Collection[str] | None = None) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    groups: Mapping[str, str] | None = None,
+    only: Collection[str] | None = None,
+) -> None:
     """Add every flag of ``cls`` to ``parser``, in argument groups by ``Flag.group``.
 
     Args:
@@ -214,8 +234,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, groups: Mapping[str, s
                 made[title] = parser.add_argument_group(title)
             target = made[title]
         kind = hints[path]
-        kwargs: dict[str, Any] = {"dest": path, "default": argparse.SUPPRESS,
-                                  "help": _help(spec, _get(defaults, path))}
+        kwargs: dict[str, Any] = {"dest": path, "default": argparse.SUPPRESS, "help": _help(spec, _get(defaults, path))}
         if kind is bool and spec.parse is None:
             kwargs["action"] = "store_true"
         else:
@@ -314,15 +333,17 @@ def _from_env(spec: Flag, kind: Any, text: str) -> Any:
         return parse(text)
     except (argparse.ArgumentTypeError, ValueError) as exc:  # the parse of the user's text, nothing else
         problem, _, fix = str(exc).partition("; ")
-        raise UserError(f"${spec.env}", f"{text!r} ({problem})" if parse in (int, float) else problem,
-                        fix or f"set {spec.env} as you would pass {spec.name}, or unset it") from None
+        raise UserError(
+            f"${spec.env}",
+            f"{text!r} ({problem})" if parse in (int, float) else problem,
+            fix or f"set {spec.env} as you would pass {spec.name}, or unset it",
+        ) from None
 
 
 def _help(spec: Flag, default: Any) -> str:
     shown = spec.default_text
     if shown is None and default is not None and default is not False and default not in ((), []):
-        shown = (spec.format or str)(default) if not isinstance(default, (list, tuple)) else \
-            ",".join(map(str, default))
+        shown = (spec.format or str)(default) if not isinstance(default, (list, tuple)) else ",".join(map(str, default))
     return f"{spec.help} (default: {shown})" if shown else spec.help
 
 

@@ -33,8 +33,15 @@ class OnceLog:
         self.counts: Counter[str] = Counter() if counts is None else counts
         self._seen: set[str] = set()
 
-    def report(self, kind: str, message: str, *args: object, level: int = logging.WARNING, count: bool = True,
-               exc_info: bool = False) -> bool:
+    def report(
+        self,
+        kind: str,
+        message: str,
+        *args: object,
+        level: int = logging.WARNING,
+        count: bool = True,
+        exc_info: bool = False,
+    ) -> bool:
         """Count one ``kind`` fault (unless ``count`` is false); log ``message % args`` the first time.
 
         Returns:

@@ -337,8 +337,9 @@ class NodeSnapshot:
         data = json.loads(text)
         version = data.get("schema_version") if isinstance(data, dict) else None
         if version != SCHEMA_VERSION:
-            raise ValueError(f"snapshot schema_version {version!r} is not {SCHEMA_VERSION}; "
-                             "upgrade fsdp-observe on the reading side")
+            raise ValueError(
+                f"snapshot schema_version {version!r} is not {SCHEMA_VERSION}; upgrade fsdp-observe on the reading side"
+            )
         try:
             return _build(cls, data)
         except (TypeError, AttributeError) as exc:

@@ -41,8 +41,10 @@ class PrometheusAPI:
         try:
             body = response.json()
         except ValueError:
-            raise PrometheusError(f"{self.url} answered HTTP {response.status_code} without Prometheus "
-                                  "API JSON; is it a Prometheus server?") from None
+            raise PrometheusError(
+                f"{self.url} answered HTTP {response.status_code} without Prometheus "
+                "API JSON; is it a Prometheus server?"
+            ) from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body if not isinstance(body, dict) else f"{body.get('errorType')}: {body.get('error')}"
             raise PrometheusError(f"query failed at {self.url}: {error}")
@@ -62,5 +64,6 @@ class PrometheusAPI:
         Raises:
             PrometheusError: as ``query``.
         """
-        return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{step:g}"})[1]
+        return self._get(
+            "/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        )[1]

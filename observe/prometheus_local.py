@@ -25,15 +25,18 @@ def binary() -> str | None:
     return shutil.which("prometheus")
 
 
-def config(targets: dict[str, list[str]], rule_files: list[Path], scrape_interval: str = "2s",
-           evaluation_interval: str = "5s") -> dict:
+def config(
+    targets: dict[str, list[str]], rule_files: list[Path], scrape_interval: str = "2s", evaluation_interval: str = "5s"
+) -> dict:
     """A Prometheus config: one scrape job per ``targets`` key (job name → ``host:port`` list)."""
     return {
-        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
-                   "evaluation_interval": evaluation_interval},
+        "global": {
+            "scrape_interval": scrape_interval,
+            "scrape_timeout": scrape_interval,
+            "evaluation_interval": evaluation_interval,
+        },
         "rule_files": [str(p) for p in rule_files],
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": hosts}]}
-                           for job, hosts in targets.items()],
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": hosts}]} for job, hosts in targets.items()],
     }
 
 
@@ -89,9 +92,18 @@ def start(folder: Path, settings: dict, port: int, timeout: float = 20.0) -> Loc
     config_path.write_text(json.dumps(settings, indent=2) + "\n")  # JSON is YAML
     log_path = folder / "prometheus.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([exe, f"--config.file={config_path}", f"--storage.tsdb.path={folder / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{port}"],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                exe,
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={folder / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     running = LocalPrometheus(proc, f"http://127.0.0.1:{port}", folder)
     if running.wait_ready(timeout):
         return running

@@ -35,8 +35,14 @@ def parse(text: str, names: Collection[str] | None = None) -> list[Sample]:
         ValueError: the text is not the Prometheus text format.
     """
     if names is not None:
-        text = "\n".join(line for line in text.splitlines()
-                         if line and not line.startswith("#")
-                         and line.split("{", 1)[0].split(" ", 1)[0] in names) + "\n"
-    return [Sample(s.name, s.labels, s.value)
-            for family in text_string_to_metric_families(text) for s in family.samples]
+        text = (
+            "\n".join(
+                line
+                for line in text.splitlines()
+                if line and not line.startswith("#") and line.split("{", 1)[0].split(" ", 1)[0] in names
+            )
+            + "\n"
+        )
+    return [
+        Sample(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples
+    ]

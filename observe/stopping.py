@@ -145,8 +145,12 @@ class StopSignals:
         if fired and self.signum is not None:
             listener(self.signum)
 
-    def exit_after(self, grace_seconds: float, message: Callable[[int], str] | None = None,
-                   status: Callable[[int], int] = exit_status) -> None:
+    def exit_after(
+        self,
+        grace_seconds: float,
+        message: Callable[[int], str] | None = None,
+        status: Callable[[int], int] = exit_status,
+    ) -> None:
         """Once a stop signal arrived, end the process ``grace_seconds`` after it with
         ``os._exit(status(signum))`` unless it has exited by then.
 
@@ -156,13 +160,17 @@ class StopSignals:
                 before the forced exit.
             status: the exit status for the signal (default ``128 + signum``).
         """
+
         def enforce(_: int) -> None:
-            threading.Thread(target=self._deadline, args=(grace_seconds, message, status),
-                             name="stop-deadline", daemon=True).start()
+            threading.Thread(
+                target=self._deadline, args=(grace_seconds, message, status), name="stop-deadline", daemon=True
+            ).start()
+
         self.add_listener(enforce)
 
-    def _deadline(self, grace_seconds: float, message: Callable[[int], str] | None,
-                  status: Callable[[int], int]) -> None:
+    def _deadline(
+        self, grace_seconds: float, message: Callable[[int], str] | None, status: Callable[[int], int]
+    ) -> None:
         started = self.requested_at if self.requested_at is not None else time.monotonic()
         time.sleep(max(0.0, started + grace_seconds - time.monotonic()))
         signum = self.signum if self.signum is not None else signal.SIGTERM

@@ -29,11 +29,19 @@ _ManifestDumper.add_representer(str, _str_presenter)
 
 def dump(obj: Any) -> str:
     """One manifest as YAML text (keys keep their insertion order)."""
-    return yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False, width=120,
-                     allow_unicode=True)
+    return yaml.dump(
+        obj, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True
+    )
 
 
 def dump_all(objs: Iterable[Any]) -> str:
     """Several manifests as one multi-document YAML stream (``---`` between documents)."""
-    return yaml.dump_all(list(objs), Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False,
-                         width=120, explicit_start=True, allow_unicode=True)
+    return yaml.dump_all(
+        list(objs),
+        Dumper=_ManifestDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=120,
+        explicit_start=True,
+        allow_unicode=True,
+    )

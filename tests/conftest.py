@@ -33,7 +33,6 @@ def subprocess_env() -> dict[str, str]:
     return child_env()
 
 
-
 @dataclass(frozen=True)
 class Native:
     """Paths of the compiled stand-ins."""
@@ -49,9 +48,14 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Native:
     root = tmp_path_factory.mktemp("native")
     return Native(
         fake_nvml=build_fake_nvml(root / "nvml"),
-        fake_nvml_old_driver=build_fake_nvml(root / "nvml-old", omit=(
-            "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
-            "nvmlDeviceGetCurrentClocksEventReasons")),
+        fake_nvml_old_driver=build_fake_nvml(
+            root / "nvml-old",
+            omit=(
+                "nvmlDeviceGetEncoderUtilization",
+                "nvmlDeviceGetDecoderUtilization",
+                "nvmlDeviceGetCurrentClocksEventReasons",
+            ),
+        ),
         sleeper=build_sleeper(root / "bin"),
     )
 

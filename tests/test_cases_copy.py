@@ -16,15 +16,26 @@ def copied_files() -> list[Path]:
 
 
 def test_the_copy_is_not_empty() -> None:
-    assert {"redaction.tsv", "exposition.md", "nvml-scenarios.md", "xid/kernel-log.txt",
-            "xid/expected.jsonl", "dcgm/README.md", "dcgm/exposition-v3.prom", "dcgm/exposition-v4.prom"
-            } <= {str(p) for p in copied_files()}
+    assert {
+        "redaction.tsv",
+        "exposition.md",
+        "nvml-scenarios.md",
+        "xid/kernel-log.txt",
+        "xid/expected.jsonl",
+        "dcgm/README.md",
+        "dcgm/exposition-v3.prom",
+        "dcgm/exposition-v4.prom",
+    } <= {str(p) for p in copied_files()}
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/cases is not beside this checkout (a clean clone): "
-                                                "nothing to compare the copy with")
+@pytest.mark.skipif(
+    not SHARED.is_dir(),
+    reason="../shared/cases is not beside this checkout (a clean clone): nothing to compare the copy with",
+)
 def test_the_copy_equals_the_shared_cases() -> None:
     shared = sorted(p.relative_to(SHARED) for p in SHARED.rglob("*") if p.is_file())
-    assert copied_files() == shared, "copy ../shared/cases into tests/cases again (cp -r ../shared/cases/. tests/cases/)"
+    assert copied_files() == shared, (
+        "copy ../shared/cases into tests/cases again (cp -r ../shared/cases/. tests/cases/)"
+    )
     for relative in copied_files():
         assert (CASES / relative).read_bytes() == (SHARED / relative).read_bytes(), f"{relative} differs from ../shared"

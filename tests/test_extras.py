@@ -23,6 +23,7 @@ KEEP = ("observe", "observe.errors", "observe.cli", "observe.flags")
 @pytest.fixture
 def hide(monkeypatch: pytest.MonkeyPatch):
     """``hide("torch", ...)``: make those modules uninstalled for the rest of the test."""
+
     def hide_(*modules: str) -> None:
         for name in list(sys.modules):
             top = name.split(".")[0]
@@ -30,27 +31,40 @@ def hide(monkeypatch: pytest.MonkeyPatch):
                 monkeypatch.delitem(sys.modules, name)
         for name in modules:
             monkeypatch.setitem(sys.modules, name, None)
+
     return hide_
 
 
-@pytest.mark.parametrize("argv, hidden, extra", [
-    (["dashboards", "--check"], "grafanalib", "dashboards"),
-    (["job", "render", "--config", str(REPO / "examples" / "llama2-7b.env"), "--set", "IMAGE_URI=r/i:1"], "yaml",
-     "k8s"),
-    (["job", "status", "some-job"], "kubernetes", "k8s"),
-    (["top", "--kube"], "kubernetes", "k8s"),  # the base command, an option that needs an extra
-    (["agent", "--port", "0"], "pynvml", "agent"),
-    (["train", "--steps", "1"], "torch", "trainer"),  # the ranks would import it: checked up front
-    (["scaling", "--prometheus", "http://127.0.0.1:9", "--run-id", "a", "--run-id", "b"], "matplotlib",
-     "scaling"),  # report.png is drawn last: checked before Prometheus is read
-    (["scaling", "--world-sizes", "1,2"], "torch", "trainer"),  # local mode runs the trainer
-    (["demo", "--no-tui"], "torch", "all"),
-])
+@pytest.mark.parametrize(
+    "argv, hidden, extra",
+    [
+        (["dashboards", "--check"], "grafanalib", "dashboards"),
+        (
+            ["job", "render", "--config", str(REPO / "examples" / "llama2-7b.env"), "--set", "IMAGE_URI=r/i:1"],
+            "yaml",
+            "k8s",
+        ),
+        (["job", "status", "some-job"], "kubernetes", "k8s"),
+        (["top", "--kube"], "kubernetes", "k8s"),  # the base command, an option that needs an extra
+        (["agent", "--port", "0"], "pynvml", "agent"),
+        (["train", "--steps", "1"], "torch", "trainer"),  # the ranks would import it: checked up front
+        (
+            ["scaling", "--prometheus", "http://127.0.0.1:9", "--run-id", "a", "--run-id", "b"],
+            "matplotlib",
+            "scaling",
+        ),  # report.png is drawn last: checked before Prometheus is read
+        (["scaling", "--world-sizes", "1,2"], "torch", "trainer"),  # local mode runs the trainer
+        (["demo", "--no-tui"], "torch", "all"),
+    ],
+)
 def test_a_missing_extra_is_named_in_one_line(argv, hidden, extra, hide, capsys, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     hide(hidden)
-    line = assert_one_line_error(run_cli(argv, capsys), f"fsdp-observe {argv[0]}: needs the Python module "
-                                 f"'{hidden}', which is not installed", f"pip install 'fsdp-observe[{extra}]'")
+    line = assert_one_line_error(
+        run_cli(argv, capsys),
+        f"fsdp-observe {argv[0]}: needs the Python module '{hidden}', which is not installed",
+        f"pip install 'fsdp-observe[{extra}]'",
+    )
     assert line.endswith(f"pip install 'fsdp-observe[{extra}]'")
     assert not list(tmp_path.iterdir())  # nothing was started or written first
 

@@ -33,23 +33,41 @@ TRAINER_FLAGS_BEFORE = (
     "--weight-decay --grad-clip --grad-accum-steps --seed --sharding-strategy --mixed-precision --device --backend "
     "--replicate-degree --shard-degree --activation-checkpointing --verify-weights --checkpoint-dir "
     "--checkpoint-every --keep-checkpoints --resume --sigterm-grace --resume-any-world-size --val-every --val-fraction --val-batches "
-    "--metrics --metrics-port --metrics-address --metrics-linger --log-every --log-json --run-id").split()
-SCALING_PLAN_FLAGS_BEFORE = ("--world-sizes --strong --steps --batch-size --seq-len --preset --threads-per-rank "
-                             "--metrics-port --timeout --warmup-steps").split()
+    "--metrics --metrics-port --metrics-address --metrics-linger --log-every --log-json --run-id"
+).split()
+SCALING_PLAN_FLAGS_BEFORE = (
+    "--world-sizes --strong --steps --batch-size --seq-len --preset --threads-per-rank "
+    "--metrics-port --timeout --warmup-steps"
+).split()
 
 #: Settings that differ from the defaults in every field a flag can set.
 EVERYTHING = TrainConfig(
     model=ModelConfig(preset="small", path="/models/x", tokenizer="/tok"),
     data=DataConfig(paths=["a.txt", "b/*.jsonl"], seq_len=64, batch_size=3),
-    optim=OptimConfig(lr=3e-4, warmup_steps=7, min_lr_ratio=0.2, weight_decay=0.05, grad_clip=0.5,
-                      grad_accum_steps=4),
-    parallel=ParallelConfig(sharding_strategy="HYBRID_SHARD", mixed_precision="fp32", device="cpu", backend="gloo",
-                            replicate_degree=2, shard_degree=4, activation_checkpointing="every-2"),
-    metrics=MetricsConfig(enabled=False, port_base=9600, address="127.0.0.1", linger_seconds=2.5, log_every=3,
-                          log_json="/tmp/log.jsonl", run_id="r-1"),
+    optim=OptimConfig(lr=3e-4, warmup_steps=7, min_lr_ratio=0.2, weight_decay=0.05, grad_clip=0.5, grad_accum_steps=4),
+    parallel=ParallelConfig(
+        sharding_strategy="HYBRID_SHARD",
+        mixed_precision="fp32",
+        device="cpu",
+        backend="gloo",
+        replicate_degree=2,
+        shard_degree=4,
+        activation_checkpointing="every-2",
+    ),
+    metrics=MetricsConfig(
+        enabled=False,
+        port_base=9600,
+        address="127.0.0.1",
+        linger_seconds=2.5,
+        log_every=3,
+        log_json="/tmp/log.jsonl",
+        run_id="r-1",
+    ),
     checkpoint=CheckpointConfig(dir="/ckpt", every=5, keep=3, resume="never", sigterm_grace=10.0, any_world_size=True),
     validation=ValidationConfig(every=9, fraction=0.05, batches=2),
-    steps=11, seed=4, verify_weights=True,
+    steps=11,
+    seed=4,
+    verify_weights=True,
 )
 
 
@@ -99,28 +117,45 @@ def test_every_launcher_command_line_parses_back_to_its_settings(tmp_path: Path)
     cmd = torchrun_command(EVERYTHING, 2, max_restarts=1)
     cut = cmd.index("--no-python")
     assert cmd[cut + 1].endswith("fsdp-observe-trainer")
-    assert TrainConfig.from_argv(cmd[cut + 2:]) == EVERYTHING
+    assert TrainConfig.from_argv(cmd[cut + 2 :]) == EVERYTHING
     plan = LocalPlan(world_sizes=(1, 2), steps=12, seq_len=32, batch_size=2, trainer_args=("--lr", "5e-4"))
     cfg = plan.trainer_config(2, "run-x", tmp_path / "log.jsonl")
     assert (cfg.steps, cfg.data.seq_len, cfg.optim.lr, cfg.metrics.run_id) == (12, 32, 5e-4, "run-x")
-    job = settings_from_mapping({"IMAGE_URI": "r/fsdp-observe:1", "MODEL": "llama2-7b", "DATA": "/d/a.jsonl",
-                                 "TRAINER_ARGS": "--steps=7 --grad-accum-steps 2"})
+    job = settings_from_mapping(
+        {
+            "IMAGE_URI": "r/fsdp-observe:1",
+            "MODEL": "llama2-7b",
+            "DATA": "/d/a.jsonl",
+            "TRAINER_ARGS": "--steps=7 --grad-accum-steps 2",
+        }
+    )
     pod = trainer_command(job, "rid")
     assert pod[:4] == ["fsdp-observe-torchrun", "--nproc-per-node=8", "--no-python", "fsdp-observe-trainer"]
     assert TrainConfig.from_argv(pod[4:]) == job.trainer_config("rid")
     parsed = TrainConfig.from_argv(pod[4:])
-    assert (parsed.model.preset, parsed.data.paths, parsed.steps, parsed.optim.grad_accum_steps,
-            parsed.metrics.run_id) == ("llama2-7b", ["/d/a.jsonl"], 7, 2, "rid")
+    assert (
+        parsed.model.preset,
+        parsed.data.paths,
+        parsed.steps,
+        parsed.optim.grad_accum_steps,
+        parsed.metrics.run_id,
+    ) == ("llama2-7b", ["/d/a.jsonl"], 7, 2, "rid")
     assert "--metrics-port" in pod and "--sharding-strategy" in pod  # shown to readers of the manifest
 
 
 def test_the_flags_a_job_setting_owns_come_from_the_trainer_flags() -> None:
     assert managed_trainer_flags() == {
-        "--preset": "MODEL", "--model": "MODEL", "--data": "DATA", "--sharding-strategy": "SHARDING_STRATEGY",
-        "--metrics-port": "METRICS_PORT", "--run-id": "the rendered run id", "--device": "GPU_PER_NODE",
+        "--preset": "MODEL",
+        "--model": "MODEL",
+        "--data": "DATA",
+        "--sharding-strategy": "SHARDING_STRATEGY",
+        "--metrics-port": "METRICS_PORT",
+        "--run-id": "the rendered run id",
+        "--device": "GPU_PER_NODE",
         "--metrics": "the job (metrics are always on)",
         "--checkpoint-dir": "CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS (a volume every pod shares)",
-        "--checkpoint-every": "CHECKPOINT_EVERY"}
+        "--checkpoint-every": "CHECKPOINT_EVERY",
+    }
     assert set(MANAGED_TRAINER_SETTINGS) <= set(flag_names(TrainConfig))
     with pytest.raises(UserError, match="TRAINER_ARGS: --metrics-port is set by METRICS_PORT"):
         settings_from_mapping({"IMAGE_URI": "x", "TRAINER_ARGS": "--metrics-p 9600"})  # an abbreviation too

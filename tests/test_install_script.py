@@ -56,8 +56,18 @@ def test_it_installs_the_debian_packages_and_kubectl(tmp_path: Path) -> None:
 
 def test_with_everything_present_it_changes_nothing(tmp_path: Path) -> None:
     env, log = bare_machine(tmp_path)
-    for name in ("prometheus", "promtool", "prometheus-alertmanager", "amtool", "prometheus-node-exporter", "etcd",
-                 "gcc", "tmux", "openssl", "kubectl"):
+    for name in (
+        "prometheus",
+        "promtool",
+        "prometheus-alertmanager",
+        "amtool",
+        "prometheus-node-exporter",
+        "etcd",
+        "gcc",
+        "tmux",
+        "openssl",
+        "kubectl",
+    ):
         (Path(env["PATH"]) / name).write_text("#!/bin/sh\n")
         (Path(env["PATH"]) / name).chmod(0o755)
     done = subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)

@@ -38,8 +38,9 @@ def test_a_taken_port_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> No
         assert ports.free_port() == port + 1
 
 
-def test_the_kernel_range_is_read_and_a_full_range_falls_back_to_port_0(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_kernel_range_is_read_and_a_full_range_falls_back_to_port_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conf = tmp_path / "ip_local_port_range"
     conf.write_text("1024\t65535\n")
     assert ports.ephemeral_range(str(conf)) == (1024, 65535)

@@ -59,7 +59,11 @@ def test_listeners_run_once_on_an_ordinary_thread_and_late_ones_at_once() -> Non
 
 
 def test_exit_after_ends_a_process_whose_main_thread_is_stuck_when_the_grace_period_runs_out() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import os
         from observe import stopping
         stop = stopping.install()
@@ -67,7 +71,12 @@ def test_exit_after_ends_a_process_whose_main_thread_is_stuck_when_the_grace_per
         print("ready", flush=True)
         r, w = os.pipe()
         os.read(r, 1)  # blocks for ever, as a rank stuck in a collective would
-    """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     signalled = time.monotonic()
     proc.terminate()

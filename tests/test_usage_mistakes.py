@@ -12,21 +12,37 @@ from observe.flags import OneLineParser
 from tests.support.cli import assert_one_line_error, run_cli
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["job", "render", "--confg", "x"],
-     ("fsdp-observe job render: unrecognized arguments: --confg x", "did you mean --config?",
-      "'fsdp-observe job render --help'")),
-    (["job", "render", "--config", "x", "--replica", "2"],
-     ("fsdp-observe job render: unrecognized arguments: --replica 2", "'fsdp-observe job render --help'")),
-    (["job", "access", "--namspace", "ml"],
-     ("fsdp-observe job access: unrecognized arguments: --namspace ml", "did you mean --namespace?")),
-    (["job", "rendr"], ("invalid choice: 'rendr'", "did you mean render?")),
-    (["job", "render"], ("fsdp-observe job render: the following arguments are required: --config",)),
-    (["run", "--nproc", "2", "train.py"],
-     ("fsdp-observe run: unrecognized arguments: --nproc",
-      "write the training command after --, e.g. fsdp-observe run -- torchrun")),
-    (["run", "--port-bse", "9600", "--", "python", "x.py"], ("did you mean --port-base?",)),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (
+            ["job", "render", "--confg", "x"],
+            (
+                "fsdp-observe job render: unrecognized arguments: --confg x",
+                "did you mean --config?",
+                "'fsdp-observe job render --help'",
+            ),
+        ),
+        (
+            ["job", "render", "--config", "x", "--replica", "2"],
+            ("fsdp-observe job render: unrecognized arguments: --replica 2", "'fsdp-observe job render --help'"),
+        ),
+        (
+            ["job", "access", "--namspace", "ml"],
+            ("fsdp-observe job access: unrecognized arguments: --namspace ml", "did you mean --namespace?"),
+        ),
+        (["job", "rendr"], ("invalid choice: 'rendr'", "did you mean render?")),
+        (["job", "render"], ("fsdp-observe job render: the following arguments are required: --config",)),
+        (
+            ["run", "--nproc", "2", "train.py"],
+            (
+                "fsdp-observe run: unrecognized arguments: --nproc",
+                "write the training command after --, e.g. fsdp-observe run -- torchrun",
+            ),
+        ),
+        (["run", "--port-bse", "9600", "--", "python", "x.py"], ("did you mean --port-base?",)),
+    ],
+)
 def test_a_mistake_is_named_by_the_command_it_was_given_to(args, needles, capsys) -> None:
     assert_one_line_error(run_cli(args, capsys), *needles)
 

@@ -94,9 +94,15 @@ class Checkpointer:
         self.cfg, self.rank, self.device, self.layout, self.run_id = cfg, rank, device, layout, run_id
         self.last_saved_step: int | None = None
 
-    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler: torch.optim.lr_scheduler.LRScheduler, position: RunPosition, goodput: Goodput,
-             reason: str) -> tuple[Path, float]:
+    def save(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        position: RunPosition,
+        goodput: Goodput,
+        reason: str,
+    ) -> tuple[Path, float]:
         """Write a checkpoint of ``position.step`` on every rank (a collective).
 
         ``goodput``'s run start and productive seconds go into ``trainer.json`` (restored on resume).
@@ -122,15 +128,24 @@ class Checkpointer:
         seconds = time.perf_counter() - started
         if self.rank == 0:  # dcp.save returned: every rank's shards and the metadata are on disk
             try:
-                TrainerState(step=position.step, batches_consumed=position.batches_consumed,
-                             blocks_before=position.blocks_before,
-                             scheduler=scheduler.state_dict(), layout=self.layout, run_id=self.run_id,
-                             run_started=goodput.run_started, productive_seconds=goodput.productive_seconds,
-                             reason=reason, saved_at=time.time(), save_seconds=seconds,
-                             files=file_sizes(path)).write(path)
+                TrainerState(
+                    step=position.step,
+                    batches_consumed=position.batches_consumed,
+                    blocks_before=position.blocks_before,
+                    scheduler=scheduler.state_dict(),
+                    layout=self.layout,
+                    run_id=self.run_id,
+                    run_started=goodput.run_started,
+                    productive_seconds=goodput.productive_seconds,
+                    reason=reason,
+                    saved_at=time.time(),
+                    save_seconds=seconds,
+                    files=file_sizes(path),
+                ).write(path)
             except OSError as exc:
-                raise self._failed(path, f"rank(s) 0: {type(exc).__name__}: {exc}", state_bytes(state),
-                                   collective=False) from None
+                raise self._failed(
+                    path, f"rank(s) 0: {type(exc).__name__}: {exc}", state_bytes(state), collective=False
+                ) from None
             prune(self.cfg.dir, self.cfg.keep, position.step)
         self.last_saved_step = position.step
         return path, seconds
@@ -153,12 +168,19 @@ class Checkpointer:
             room = f"{_mb(free)} {'is' if free < 2e6 else 'are'} free there" + (": not enough" if free < needed else "")
         except OSError:
             room = "the free space there is unknown"
-        return RuntimeError(f"checkpoint save to {path} failed on {what}; the save needs about {_mb(needed)} "
-                            f"({_mb(local_bytes)} per rank x {world}) and {room}; its partial {path.name} was "
-                            "removed; free space, or point --checkpoint-dir elsewhere")
+        return RuntimeError(
+            f"checkpoint save to {path} failed on {what}; the save needs about {_mb(needed)} "
+            f"({_mb(local_bytes)} per rank x {world}) and {room}; its partial {path.name} was "
+            "removed; free space, or point --checkpoint-dir elsewhere"
+        )
 
-    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler: torch.optim.lr_scheduler.LRScheduler) -> tuple[TrainerState, float]:
+    def load(
+        self,
+        path: Path,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+    ) -> tuple[TrainerState, float]:
         """Restore model, optimizer, RNG and scheduler from ``path`` (a collective).
 
         Returns the checkpoint's ``TrainerState`` and this rank's load seconds. Written at another

@@ -88,8 +88,14 @@ class EmptyStream(ValueError):
     """A whole pass over the corpus yielded no token (every document empty or held out)."""
 
 
-def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int | None = None,
-                 held_out: float = 0.0, split: str = "train") -> Iterator[np.ndarray]:
+def token_stream(
+    files: list[Path],
+    tokenizer: Tokenizer,
+    seed: int,
+    epochs: int | None = None,
+    held_out: float = 0.0,
+    split: str = "train",
+) -> Iterator[np.ndarray]:
     """Tokenised documents, each followed by EOS, file order reshuffled per epoch.
 
     Args:
@@ -124,8 +130,9 @@ def token_stream(files: list[Path], tokenizer: Tokenizer, seed: int, epochs: int
         epoch += 1
 
 
-def packed_blocks(stream: Iterator[np.ndarray], block_len: int, rank: int, world_size: int,
-                  offset: int = 0) -> Iterator[np.ndarray]:
+def packed_blocks(
+    stream: Iterator[np.ndarray], block_len: int, rank: int, world_size: int, offset: int = 0
+) -> Iterator[np.ndarray]:
     """Cut a token stream into ``block_len`` blocks and keep every ``world_size``-th from ``rank``,
     counted from global block ``offset`` (blocks before it were read by an earlier world size).
 
@@ -146,9 +153,9 @@ def packed_blocks(stream: Iterator[np.ndarray], block_len: int, rank: int, world
         full = flat.size // block_len
         for i in range(full):
             if index >= offset and (index - offset) % world_size == rank:
-                yield flat[i * block_len:(i + 1) * block_len]
+                yield flat[i * block_len : (i + 1) * block_len]
             index += 1
-        rest = flat[full * block_len:]
+        rest = flat[full * block_len :]
         pending, have = [rest], rest.size
     if have and index >= offset and (index - offset) % world_size == rank:
         tail = np.full(block_len, IGNORE_INDEX, dtype=np.int64)
@@ -185,9 +192,20 @@ class BatchIterator:
         EmptyStream: (from ``next``) the split has no document.
     """
 
-    def __init__(self, files: list[Path], tokenizer: Tokenizer, seq_len: int, batch_size: int,
-                 rank: int, world_size: int, seed: int, skip_batches: int = 0,
-                 held_out: float = 0.0, split: str = "train", block_offset: int = 0) -> None:
+    def __init__(
+        self,
+        files: list[Path],
+        tokenizer: Tokenizer,
+        seq_len: int,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        seed: int,
+        skip_batches: int = 0,
+        held_out: float = 0.0,
+        split: str = "train",
+        block_offset: int = 0,
+    ) -> None:
         self.batch_size = batch_size
         self.pad_id = getattr(tokenizer, "pad_id", tokenizer.eos_id)
         stream = token_stream(files, tokenizer, seed, held_out=held_out, split=split)

@@ -59,15 +59,22 @@ def init(parallel: ParallelConfig) -> Runtime:
         UserError: ``--device cuda`` on a machine without CUDA.
     """
     if "RANK" not in os.environ:
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        os.environ.update(
+            RANK="0",
+            LOCAL_RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(free_port()),
+        )
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     use_cuda = parallel.device == "cuda" or (parallel.device == "auto" and torch.cuda.is_available())
     if use_cuda and not torch.cuda.is_available():
-        raise UserError("--device", "cuda was asked for but no CUDA device is visible",
-                          "pass --device cpu or run on a GPU node")
+        raise UserError(
+            "--device", "cuda was asked for but no CUDA device is visible", "pass --device cpu or run on a GPU node"
+        )
     gpu_uuid = device_name = None
     if use_cuda:
         device = torch.device("cuda", local_rank)
@@ -80,13 +87,18 @@ def init(parallel: ParallelConfig) -> Runtime:
     backend = parallel.backend if parallel.backend != "auto" else ("nccl" if use_cuda else "gloo")
     dist.init_process_group(backend=backend, device_id=device if use_cuda else None)
     if rank == 0 and restart_store_hazard(dict(os.environ)):
-        print(f"warning: torchrun shares its rendezvous store with the ranks across restarts, so a restarted "
-              f"group can hang on the previous attempt's addresses; set {UNSHARE_STORE_ENV}=1 in torchrun's "
-              f"environment", file=sys.stderr, flush=True)
+        print(
+            f"warning: torchrun shares its rendezvous store with the ranks across restarts, so a restarted "
+            f"group can hang on the previous attempt's addresses; set {UNSHARE_STORE_ENV}=1 in torchrun's "
+            f"environment",
+            file=sys.stderr,
+            flush=True,
+        )
     node = os.environ.get("NODE_NAME") or socket.gethostname()
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    return Runtime(rank, local_rank, world_size, local_world_size, device, backend, node, gpu_uuid, device_name,
-                   restarts)
+    return Runtime(
+        rank, local_rank, world_size, local_world_size, device, backend, node, gpu_uuid, device_name, restarts
+    )
 
 
 def resolve_run_id(given: str | None) -> str:

@@ -37,15 +37,21 @@ PROG = "fsdp-observe-fetch-model"
 
 def build_parser() -> OneLineParser:
     """The command line: the repository, where to put it, and the command to run next."""
-    ap = OneLineParser(prog=PROG, usage=f"{PROG} ORG/NAME --local-dir DIR [--revision REV] [-- COMMAND ...]",
-                       description="Download a model's config, tokenizer and safetensors weights from the Hugging "
-                       "Face Hub into a folder (files already there are kept), then run COMMAND in this process's "
-                       "place.")
+    ap = OneLineParser(
+        prog=PROG,
+        usage=f"{PROG} ORG/NAME --local-dir DIR [--revision REV] [-- COMMAND ...]",
+        description="Download a model's config, tokenizer and safetensors weights from the Hugging "
+        "Face Hub into a folder (files already there are kept), then run COMMAND in this process's "
+        "place.",
+    )
     ap.add_argument("repo", metavar="ORG/NAME", help="the model repository, e.g. meta-llama/Llama-2-7b-hf")
     ap.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
     ap.add_argument("--local-dir", required=True, metavar="DIR", help="the folder the files go to")
-    ap.add_argument("--require-tokenizer", action="store_true",
-                    help="refuse a repository without tokenizer files (the job passes the folder as --tokenizer)")
+    ap.add_argument(
+        "--require-tokenizer",
+        action="store_true",
+        help="refuse a repository without tokenizer files (the job passes the folder as --tokenizer)",
+    )
     return ap
 
 
@@ -54,7 +60,7 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" not in argv:
         return argv, []
     cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 def fetch(repo: str, revision: str, local_dir: Path, require_tokenizer: bool = False) -> Path:
@@ -70,30 +76,47 @@ def fetch(repo: str, revision: str, local_dir: Path, require_tokenizer: bool = F
     token = os.environ.get("HF_TOKEN")
     secret = "the job's HF_TOKEN_SECRET" if token else "no token (HF_TOKEN is not set: HF_TOKEN_SECRET)"
     try:
-        snapshot_download(repo, revision=revision, local_dir=str(local_dir), allow_patterns=list(WEIGHT_PATTERNS),
-                          token=token or None)
+        snapshot_download(
+            repo, revision=revision, local_dir=str(local_dir), allow_patterns=list(WEIGHT_PATTERNS), token=token or None
+        )
     except GatedRepoError:
-        raise UserError("MODEL", f"{repo} is gated and {secret} does not give access to it",
-                        "accept the model's licence on huggingface.co with the token's account, and store that "
-                        "token in the Secret HF_TOKEN_SECRET names (kubectl create secret generic hf-token "
-                        "--from-literal=token=...)") from None
+        raise UserError(
+            "MODEL",
+            f"{repo} is gated and {secret} does not give access to it",
+            "accept the model's licence on huggingface.co with the token's account, and store that "
+            "token in the Secret HF_TOKEN_SECRET names (kubectl create secret generic hf-token "
+            "--from-literal=token=...)",
+        ) from None
     except RevisionNotFoundError:
-        raise UserError("MODEL_REVISION", f"{repo} has no revision {revision!r}",
-                        "give a branch, tag or commit the repository has (default main)") from None
+        raise UserError(
+            "MODEL_REVISION",
+            f"{repo} has no revision {revision!r}",
+            "give a branch, tag or commit the repository has (default main)",
+        ) from None
     except RepositoryNotFoundError:
-        raise UserError("MODEL", f"{repo} is not on the hub, or is private and {secret} cannot read it",
-                        "check the id (ORG/NAME) on huggingface.co; for a private model set HF_TOKEN_SECRET") from None
+        raise UserError(
+            "MODEL",
+            f"{repo} is not on the hub, or is private and {secret} cannot read it",
+            "check the id (ORG/NAME) on huggingface.co; for a private model set HF_TOKEN_SECRET",
+        ) from None
     except Exception as exc:  # noqa: BLE001 - the hub's client raises many kinds (network, HTTP, disk): one line
         raise DownloadFailed(repo, local_dir, exc) from None
     try:
         check_model_dir(local_dir, field="MODEL")
     except UserError as exc:
-        raise UserError("MODEL", f"{repo}: {exc.problem}", "choose a repository with a config.json and "
-                        "safetensors weights (the trainer loads nothing else), or convert one and mount it with "
-                        "MODEL_PVC") from None
+        raise UserError(
+            "MODEL",
+            f"{repo}: {exc.problem}",
+            "choose a repository with a config.json and "
+            "safetensors weights (the trainer loads nothing else), or convert one and mount it with "
+            "MODEL_PVC",
+        ) from None
     if require_tokenizer and not has_tokenizer(local_dir):
-        raise UserError("MODEL", f"{repo} has no tokenizer files (tokenizer.json, tokenizer.model)",
-                        "give a repository with its tokenizer, or pass --tokenizer PATH in TRAINER_ARGS")
+        raise UserError(
+            "MODEL",
+            f"{repo} has no tokenizer files (tokenizer.json, tokenizer.model)",
+            "give a repository with its tokenizer, or pass --tokenizer PATH in TRAINER_ARGS",
+        )
     return local_dir
 
 
@@ -102,9 +125,11 @@ class DownloadFailed(Exception):
 
     def __init__(self, repo: str, local_dir: Path, cause: BaseException) -> None:
         reason = f"{type(cause).__name__}: {cause}".splitlines()[0][:300]
-        super().__init__(f"cannot download {repo} into {local_dir} ({reason}); let the pods reach huggingface.co "
-                         f"(or HF_ENDPOINT), or fill a volume beforehand ({download_hint(repo, 'DIR')}) and mount it "
-                         "with MODEL_PVC")
+        super().__init__(
+            f"cannot download {repo} into {local_dir} ({reason}); let the pods reach huggingface.co "
+            f"(or HF_ENDPOINT), or fill a volume beforehand ({download_hint(repo, 'DIR')}) and mount it "
+            "with MODEL_PVC"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,8 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         worker.start()
         while worker.is_alive():  # a stop signal ends the wait; the partial files stay for the next start
             if stop.wait(0.5):
-                print(f"{PROG}: {stopping.signal_name(stop.signum or 15)} during the download of {ns.repo}; exiting "
-                      "(the next start resumes it)", file=sys.stderr, flush=True)
+                print(
+                    f"{PROG}: {stopping.signal_name(stop.signum or 15)} during the download of {ns.repo}; exiting "
+                    "(the next start resumes it)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return stopping.exit_status(stop.signum or 15)
         if "error" in outcome:
             raise outcome["error"]

@@ -69,8 +69,9 @@ def run_status(signum: int, statuses: dict[int, int | None]) -> tuple[int, str |
         all had finished); otherwise the first other rank's status (``128 + N`` when killed by signal N) and a line.
     """
     clean = (0, stopping.exit_status(signal.SIGTERM), stopping.exit_status(signal.SIGINT))
-    statuses = {r: stopping.exit_status(-s) if s is not None and -s in stopping.STOP_SIGNALS else s
-                for r, s in statuses.items()}  # died of the stop signal itself: stopped all the same
+    statuses = {
+        r: stopping.exit_status(-s) if s is not None and -s in stopping.STOP_SIGNALS else s for r, s in statuses.items()
+    }  # died of the stop signal itself: stopped all the same
     for local_rank, status in sorted(statuses.items()):
         if status not in clean:
             code = 1 if status is None else stopping.exit_status(-status) if status < 0 else status
@@ -112,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                 signal.signal(signum, raise_once)  # listing them, no second signal interrupts the wait below
             supervise.wait_until_caught(  # a rank still in Python's start-up would die of the signal
                 [h.proc.pid for h in self.subprocess_handlers.values() if h.proc.poll() is None],
-                signal.SIGTERM, HANDLER_WAIT_SECONDS)
+                signal.SIGTERM,
+                HANDLER_WAIT_SECONDS,
+            )
         try:
             original_close(self, death_sig, timeout)
         finally:

@@ -119,8 +119,11 @@ def load_pretrained(model: LlamaForCausalLM, path: str) -> None:
     try:
         dcp.load(state, storage_reader=dcp.HuggingFaceStorageReader(str(Path(path))))
     except CheckpointException as exc:
-        raise UserError("--model", f"cannot load the weights in {path}: {describe_failure(exc)}",
-                          "pass a Llama from_pretrained directory whose tensors match its config.json") from None
+        raise UserError(
+            "--model",
+            f"cannot load the weights in {path}: {describe_failure(exc)}",
+            "pass a Llama from_pretrained directory whose tensors match its config.json",
+        ) from None
 
 
 @torch.no_grad()

@@ -43,8 +43,9 @@ class Reporter:
         mesh_shape: the device mesh's shape.
     """
 
-    def __init__(self, cfg: TrainConfig, rt: distributed.Runtime, run_id: str, fpt: int,
-                 mesh_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, cfg: TrainConfig, rt: distributed.Runtime, run_id: str, fpt: int, mesh_shape: tuple[int, ...]
+    ) -> None:
         self.cfg, self.rt, self.run_id, self.fpt = cfg, rt, run_id, fpt
         self.peak = peak_flops(rt.device_name)
         self.started = time.time()
@@ -55,17 +56,31 @@ class Reporter:
             self.bar = tqdm(total=cfg.steps, unit="step", dynamic_ncols=True, leave=False)
         self.json = open(cfg.metrics.log_json, "a") if cfg.metrics.log_json else None
         p = cfg.parallel
-        self._emit({"event": "start", "run_id": run_id, "world_size": rt.world_size, "model": cfg.model.name,
-                    "flops_per_token": fpt, "device": str(rt.device), "steps": cfg.steps,
-                    "sharding_strategy": p.sharding_strategy, "mesh": list(mesh_shape),
-                    "mixed_precision": p.mixed_precision, "activation_checkpointing": p.activation_checkpointing,
-                    "grad_accum_steps": cfg.optim.grad_accum_steps, "restart": rt.restart_count,
-                    "time": self.started})
+        self._emit(
+            {
+                "event": "start",
+                "run_id": run_id,
+                "world_size": rt.world_size,
+                "model": cfg.model.name,
+                "flops_per_token": fpt,
+                "device": str(rt.device),
+                "steps": cfg.steps,
+                "sharding_strategy": p.sharding_strategy,
+                "mesh": list(mesh_shape),
+                "mixed_precision": p.mixed_precision,
+                "activation_checkpointing": p.activation_checkpointing,
+                "grad_accum_steps": cfg.optim.grad_accum_steps,
+                "restart": rt.restart_count,
+                "time": self.started,
+            }
+        )
         attempt = f", restart {rt.restart_count}" if rt.restart_count else ""
-        self._print(f"run {run_id}: {cfg.model.name}, {rt.world_size} rank(s) on {rt.device.type}/{rt.backend}, "
-                    f"{p.sharding_strategy} mesh {'x'.join(map(str, mesh_shape))}, {p.mixed_precision}, "
-                    f"activation checkpointing {p.activation_checkpointing}, "
-                    f"grad accumulation {cfg.optim.grad_accum_steps}, {cfg.steps} steps{attempt}")
+        self._print(
+            f"run {run_id}: {cfg.model.name}, {rt.world_size} rank(s) on {rt.device.type}/{rt.backend}, "
+            f"{p.sharding_strategy} mesh {'x'.join(map(str, mesh_shape))}, {p.mixed_precision}, "
+            f"activation checkpointing {p.activation_checkpointing}, "
+            f"grad accumulation {cfg.optim.grad_accum_steps}, {cfg.steps} steps{attempt}"
+        )
 
     def tick(self) -> None:
         """Advance the progress bar by one step."""
@@ -76,41 +91,98 @@ class Reporter:
         """Log a resume from the checkpoint of ``step``."""
         if self.bar is not None:
             self.bar.update(step)
-        self._print(f"resumed from {path} at step {step}: checkpoint loaded in {load_seconds:.2f} s, "
-                    f"{startup_seconds:.1f} s since start")
-        self._emit({"event": "resume", "step": step, "path": path, "load_seconds": load_seconds,
-                    "restart": self.rt.restart_count, "startup_seconds": startup_seconds, "time": time.time()})
+        self._print(
+            f"resumed from {path} at step {step}: checkpoint loaded in {load_seconds:.2f} s, "
+            f"{startup_seconds:.1f} s since start"
+        )
+        self._emit(
+            {
+                "event": "resume",
+                "step": step,
+                "path": path,
+                "load_seconds": load_seconds,
+                "restart": self.rt.restart_count,
+                "startup_seconds": startup_seconds,
+                "time": time.time(),
+            }
+        )
 
-    def window(self, step: int, stats: WindowStats, loss: float, grad_norm: float, global_tps: float, lr: float,
-               goodput: float | None) -> None:
+    def window(
+        self,
+        step: int,
+        stats: WindowStats,
+        loss: float,
+        grad_norm: float,
+        global_tps: float,
+        lr: float,
+        goodput: float | None,
+    ) -> None:
         """Log one closed window."""
         per_device = global_tps / self.rt.world_size
         mfu = None if self.peak is None else self.fpt * (stats.tokens_per_second or 0.0) / self.peak
         steady = stats.steady_step_seconds  # the process's first step (warm-up) left out
         eta = "n/a" if steady is None else format_duration((self.cfg.steps - step) * steady)
-        self._print(f"step {step:>6}/{self.cfg.steps} | loss {loss:7.4f} | tokens/s {global_tps:,.0f} "
-                    f"({per_device:,.0f}/rank) | MFU {_percent(mfu)} | "
-                    f"step {stats.step_seconds * 1000:.1f} ms | data {_percent(stats.data_wait_ratio)} | "
-                    f"goodput {_percent(goodput)} | ETA {eta}")
-        self._emit({"event": "window", "step": step, "window_steps": stats.steps, "loss": loss,
-                    "global_tokens_per_second": global_tps, "tokens_per_second": stats.tokens_per_second,
-                    "mfu": mfu, "step_seconds": stats.step_seconds, "data_wait_ratio": stats.data_wait_ratio,
-                    "grad_norm": grad_norm, "lr": lr, "goodput": goodput, "time": time.time()})
+        self._print(
+            f"step {step:>6}/{self.cfg.steps} | loss {loss:7.4f} | tokens/s {global_tps:,.0f} "
+            f"({per_device:,.0f}/rank) | MFU {_percent(mfu)} | "
+            f"step {stats.step_seconds * 1000:.1f} ms | data {_percent(stats.data_wait_ratio)} | "
+            f"goodput {_percent(goodput)} | ETA {eta}"
+        )
+        self._emit(
+            {
+                "event": "window",
+                "step": step,
+                "window_steps": stats.steps,
+                "loss": loss,
+                "global_tokens_per_second": global_tps,
+                "tokens_per_second": stats.tokens_per_second,
+                "mfu": mfu,
+                "step_seconds": stats.step_seconds,
+                "data_wait_ratio": stats.data_wait_ratio,
+                "grad_norm": grad_norm,
+                "lr": lr,
+                "goodput": goodput,
+                "time": time.time(),
+            }
+        )
 
     def validation(self, step: int, loss: float, perplexity: float, seconds: float) -> None:
         """Log a held-out evaluation."""
         self._print(f"validation at step {step}: loss {loss:.4f} | perplexity {perplexity:,.2f} | {seconds:.2f} s")
-        self._emit({"event": "validation", "step": step, "loss": loss, "perplexity": perplexity,
-                    "seconds": seconds, "time": time.time()})
+        self._emit(
+            {
+                "event": "validation",
+                "step": step,
+                "loss": loss,
+                "perplexity": perplexity,
+                "seconds": seconds,
+                "time": time.time(),
+            }
+        )
 
     def checkpoint(self, step: int, path: str, seconds: float, reason: str) -> None:
         """Log a completed checkpoint save."""
         self._print(f"checkpoint ({reason}) of step {step} saved in {seconds:.2f} s: {path}")
-        self._emit({"event": "checkpoint", "step": step, "path": path, "seconds": seconds, "reason": reason,
-                    "time": time.time()})
+        self._emit(
+            {
+                "event": "checkpoint",
+                "step": step,
+                "path": path,
+                "seconds": seconds,
+                "reason": reason,
+                "time": time.time(),
+            }
+        )
 
-    def stopping(self, step: int, signum: int, since_signal: float | None, saving: bool, saved: bool = False,
-                 loading: bool = False) -> None:
+    def stopping(
+        self,
+        step: int,
+        signum: int,
+        since_signal: float | None,
+        saving: bool,
+        saved: bool = False,
+        loading: bool = False,
+    ) -> None:
         """Log that the ranks agreed to stop after ``step`` because of signal ``signum``.
 
         Args:
@@ -123,15 +195,37 @@ class Reporter:
         if loading:
             self._print(f"{name}: all ranks stop before their first step{waited}; nothing new to save; exiting")
         else:
-            then = ("saving a checkpoint and exiting" if saving else f"step {step} is saved already; exiting"
-                    if saved else "exiting (no --checkpoint-dir: nothing is saved)")
+            then = (
+                "saving a checkpoint and exiting"
+                if saving
+                else f"step {step} is saved already; exiting"
+                if saved
+                else "exiting (no --checkpoint-dir: nothing is saved)"
+            )
             self._print(f"{name}: all ranks stop after step {step}{waited}; {then}")
-        self._emit({"event": "stop", "signal": name, "step": step, "since_signal_seconds": since_signal,
-                    "saving": saving, "loading": loading, "time": time.time()})
+        self._emit(
+            {
+                "event": "stop",
+                "signal": name,
+                "step": step,
+                "since_signal_seconds": since_signal,
+                "saving": saving,
+                "loading": loading,
+                "time": time.time(),
+            }
+        )
 
-    def finish(self, step: int, step_times: list[float], goodput: float | None, phase_seconds: dict[str, float],
-               peak_memory: list[dict], exit_status: int, weights_sha256: list[str] | None = None,
-               stopped_by: int | None = None) -> None:
+    def finish(
+        self,
+        step: int,
+        step_times: list[float],
+        goodput: float | None,
+        phase_seconds: dict[str, float],
+        peak_memory: list[dict],
+        exit_status: int,
+        weights_sha256: list[str] | None = None,
+        stopped_by: int | None = None,
+    ) -> None:
         """Log the summary of this process's part of the run and close outputs.
 
         Args:
@@ -148,13 +242,21 @@ class Reporter:
             self.bar.close()
         p50, p95 = np.percentile(step_times, [50, 95]).tolist() if step_times else (None, None)
         wall = time.time() - self.started
-        record = {"event": "end", "step": step, "steps": len(step_times), "wall_seconds": wall,
-                  "step_seconds_p50": p50, "step_seconds_p95": p95, "goodput": goodput,
-                  "phase_seconds": phase_seconds, "restarts": self.rt.restart_count,
-                  "peak_rss_bytes": [m["rss_bytes"] for m in peak_memory],
-                  "device_peak_bytes": [m["device_bytes"] for m in peak_memory],
-                  "exit_status": exit_status,
-                  "stopped_by": None if stopped_by is None else stopping.signal_name(stopped_by)}
+        record = {
+            "event": "end",
+            "step": step,
+            "steps": len(step_times),
+            "wall_seconds": wall,
+            "step_seconds_p50": p50,
+            "step_seconds_p95": p95,
+            "goodput": goodput,
+            "phase_seconds": phase_seconds,
+            "restarts": self.rt.restart_count,
+            "peak_rss_bytes": [m["rss_bytes"] for m in peak_memory],
+            "device_peak_bytes": [m["device_bytes"] for m in peak_memory],
+            "exit_status": exit_status,
+            "stopped_by": None if stopped_by is None else stopping.signal_name(stopped_by),
+        }
         if weights_sha256 is not None:
             record["weights_sha256"] = weights_sha256
         self._emit(record)
@@ -167,12 +269,16 @@ class Reporter:
             parts.append(f"device peak {max(device) / 2**30:.2f} GiB/rank")
         memory = ", ".join(parts) or "peak memory n/a"
         how = "done" if stopped_by is None else f"stopped by {stopping.signal_name(stopped_by)}"
-        self._print(f"{how}: step {step}, {len(step_times)} steps in {wall:.1f} s | goodput {_percent(goodput)} | "
-                    f"restarts {self.rt.restart_count} | {memory} | exit status {exit_status}")
+        self._print(
+            f"{how}: step {step}, {len(step_times)} steps in {wall:.1f} s | goodput {_percent(goodput)} | "
+            f"restarts {self.rt.restart_count} | {memory} | exit status {exit_status}"
+        )
         if weights_sha256 is not None:
             same = len(set(weights_sha256)) == 1
-            self._print(f"weights: {'identical on all' if same else 'DIFFER across'} {len(weights_sha256)} ranks "
-                        f"(sha256 {', '.join(sorted({d[:12] for d in weights_sha256}))})")
+            self._print(
+                f"weights: {'identical on all' if same else 'DIFFER across'} {len(weights_sha256)} ranks "
+                f"(sha256 {', '.join(sorted({d[:12] for d in weights_sha256}))})"
+            )
         if self.json is not None:
             self.json.close()
 
@@ -182,8 +288,10 @@ class Reporter:
         linger = self.cfg.metrics.linger_seconds
         if scrapers:
             who = "its scraper has" if scrapers == 1 else f"its {scrapers} scrapers have"
-            self._print(f"serving /metrics until {who} scraped the end once more (at most "
-                        f"{DEFAULT_LINGER_SECONDS:g} s; --metrics-linger 0 skips this)")
+            self._print(
+                f"serving /metrics until {who} scraped the end once more (at most "
+                f"{DEFAULT_LINGER_SECONDS:g} s; --metrics-linger 0 skips this)"
+            )
         else:
             self._print(f"serving /metrics for {linger or 0:g} s more (--metrics-linger)")
 

@@ -44,8 +44,9 @@ class StopRequest:
         checkpointing: a checkpoint directory is set (only for the forced-exit message).
     """
 
-    def __init__(self, grace_seconds: float, rank: int, group: dist.ProcessGroup | None = None,
-                 checkpointing: bool = True) -> None:
+    def __init__(
+        self, grace_seconds: float, rank: int, group: dist.ProcessGroup | None = None, checkpointing: bool = True
+    ) -> None:
         self.grace_seconds = grace_seconds
         self.rank = rank
         self.checkpointing = checkpointing
@@ -103,6 +104,7 @@ class StopRequest:
 
     def _overrun(self, signum: int) -> str:
         what = "the checkpoint finished; exiting without it" if self.checkpointing else "the rank stopped; exiting now"
-        return (f"rank {self.rank}: {stopping.signal_name(signum)} grace period of {self.grace_seconds:g} s "
-                f"ran out before {what}")
-
+        return (
+            f"rank {self.rank}: {stopping.signal_name(signum)} grace period of {self.grace_seconds:g} s "
+            f"ran out before {what}"
+        )

@@ -52,11 +52,13 @@ def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable
     Warm-up rises linearly to 1 over ``warmup_steps``; the cosine then falls to ``min_ratio``
     at ``total_steps``.
     """
+
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps
         progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
     return factor
 
 
@@ -104,15 +106,19 @@ class Trainer:
         candidates = self._agreed_resume_paths()
         resume_from = candidates[0] if candidates else None
         self.run_id = distributed.resolve_run_id(
-            cfg.metrics.run_id or (TrainerState.read(resume_from).run_id if resume_from else None))
+            cfg.metrics.run_id or (TrainerState.read(resume_from).run_id if resume_from else None)
+        )
         self.stop = StopRequest(cfg.checkpoint.sigterm_grace, rt.rank, checkpointing=cfg.checkpoint.dir is not None)
         self.stop.install()
 
         tokenizer = HFTokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else ByteTokenizer()
         model = build_model(cfg.model)
         if tokenizer.vocab_size > model.config.vocab_size:
-            raise UserError("--tokenizer", f"{tokenizer.vocab_size} tokens exceed the model's vocabulary "
-                              f"of {model.config.vocab_size}", "use the tokenizer that belongs to the model")
+            raise UserError(
+                "--tokenizer",
+                f"{tokenizer.vocab_size} tokens exceed the model's vocabulary of {model.config.vocab_size}",
+                "use the tokenizer that belongs to the model",
+            )
         self.fpt = flops_per_token(model, cfg.data.seq_len)
         self.reporter = Reporter(cfg, rt, self.run_id, self.fpt, self.mesh_shape) if rt.is_main else None
         self.metrics = self._start_metrics(model, "restarting" if resume_from or rt.restart_count else None)
@@ -121,28 +127,55 @@ class Trainer:
         self.model = parallelize(model, mesh, cfg.parallel)
         materialize(self.model, rt.device, cfg.model, cfg.seed)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.optim.lr, betas=(0.9, 0.95),
-                                           weight_decay=cfg.optim.weight_decay, foreach=True)
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=cfg.optim.lr, betas=(0.9, 0.95), weight_decay=cfg.optim.weight_decay, foreach=True
+        )
         self.optimizer.register_step_pre_hook(self.metrics.read_learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lr_lambda(cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio))
+            self.optimizer, lr_lambda(cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
+        )
 
-        self.checkpointer = (Checkpointer(cfg.checkpoint, rt.rank, rt.device, cfg.layout(files, rt.world_size),
-                                          self.run_id) if cfg.checkpoint.dir else None)
+        self.checkpointer = (
+            Checkpointer(cfg.checkpoint, rt.rank, rt.device, cfg.layout(files, rt.world_size), self.run_id)
+            if cfg.checkpoint.dir
+            else None
+        )
         self.position = RunPosition(step=0, batches_consumed=0)
         if resume_from is not None:
             resume_from = self._resume(candidates)
 
         held_out = cfg.validation.fraction if cfg.validation.every else 0.0
-        self.batches = BatchIterator(files, tokenizer, cfg.data.seq_len, cfg.data.batch_size, rt.rank,
-                                     rt.world_size, cfg.seed, skip_batches=self.position.batches_consumed,
-                                     held_out=held_out, block_offset=self.position.blocks_before)
-        self.val_batches = (validation_batches(files, tokenizer, cfg.data.seq_len, cfg.data.batch_size, rt.rank,
-                                               rt.world_size, cfg.seed, held_out, cfg.validation.batches)
-                            if cfg.validation.every else None)
+        self.batches = BatchIterator(
+            files,
+            tokenizer,
+            cfg.data.seq_len,
+            cfg.data.batch_size,
+            rt.rank,
+            rt.world_size,
+            cfg.seed,
+            skip_batches=self.position.batches_consumed,
+            held_out=held_out,
+            block_offset=self.position.blocks_before,
+        )
+        self.val_batches = (
+            validation_batches(
+                files,
+                tokenizer,
+                cfg.data.seq_len,
+                cfg.data.batch_size,
+                rt.rank,
+                rt.world_size,
+                cfg.seed,
+                held_out,
+                cfg.validation.batches,
+            )
+            if cfg.validation.every
+            else None
+        )
         if resume_from is not None and self.reporter is not None:
-            self.reporter.resumed(self.position.step, str(resume_from), self.load_seconds,
-                                  time.time() - self.process_started)
+            self.reporter.resumed(
+                self.position.step, str(resume_from), self.load_seconds, time.time() - self.process_started
+            )
 
     # -- build helpers ---------------------------------------------------------------------
 
@@ -158,8 +191,12 @@ class Trainer:
             if path is not None and ck.resume in ("auto", "latest") and ck.dir:
                 paths = resume_candidates(ck.dir)
             if skipped:
-                print(f"resume: skipping damaged checkpoint {'; '.join(skipped)}; resuming from "
-                      f"{path.name if path else 'the start'}", file=sys.stderr, flush=True)
+                print(
+                    f"resume: skipping damaged checkpoint {'; '.join(skipped)}; resuming from "
+                    f"{path.name if path else 'the start'}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             box = [[str(p) for p in paths]]
         dist.broadcast_object_list(box, src=0)
         return [Path(p) for p in box[0] or []]
@@ -170,16 +207,32 @@ class Trainer:
         is an error here (the launcher checked the ports already)."""
         rt, cfg, p = self.rt, self.cfg, self.cfg.parallel
         metrics = TrainingMetrics(
-            planned_steps=cfg.steps, model=model, seq_len=cfg.data.seq_len, log_every=cfg.metrics.log_every,
-            global_loss=True, run_id=self.run_id, port_base=cfg.metrics.port_base, address=cfg.metrics.address,
+            planned_steps=cfg.steps,
+            model=model,
+            seq_len=cfg.data.seq_len,
+            log_every=cfg.metrics.log_every,
+            global_loss=True,
+            run_id=self.run_id,
+            port_base=cfg.metrics.port_base,
+            address=cfg.metrics.address,
             linger_seconds=cfg.metrics.linger_seconds,
-            serve=cfg.metrics.enabled, port_fallback=False, port_setting="--metrics-port", phase=phase,
+            serve=cfg.metrics.enabled,
+            port_fallback=False,
+            port_setting="--metrics-port",
+            phase=phase,
             device=rt.device,
-            instrumentation="trainer", on_window=self._report_window,
-            info={"model": cfg.model.name, "sharding_strategy": p.sharding_strategy,
-                  "mixed_precision": p.mixed_precision, "device_type": rt.device.type, "backend": rt.backend,
-                  "activation_checkpointing": p.activation_checkpointing,
-                  "mesh": "x".join(map(str, self.mesh_shape))})
+            instrumentation="trainer",
+            on_window=self._report_window,
+            info={
+                "model": cfg.model.name,
+                "sharding_strategy": p.sharding_strategy,
+                "mixed_precision": p.mixed_precision,
+                "device_type": rt.device.type,
+                "backend": rt.backend,
+                "activation_checkpointing": p.activation_checkpointing,
+                "mesh": "x".join(map(str, self.mesh_shape)),
+            },
+        )
         metrics.collector.flops_per_token = self.fpt
         metrics.collector.tracks_checkpoints = True
         return metrics
@@ -213,11 +266,15 @@ class Trainer:
             read = state.blocks_before + state.batches_consumed * self.cfg.data.batch_size * int(saved_world)
             self.position = RunPosition(state.step, 0, read)
             if self.rt.is_main:
-                print(f"resume: the checkpoint of step {state.step} was written by {saved_world} rank(s), resharded "
-                      f"onto {world}; the data continues at block {read:,} of the run's stream "
-                      "(--resume-any-world-size)", flush=True)
-        self.metrics.checkpoint_loaded(state.step, self.load_seconds, state.saved_at, state.run_started,
-                                       state.productive_seconds)
+                print(
+                    f"resume: the checkpoint of step {state.step} was written by {saved_world} rank(s), resharded "
+                    f"onto {world}; the data continues at block {read:,} of the run's stream "
+                    "(--resume-any-world-size)",
+                    flush=True,
+                )
+        self.metrics.checkpoint_loaded(
+            state.step, self.load_seconds, state.saved_at, state.run_started, state.productive_seconds
+        )
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -272,8 +329,9 @@ class Trainer:
         # the trainer gives a loss, a grad norm and an optimizer every step, and all-reduces tokens/s
         assert w.loss is not None and w.grad_norm is not None and w.global_tokens_per_second is not None
         assert w.learning_rate is not None
-        self.reporter.window(w.step, w.stats, w.loss, w.grad_norm, w.global_tokens_per_second, w.learning_rate,
-                             self.goodput.ratio())
+        self.reporter.window(
+            w.step, w.stats, w.loss, w.grad_norm, w.global_tokens_per_second, w.learning_rate, self.goodput.ratio()
+        )
 
     def _validate(self, step: int) -> None:
         assert self.val_batches is not None  # validation runs only with --val-every, which holds batches out
@@ -287,8 +345,9 @@ class Trainer:
     def _save(self, reason: str) -> None:
         assert self.checkpointer is not None  # saves happen only with --checkpoint-dir
         with self.metrics.phase("checkpointing"):
-            path, seconds = self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.position,
-                                                   self.goodput, reason)
+            path, seconds = self.checkpointer.save(
+                self.model, self.optimizer, self.scheduler, self.position, self.goodput, reason
+            )
             self.metrics.checkpoint_saved(seconds, step=self.position.step)
         if self.reporter is not None:
             self.reporter.checkpoint(self.position.step, str(path), seconds, reason)
@@ -298,8 +357,14 @@ class Trainer:
         step ran (``loading``), finish."""
         saving = not loading and self.checkpointer is not None and self.checkpointer.last_saved_step != step
         if self.reporter is not None:
-            self.reporter.stopping(step, signum, self.stop.seconds_since_request(), saving,
-                                   saved=self.checkpointer is not None and not saving, loading=loading)
+            self.reporter.stopping(
+                step,
+                signum,
+                self.stop.seconds_since_request(),
+                saving,
+                saved=self.checkpointer is not None and not saving,
+                loading=loading,
+            )
         if saving:
             self._save(stopping.signal_name(signum).lower())
         return self._finish(stopping.exit_status(signum), signum)
@@ -315,9 +380,20 @@ class Trainer:
         memory = gather_from_ranks(peak_memory(self.rt.device))
         self.metrics.enter_phase("finished")
         if self.reporter is not None:
-            self.reporter.finish(self.position.step, self.step_times, self.goodput.ratio(),
-                                 self.phases.seconds(), memory, status, digests, stopped_by)
-        self.metrics.close(linger_seconds=0 if status in STOP_EXIT_STATUSES else None, sleep=self.stop.sleep,
-                           on_wait=None if self.reporter is None else self.reporter.lingering)
+            self.reporter.finish(
+                self.position.step,
+                self.step_times,
+                self.goodput.ratio(),
+                self.phases.seconds(),
+                memory,
+                status,
+                digests,
+                stopped_by,
+            )
+        self.metrics.close(
+            linger_seconds=0 if status in STOP_EXIT_STATUSES else None,
+            sleep=self.stop.sleep,
+            on_wait=None if self.reporter is None else self.reporter.lingering,
+        )
         distributed.shutdown()
         return status

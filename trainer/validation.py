@@ -18,20 +18,31 @@ from observe.errors import UserError
 from trainer.data import IGNORE_INDEX, Batch, BatchIterator, EmptyStream, Tokenizer
 
 
-def validation_batches(files: list[Path], tokenizer: Tokenizer, seq_len: int, batch_size: int, rank: int,
-                       world_size: int, seed: int, fraction: float, count: int) -> list[Batch]:
+def validation_batches(
+    files: list[Path],
+    tokenizer: Tokenizer,
+    seq_len: int,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    seed: int,
+    fraction: float,
+    count: int,
+) -> list[Batch]:
     """This rank's fixed validation micro-batches (a small corpus's split is cycled to fill them).
 
     Raises:
         UserError: no document falls in the held-out split (flag ``--val-fraction``).
     """
-    it = BatchIterator(files, tokenizer, seq_len, batch_size, rank, world_size, seed,
-                       held_out=fraction, split="val")
+    it = BatchIterator(files, tokenizer, seq_len, batch_size, rank, world_size, seed, held_out=fraction, split="val")
     try:
         return [next(it) for _ in range(count)]
     except EmptyStream:
-        raise UserError("--val-fraction", f"no document of the {len(files)} data file(s) falls in the "
-                          f"held-out {fraction:.1%}", "raise --val-fraction or add documents") from None
+        raise UserError(
+            "--val-fraction",
+            f"no document of the {len(files)} data file(s) falls in the held-out {fraction:.1%}",
+            "raise --val-fraction or add documents",
+        ) from None
 
 
 def token_loss_sum(model: torch.nn.Module, batch: Batch, device: torch.device) -> torch.Tensor:
@@ -39,8 +50,7 @@ def token_loss_sum(model: torch.nn.Module, batch: Batch, device: torch.device) -
     inputs = batch.input_ids.to(device, non_blocking=True)
     targets = batch.targets.to(device, non_blocking=True)
     logits = model(input_ids=inputs).logits
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
-                           reduction="sum")
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
 @torch.no_grad()

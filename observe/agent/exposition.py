@@ -64,7 +64,8 @@ class _Families:
         if family is None:
             names = [label_name(n) for n in (*_base_labels(metric), *metric.labels)]
             kind: type[CounterMetricFamily | GaugeMetricFamily] = (
-                CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily)
+                CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+            )
             family = self._families[metric.name] = kind(metric.family, metric.help, labels=names)
         family.add_metric([*base, *extra], value)
 
@@ -106,13 +107,20 @@ class SnapshotCollector(Collector):
         f.add(c.NODE_CPU_BUSY, node, host.cpu.busy_ratio)
         for cpu, ratio in enumerate(host.cpu.core_busy_ratios):
             f.add(c.NODE_CPU_CORE_BUSY, node, ratio, str(cpu))
-        for metric, value in ((c.NODE_MEMORY_TOTAL, mem.total_bytes), (c.NODE_MEMORY_USED, mem.used_bytes),
-                              (c.NODE_MEMORY_AVAILABLE, mem.available_bytes),
-                              (c.NODE_MEMORY_BUFFERS, mem.buffers_bytes),
-                              (c.NODE_MEMORY_CACHED, mem.cached_bytes), (c.NODE_SWAP_TOTAL, mem.swap_total_bytes),
-                              (c.NODE_SWAP_USED, mem.swap_used_bytes), (c.NODE_LOAD1, host.load1),
-                              (c.NODE_LOAD5, host.load5), (c.NODE_LOAD15, host.load15),
-                              (c.NODE_UPTIME, host.uptime_seconds), (c.NODE_THREADS, host.threads)):
+        for metric, value in (
+            (c.NODE_MEMORY_TOTAL, mem.total_bytes),
+            (c.NODE_MEMORY_USED, mem.used_bytes),
+            (c.NODE_MEMORY_AVAILABLE, mem.available_bytes),
+            (c.NODE_MEMORY_BUFFERS, mem.buffers_bytes),
+            (c.NODE_MEMORY_CACHED, mem.cached_bytes),
+            (c.NODE_SWAP_TOTAL, mem.swap_total_bytes),
+            (c.NODE_SWAP_USED, mem.swap_used_bytes),
+            (c.NODE_LOAD1, host.load1),
+            (c.NODE_LOAD5, host.load5),
+            (c.NODE_LOAD15, host.load15),
+            (c.NODE_UPTIME, host.uptime_seconds),
+            (c.NODE_THREADS, host.threads),
+        ):
             f.add(metric, node, value)
         for state, count in host.processes_by_state.items():
             f.add(c.NODE_PROCESSES, node, count, state)
@@ -127,8 +135,18 @@ class SnapshotCollector(Collector):
                 continue
             pid = str(p.pid)
             command = (p.command or "") if self.command_label else ""
-            f.add(c.NODE_PROCESS_INFO, node, 1, pid, str(p.ppid), p.user or "", p.name, command,
-                  p.pod_uid or "", p.container_id or "")
+            f.add(
+                c.NODE_PROCESS_INFO,
+                node,
+                1,
+                pid,
+                str(p.ppid),
+                p.user or "",
+                p.name,
+                command,
+                p.pod_uid or "",
+                p.container_id or "",
+            )
             f.add(c.NODE_PROCESS_CPU_SECONDS, node, p.cpu_seconds, pid)
             f.add(c.NODE_PROCESS_RESIDENT_MEMORY, node, p.rss_bytes, pid)
 
@@ -138,17 +156,23 @@ class SnapshotCollector(Collector):
         f.add(c.GPU_LOST, base, 1 if g.lost else 0)
         f.add(c.GPU_READING_STALE, base, 1 if g.stale else 0)
         f.add(c.GPU_READING_AGE, base, g.reading_age_seconds)
-        for metric, value in ((c.GPU_UTILIZATION, g.utilization_ratio),
-                              (c.GPU_MEMORY_UTILIZATION, g.memory_utilization_ratio),
-                              (c.GPU_MEMORY_TOTAL, g.memory_total_bytes), (c.GPU_MEMORY_USED, g.memory_used_bytes),
-                              (c.GPU_MEMORY_RESERVED, g.memory_reserved_bytes),
-                              (c.GPU_TEMPERATURE, g.temperature_celsius),
-                              (c.GPU_POWER, g.power_watts), (c.GPU_POWER_LIMIT, g.power_limit_watts),
-                              (c.GPU_SM_CLOCK, g.sm_clock_hertz), (c.GPU_MEMORY_CLOCK, g.memory_clock_hertz),
-                              (c.GPU_FAN_SPEED, g.fan_speed_ratio), (c.GPU_PCIE_RX, g.pcie_rx_bytes_per_second),
-                              (c.GPU_PCIE_TX, g.pcie_tx_bytes_per_second),
-                              (c.GPU_ENCODER_UTILIZATION, g.encoder_utilization_ratio),
-                              (c.GPU_DECODER_UTILIZATION, g.decoder_utilization_ratio)):
+        for metric, value in (
+            (c.GPU_UTILIZATION, g.utilization_ratio),
+            (c.GPU_MEMORY_UTILIZATION, g.memory_utilization_ratio),
+            (c.GPU_MEMORY_TOTAL, g.memory_total_bytes),
+            (c.GPU_MEMORY_USED, g.memory_used_bytes),
+            (c.GPU_MEMORY_RESERVED, g.memory_reserved_bytes),
+            (c.GPU_TEMPERATURE, g.temperature_celsius),
+            (c.GPU_POWER, g.power_watts),
+            (c.GPU_POWER_LIMIT, g.power_limit_watts),
+            (c.GPU_SM_CLOCK, g.sm_clock_hertz),
+            (c.GPU_MEMORY_CLOCK, g.memory_clock_hertz),
+            (c.GPU_FAN_SPEED, g.fan_speed_ratio),
+            (c.GPU_PCIE_RX, g.pcie_rx_bytes_per_second),
+            (c.GPU_PCIE_TX, g.pcie_tx_bytes_per_second),
+            (c.GPU_ENCODER_UTILIZATION, g.encoder_utilization_ratio),
+            (c.GPU_DECODER_UTILIZATION, g.decoder_utilization_ratio),
+        ):
             f.add(metric, base, value)
         f.add(c.GPU_ECC_ERRORS, base, g.ecc_corrected_total, "corrected")
         f.add(c.GPU_ECC_ERRORS, base, g.ecc_uncorrected_total, "uncorrected")
@@ -158,8 +182,11 @@ class SnapshotCollector(Collector):
         if g.mig_enabled is not None:
             f.add(c.GPU_MIG_MODE, base, 1 if g.mig_enabled else 0)
         for m in g.mig_instances:
-            extra = (m.uuid or "", "" if m.gpu_instance_id is None else str(m.gpu_instance_id),
-                     "" if m.compute_instance_id is None else str(m.compute_instance_id))
+            extra = (
+                m.uuid or "",
+                "" if m.gpu_instance_id is None else str(m.gpu_instance_id),
+                "" if m.compute_instance_id is None else str(m.compute_instance_id),
+            )
             f.add(c.GPU_MIG_MEMORY_TOTAL, base, m.memory_total_bytes, *extra)
             f.add(c.GPU_MIG_MEMORY_USED, base, m.memory_used_bytes, *extra)
 

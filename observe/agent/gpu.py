@@ -150,8 +150,9 @@ class Nvml:
                 first = function not in self.missing
                 self.missing.add(function)
             if first:
-                log.warning("the NVIDIA driver's NVML has no %s; that field is absent from now on "
-                            "(reported once)", function)
+                log.warning(
+                    "the NVIDIA driver's NVML has no %s; that field is absent from now on (reported once)", function
+                )
             return None
         except expected:
             return None
@@ -188,8 +189,17 @@ def driver_buses(proc_root: str) -> list[str]:
         names = os.listdir(os.path.join(proc_root, "driver", "nvidia", "gpus"))
     except OSError:
         return []
-    return sorted({normalise_bus(n) for n in names if re.fullmatch(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
-                                                                  r"(\.[0-7])?", n)})
+    return sorted(
+        {
+            normalise_bus(n)
+            for n in names
+            if re.fullmatch(
+                r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+                r"(\.[0-7])?",
+                n,
+            )
+        }
+    )
 
 
 def _ratio(percent: float | None, dropped: Counter[str], kind: str) -> float | None:
@@ -226,8 +236,9 @@ class GpuCollector:
         driver_version: the NVIDIA driver's version, or ``None``.
     """
 
-    def __init__(self, nvml: Nvml, pid_max: int, deadline_seconds: float = DEADLINE_SECONDS,
-                 proc_root: str = "/proc") -> None:
+    def __init__(
+        self, nvml: Nvml, pid_max: int, deadline_seconds: float = DEADLINE_SECONDS, proc_root: str = "/proc"
+    ) -> None:
         self.nvml = nvml
         self.pid_max = pid_max
         self.deadline_seconds = deadline_seconds
@@ -256,8 +267,9 @@ class GpuCollector:
             self._event_worker = Worker("nvml-events")
             job = self._event_worker.submit(self._register_xid_events)
             if job is not None and not job.wait(START_DEADLINE_SECONDS):
-                log.warning("registering for NVML XID events took over %g s; going on without waiting",
-                            START_DEADLINE_SECONDS)
+                log.warning(
+                    "registering for NVML XID events took over %g s; going on without waiting", START_DEADLINE_SECONDS
+                )
         return True
 
     def stop(self, release_nvml: bool = True) -> None:
@@ -279,8 +291,11 @@ class GpuCollector:
         end = time.monotonic() + seconds
         for gpu, job in jobs:
             if job is None or not job.wait(end - time.monotonic()):
-                log.warning("GPU %d did not tell its identity within %g s; trying again at the next collections",
-                            gpu.index, seconds)
+                log.warning(
+                    "GPU %d did not tell its identity within %g s; trying again at the next collections",
+                    gpu.index,
+                    seconds,
+                )
                 continue
             try:
                 job.result()
@@ -321,8 +336,9 @@ class GpuCollector:
         spare = [bus for bus in driver_buses(self.proc_root) if bus not in claimed]
         for gpu, bus in zip(unknown, spare, strict=False):
             gpu.pci_bus = bus
-            log.warning("GPU %d: PCI bus %s from the driver's /proc/driver/nvidia/gpus (NVML could not say)",
-                        gpu.index, bus)
+            log.warning(
+                "GPU %d: PCI bus %s from the driver's /proc/driver/nvidia/gpus (NVML could not say)", gpu.index, bus
+            )
 
     def _register_xid_events(self) -> None:
         self._events = self.nvml.call("nvmlEventSetCreate")
@@ -344,10 +360,15 @@ class GpuCollector:
         if not gpu.lost:
             gpu.lost = True
             gpu.next_probe = time.monotonic() + REPROBE_SECONDS
-            log.error("GPU %d (%s, PCI %s) is lost (NVML GPU_IS_LOST): it has fallen off the bus or "
-                      "stopped answering and needs a reset or a reboot; the other GPUs are still read, and "
-                      "this one is tried again every %g s", gpu.index, gpu.uuid or "uuid unknown",
-                      gpu.pci_bus or "bus unknown", REPROBE_SECONDS)
+            log.error(
+                "GPU %d (%s, PCI %s) is lost (NVML GPU_IS_LOST): it has fallen off the bus or "
+                "stopped answering and needs a reset or a reboot; the other GPUs are still read, and "
+                "this one is tried again every %g s",
+                gpu.index,
+                gpu.uuid or "uuid unknown",
+                gpu.pci_bus or "bus unknown",
+                REPROBE_SECONDS,
+            )
 
     # -- per collection -----------------------------------------------------------------------
 
@@ -414,23 +435,37 @@ class GpuCollector:
         """A reading finished: a lost or stale GPU answers again."""
         if gpu.lost:
             gpu.lost = False
-            log.warning("GPU %d (%s, PCI %s) answers NVML again; reading it as before", gpu.index,
-                        gpu.uuid or "uuid unknown", gpu.pci_bus or "bus unknown")
+            log.warning(
+                "GPU %d (%s, PCI %s) answers NVML again; reading it as before",
+                gpu.index,
+                gpu.uuid or "uuid unknown",
+                gpu.pci_bus or "bus unknown",
+            )
         gpu.stale_logged = False
 
     def _unread(self, gpu: _Gpu, still_busy: bool, now: float) -> GpuInfo:
         """A GPU without a reading this collection: lost, or stale (its reading is late)."""
         age = None if gpu.read_at is None else max(0.0, now - gpu.read_at)
-        info = GpuInfo(index=gpu.index, uuid=gpu.uuid, name=gpu.name, pci_bus=gpu.pci_bus,
-                       driver_version=self.driver_version, reading_age_seconds=age)
+        info = GpuInfo(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=gpu.name,
+            pci_bus=gpu.pci_bus,
+            driver_version=self.driver_version,
+            reading_age_seconds=age,
+        )
         if gpu.lost:
             return replace(info, lost=True)
         if not gpu.stale_logged:
             gpu.stale_logged = True
-            log.warning("GPU %d (%s): its NVML reading did not finish within %g s%s; it is shown stale, the "
-                        "other GPUs go on (reported once until it answers again)", gpu.index,
-                        gpu.uuid or "uuid unknown", self.deadline_seconds,
-                        " (the previous call still has not returned)" if still_busy else "")
+            log.warning(
+                "GPU %d (%s): its NVML reading did not finish within %g s%s; it is shown stale, the "
+                "other GPUs go on (reported once until it answers again)",
+                gpu.index,
+                gpu.uuid or "uuid unknown",
+                self.deadline_seconds,
+                " (the previous call still has not returned)" if still_busy else "",
+            )
         return replace(info, stale=True)
 
     def _read(self, gpu: _Gpu) -> _Reading:
@@ -458,11 +493,17 @@ class GpuCollector:
         mig_enabled = None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE
         total = getattr(memory, "total", None)
         info = GpuInfo(
-            index=gpu.index, uuid=gpu.uuid, name=gpu.name, pci_bus=gpu.pci_bus, driver_version=self.driver_version,
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=gpu.name,
+            pci_bus=gpu.pci_bus,
+            driver_version=self.driver_version,
             utilization_ratio=_ratio(getattr(util, "gpu", None), dropped, "utilization"),
             memory_utilization_ratio=_ratio(getattr(util, "memory", None), dropped, "memory_utilization"),
-            memory_total_bytes=total, memory_used_bytes=getattr(memory, "used", None),
-            memory_reserved_bytes=reserved, temperature_celsius=temperature,
+            memory_total_bytes=total,
+            memory_used_bytes=getattr(memory, "used", None),
+            memory_reserved_bytes=reserved,
+            temperature_celsius=temperature,
             power_watts=None if power is None else power / 1000,
             power_limit_watts=None if limit is None else limit / 1000,
             sm_clock_hertz=None if sm_clock is None else sm_clock * 1e6,
@@ -472,11 +513,14 @@ class GpuCollector:
             pcie_tx_bytes_per_second=None if tx is None else tx * KIB,
             encoder_utilization_ratio=_ratio(_first(encoder), dropped, "encoder_utilization"),
             decoder_utilization_ratio=_ratio(_first(decoder), dropped, "decoder_utilization"),
-            ecc_corrected_total=call("nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                                     pynvml.NVML_VOLATILE_ECC),
-            ecc_uncorrected_total=call("nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                       pynvml.NVML_VOLATILE_ECC),
-            throttle_reasons=self._throttle_reasons(h), mig_enabled=mig_enabled,
+            ecc_corrected_total=call(
+                "nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC
+            ),
+            ecc_uncorrected_total=call(
+                "nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+            ),
+            throttle_reasons=self._throttle_reasons(h),
+            mig_enabled=mig_enabled,
             mig_instances=self._mig_instances(h) if mig_enabled else (),
         )
         return info, self._processes(gpu, total, dropped), dropped
@@ -496,12 +540,16 @@ class GpuCollector:
             if mig is None:
                 continue
             memory = call("nvmlDeviceGetMemoryInfo", mig)
-            out.append(MigInstance(
-                index=slot, uuid=_text(call("nvmlDeviceGetUUID", mig)),
-                gpu_instance_id=call("nvmlDeviceGetGpuInstanceId", mig),
-                compute_instance_id=call("nvmlDeviceGetComputeInstanceId", mig),
-                memory_total_bytes=getattr(memory, "total", None), memory_used_bytes=getattr(memory, "used", None),
-            ))
+            out.append(
+                MigInstance(
+                    index=slot,
+                    uuid=_text(call("nvmlDeviceGetUUID", mig)),
+                    gpu_instance_id=call("nvmlDeviceGetGpuInstanceId", mig),
+                    compute_instance_id=call("nvmlDeviceGetComputeInstanceId", mig),
+                    memory_total_bytes=getattr(memory, "total", None),
+                    memory_used_bytes=getattr(memory, "used", None),
+                )
+            )
         return tuple(out)
 
     def _processes(self, gpu: _Gpu, total: int | None, dropped: Counter[str]) -> list[GpuProcess]:
@@ -516,13 +564,18 @@ class GpuCollector:
                 elif proc.pid not in rows or rows[proc.pid] is None:
                     rows[proc.pid] = proc.usedGpuMemory
         sm = self._sm_utilization(gpu, dropped)
-        return [GpuProcess(gpu=gpu.index, gpu_uuid=gpu.uuid, pid=pid, used_memory_bytes=used,
-                           sm_utilization_ratio=sm.get(pid)) for pid, used in rows.items()]
+        return [
+            GpuProcess(
+                gpu=gpu.index, gpu_uuid=gpu.uuid, pid=pid, used_memory_bytes=used, sm_utilization_ratio=sm.get(pid)
+            )
+            for pid, used in rows.items()
+        ]
 
     def _sm_utilization(self, gpu: _Gpu, dropped: Counter[str]) -> dict[int, float]:
         """pid -> SM share from the samples newer than the last read (implausible ones dropped)."""
-        samples = self.nvml.call("nvmlDeviceGetProcessUtilization", gpu.handle, gpu.last_sample_us,
-                                 expected=(pynvml.NVMLError_NotFound,))
+        samples = self.nvml.call(
+            "nvmlDeviceGetProcessUtilization", gpu.handle, gpu.last_sample_us, expected=(pynvml.NVMLError_NotFound,)
+        )
         out: dict[int, float] = {}
         newest = gpu.last_sample_us
         for s in samples or ():
@@ -550,8 +603,9 @@ class GpuCollector:
         by_address = {ctypes.addressof(g.handle.contents): g.index for g in self.gpus if g.handle is not None}
         out: list[tuple[int | None, int]] = []
         try:
-            while (data := self.nvml.call("nvmlEventSetWait", self._events, 0,
-                                          expected=(pynvml.NVMLError_Timeout,))) is not None:
+            while (
+                data := self.nvml.call("nvmlEventSetWait", self._events, 0, expected=(pynvml.NVMLError_Timeout,))
+            ) is not None:
                 if data.eventType == pynvml.nvmlEventTypeXidCriticalError:
                     device = ctypes.addressof(data.device.contents) if data.device else None
                     out.append((by_address.get(device) if device is not None else None, int(data.eventData)))

@@ -91,9 +91,15 @@ def parse_meminfo(text: str) -> MemoryStats:
     available = kb.get("MemAvailable", free + (buffers or 0) + cached)
     used = max(0, total - available)
     swap_total = kb.get("SwapTotal", 0)
-    return MemoryStats(total_bytes=total, used_bytes=used, available_bytes=available, buffers_bytes=buffers,
-                       cached_bytes=cached if "Cached" in kb else None, swap_total_bytes=swap_total,
-                       swap_used_bytes=swap_total - kb.get("SwapFree", 0))
+    return MemoryStats(
+        total_bytes=total,
+        used_bytes=used,
+        available_bytes=available,
+        buffers_bytes=buffers,
+        cached_bytes=cached if "Cached" in kb else None,
+        swap_total_bytes=swap_total,
+        swap_used_bytes=swap_total - kb.get("SwapFree", 0),
+    )
 
 
 class HostCollector:

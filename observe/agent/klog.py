@@ -102,8 +102,11 @@ class KernelRing:
                 text = self._read_all(self.buffer_bytes)
                 lines = self._after_anchor(text)
                 if lines is None:
-                    lines = [line for line in self._lines(text)
-                             if (t := timestamp(line)) is None or self._anchor_stamp is None or t > self._anchor_stamp]
+                    lines = [
+                        line
+                        for line in self._lines(text)
+                        if (t := timestamp(line)) is None or self._anchor_stamp is None or t > self._anchor_stamp
+                    ]
         if lines:
             self._anchor, self._anchor_stamp = lines[-1], timestamp(lines[-1])
         return lines
@@ -112,9 +115,9 @@ class KernelRing:
         assert self._anchor is not None
         key = self._anchor + b"\n"
         at = text.rfind(key)
-        if at < 0 or (at > 0 and text[at - 1:at] != b"\n"):
+        if at < 0 or (at > 0 and text[at - 1 : at] != b"\n"):
             return None
-        return self._lines(text[at + len(key):])
+        return self._lines(text[at + len(key) :])
 
     @staticmethod
     def _lines(text: bytes) -> list[bytes]:

@@ -108,7 +108,7 @@ class FollowedFile:
     def _split(self, chunk: bytes) -> list[bytes]:
         """The lines ``chunk`` completes; its tail joins the line being read."""
         if len(self._head) < HEAD_BYTES and self._position < HEAD_BYTES:
-            self._head += chunk[:HEAD_BYTES - self._position]
+            self._head += chunk[: HEAD_BYTES - self._position]
         base = self._position
         self._position += len(chunk)
         lines: list[bytes] = []
@@ -129,7 +129,7 @@ class FollowedFile:
             return
         room = self.max_line_bytes - len(self._pending)
         if end - start > room:
-            self._pending += chunk[start:start + room]
+            self._pending += chunk[start : start + room]
             self._skipping = True
             self.long_lines += 1
         else:
@@ -152,8 +152,11 @@ class FollowedFile:
                 return None
             current = os.fstat(self._fd)
             replaced = (now.st_ino, now.st_dev) != (current.st_ino, current.st_dev)
-            if replaced or now.st_size < self._position or (
-                    self._head and os.pread(self._fd, len(self._head), 0) != self._head):
+            if (
+                replaced
+                or now.st_size < self._position
+                or (self._head and os.pread(self._fd, len(self._head), 0) != self._head)
+            ):
                 self.open()
                 self.reopened += 1
         except OSError as exc:

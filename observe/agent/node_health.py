@@ -66,8 +66,7 @@ MAX_FAULTS_NAMED = 8
 FAULTS, ACTION = "Faults:", ". Action: "
 CLEAR_NOTE = "Clear this condition after the repair (docs/alerting.md)."
 TAINT_FIX = "give the agent's ServiceAccount get and patch on nodes (daemonsets/components/node-taint)"
-CONDITION_FIX = ("give the agent's ServiceAccount get and patch on nodes/status "
-                 "(daemonsets/components/node-condition)")
+CONDITION_FIX = "give the agent's ServiceAccount get and patch on nodes/status (daemonsets/components/node-condition)"
 
 
 def xid_action(xid_class: str) -> str:
@@ -80,7 +79,7 @@ def _parse(condition: dict[str, Any]) -> tuple[str, list[str]] | None:
     message, reason = str(condition.get("message") or ""), str(condition.get("reason") or "")
     if reason not in REASONS.values() or not message.startswith(FAULTS) or ACTION not in message:
         return None
-    named = message[len(FAULTS):message.index(ACTION)].strip()
+    named = message[len(FAULTS) : message.index(ACTION)].strip()
     return reason, [text for text in named.split("; ") if text and not text.startswith("and ")]
 
 
@@ -144,9 +143,16 @@ class NodeHealthReporter:
             this often: a person may have cleared the condition or the taint).
     """
 
-    def __init__(self, node: str, api: NodeApi, condition: bool, taint: bool,
-                 gpu_of: Callable[[str | None], tuple[int | None, str | None]] = lambda bus: (None, None),
-                 retry_seconds: float = 60.0, refresh_seconds: float = 600.0) -> None:
+    def __init__(
+        self,
+        node: str,
+        api: NodeApi,
+        condition: bool,
+        taint: bool,
+        gpu_of: Callable[[str | None], tuple[int | None, str | None]] = lambda bus: (None, None),
+        retry_seconds: float = 60.0,
+        refresh_seconds: float = 600.0,
+    ) -> None:
         self.node = node
         self.api = api
         self.condition = condition
@@ -166,8 +172,9 @@ class NodeHealthReporter:
         self._taint_due = False  # a reboot-class XID came since the taint was last checked
         self._earlier: tuple[str, list[str]] | None = None  # what a run before a restart named, unrepaired
         self._logged: set[str] = set()
-        self._state = NodeHealth(condition_type=CONDITION_TYPE if condition else "",
-                                 taint_key=TAINT_KEY if taint else "")
+        self._state = NodeHealth(
+            condition_type=CONDITION_TYPE if condition else "", taint_key=TAINT_KEY if taint else ""
+        )
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -235,21 +242,34 @@ class NodeHealthReporter:
         try:
             if self.condition:
                 node = self.api.read_status(self.node)
-                ours = next((c for c in (node.get("status") or {}).get("conditions") or []
-                             if c.get("type") == CONDITION_TYPE), None)
+                ours = next(
+                    (c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION_TYPE),
+                    None,
+                )
                 if ours is not None and ours.get("status") == "True":
-                    self._update(status="True", reason=str(ours.get("reason") or ""),
-                                 message=str(ours.get("message") or ""))
+                    self._update(
+                        status="True", reason=str(ours.get("reason") or ""), message=str(ours.get("message") or "")
+                    )
                 else:
                     self._update(status="", reason="", message="")
             if self.taint:
                 node = self.api.read(self.node)
-                taint = next((t for t in (node.get("spec") or {}).get("taints") or []
-                              if t.get("key") == TAINT_KEY and t.get("effect") == TAINT_EFFECT), None)
+                taint = next(
+                    (
+                        t
+                        for t in (node.get("spec") or {}).get("taints") or []
+                        if t.get("key") == TAINT_KEY and t.get("effect") == TAINT_EFFECT
+                    ),
+                    None,
+                )
                 self._update(taint=f"{TAINT_KEY}={taint.get('value', '')}:{TAINT_EFFECT}" if taint else "")
         except ApiFailure as exc:
-            self._failed("read", exc, CONDITION_FIX if exc.call.endswith("/status") else TAINT_FIX,
-                         then=f"read again every {self.refresh_seconds:g} s")
+            self._failed(
+                "read",
+                exc,
+                CONDITION_FIX if exc.call.endswith("/status") else TAINT_FIX,
+                then=f"read again every {self.refresh_seconds:g} s",
+            )
 
     def _add(self, event: XidEvent) -> None:
         gpu, uuid = event.gpu, event.gpu_uuid
@@ -281,16 +301,18 @@ class NodeHealthReporter:
         """(reason, message) for the faults not yet cleared, with ``earlier`` (the reason and fault
         texts of a condition another run of the agent set) kept in."""
         order = list(REASONS)
-        faults = sorted(self._faults.values(), key=lambda f: (order.index(f.xid_class),
-                                                              99 if f.gpu is None else f.gpu, f.xid))
+        faults = sorted(
+            self._faults.values(), key=lambda f: (order.index(f.xid_class), 99 if f.gpu is None else f.gpu, f.xid)
+        )
         texts = [f.text() for f in faults]
         reasons = {REASONS[f.xid_class] for f in faults}
         if earlier is not None:
             reasons.add(earlier[0])
             texts += [text for text in earlier[1] if text not in texts]
         reason = next(r for r in REASONS.values() if r in reasons)
-        named = "; ".join(texts[:MAX_FAULTS_NAMED]) + (f"; and {len(texts) - MAX_FAULTS_NAMED} more"
-                                                        if len(texts) > MAX_FAULTS_NAMED else "")
+        named = "; ".join(texts[:MAX_FAULTS_NAMED]) + (
+            f"; and {len(texts) - MAX_FAULTS_NAMED} more" if len(texts) > MAX_FAULTS_NAMED else ""
+        )
         worst = next(cls for cls, r in REASONS.items() if r == reason)
         message = f"{FAULTS} {named}{ACTION}{xid_action(worst)} {CLEAR_NOTE}"
         return reason, message[:MAX_MESSAGE_CHARS]
@@ -304,8 +326,9 @@ class NodeHealthReporter:
         except ApiFailure as exc:
             self._failed("condition", exc, CONDITION_FIX)
             return
-        ours = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION_TYPE),
-                    None)
+        ours = next(
+            (c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION_TYPE), None
+        )
         if ours is None or ours.get("status") != "True":
             self._earlier = None
             if self._reported:  # a person cleared what this agent wrote: what it named is repaired,
@@ -324,8 +347,13 @@ class NodeHealthReporter:
                 self._earlier = _parse(ours)
         reason, message = self._compose(self._earlier)
         now = _now()
-        condition = {"type": CONDITION_TYPE, "status": "True", "reason": reason, "message": message,
-                     "lastHeartbeatTime": now}
+        condition = {
+            "type": CONDITION_TYPE,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+        }
         if ours is None or ours.get("status") != "True":
             condition["lastTransitionTime"] = now
         try:
@@ -337,8 +365,9 @@ class NodeHealthReporter:
         self._written_tick = self._tick
         self._condition_due = False
         self._update(status="True", reason=reason, message=message, error="")
-        log.warning("node health: set condition %s=True on node %s (%s): %s", CONDITION_TYPE, self.node, reason,
-                    message)
+        log.warning(
+            "node health: set condition %s=True on node %s (%s): %s", CONDITION_TYPE, self.node, reason, message
+        )
 
     def _write_taint(self, attempts: int = 3) -> None:
         taint = {"key": TAINT_KEY, "value": REASONS[TAINT_CLASS], "effect": TAINT_EFFECT}
@@ -350,11 +379,14 @@ class NodeHealthReporter:
                     break  # already there (this agent before a restart, or a person)
                 version = node["metadata"]["resourceVersion"]
                 taint_now = {**taint, "timeAdded": _now()}
-                self.api.json_patch(self.node, [
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-                    {"op": "add", "path": "/spec/taints", "value": [*taints, taint_now]}])
-                log.warning("node health: tainted node %s %s=%s:%s", self.node, TAINT_KEY, taint["value"],
-                            TAINT_EFFECT)
+                self.api.json_patch(
+                    self.node,
+                    [
+                        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+                        {"op": "add", "path": "/spec/taints", "value": [*taints, taint_now]},
+                    ],
+                )
+                log.warning("node health: tainted node %s %s=%s:%s", self.node, TAINT_KEY, taint["value"], TAINT_EFFECT)
                 break
             except ApiFailure as exc:
                 if exc.status in (409, 422):  # changed since read (the test op failed): read again
@@ -362,8 +394,13 @@ class NodeHealthReporter:
                 self._failed("taint", exc, TAINT_FIX)
                 return
         else:
-            self._failed("taint", ApiFailure(409, f"the node changed between read and write {attempts} times",
-                                             f"PATCH nodes/{self.node}"), "")
+            self._failed(
+                "taint",
+                ApiFailure(
+                    409, f"the node changed between read and write {attempts} times", f"PATCH nodes/{self.node}"
+                ),
+                "",
+            )
             return
         self._taint_due = False
         self._update(taint=f"{TAINT_KEY}={taint['value']}:{TAINT_EFFECT}", error="")
@@ -377,8 +414,11 @@ class NodeHealthReporter:
         kind = f"{exc.call.split()[0]} {exc.call.split()[-1]}:{exc.status}"
         if kind not in self._logged:
             self._logged.add(kind)
-            log.error("node health: %s; %s (reported once)", text,
-                      then or f"retried with the next XID and every {self.retry_seconds:g} s")
+            log.error(
+                "node health: %s; %s (reported once)",
+                text,
+                then or f"retried with the next XID and every {self.retry_seconds:g} s",
+            )
 
     def _count(self, kind: str) -> None:
         with self._lock:
@@ -416,8 +456,13 @@ class KubeNodeApi:
         ApiFailure: from each call, with the HTTP status and the API server's message.
     """
 
-    def __init__(self, server: str | None = None, token_file: str | None = None, ca_file: str | None = None,
-                 timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        server: str | None = None,
+        token_file: str | None = None,
+        ca_file: str | None = None,
+        timeout: float = 10.0,
+    ) -> None:
         if server is None:
             host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             if not host:
@@ -440,8 +485,14 @@ class KubeNodeApi:
         if content_type:
             headers["Content-Type"] = content_type
         try:
-            response = httpx.request(method, self.server + path, headers=headers, timeout=self._timeout,
-                                     content=None if body is None else json.dumps(body), verify=self._verify)
+            response = httpx.request(
+                method,
+                self.server + path,
+                headers=headers,
+                timeout=self._timeout,
+                content=None if body is None else json.dumps(body),
+                verify=self._verify,
+            )
         except httpx.HTTPError as exc:
             raise ApiFailure(0, f"no answer from the API server ({type(exc).__name__})", call) from None
         if response.status_code >= 400:
@@ -449,8 +500,7 @@ class KubeNodeApi:
                 message = response.json().get("message") or response.reason_phrase
             except ValueError:
                 message = response.text.strip()[:200] or response.reason_phrase
-            raise ApiFailure(response.status_code, f"{response.status_code} {response.reason_phrase}: {message}",
-                             call)
+            raise ApiFailure(response.status_code, f"{response.status_code} {response.reason_phrase}: {message}", call)
         try:
             return response.json()
         except ValueError:

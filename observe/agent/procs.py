@@ -42,8 +42,15 @@ from observe.model import ProcessInfo
 log = logging.getLogger(__name__)
 
 #: ``/proc/<pid>/stat`` state letter -> state name (proc(5)).
-STATES = {"R": "running", "S": "sleeping", "D": "disk_sleep", "T": "stopped", "t": "stopped",
-          "Z": "zombie", "I": "idle"}
+STATES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "disk_sleep",
+    "T": "stopped",
+    "t": "stopped",
+    "Z": "zombie",
+    "I": "idle",
+}
 STATE_NAMES: tuple[str, ...] = ("running", "sleeping", "disk_sleep", "stopped", "zombie", "idle", "other")
 _VANISHED = (errno.ENOENT, errno.ESRCH)
 _STAT_BYTES = 4096
@@ -67,8 +74,22 @@ class _Static:
 
 
 class _Proc:
-    __slots__ = ("pid", "fd", "raw", "comm", "state", "ppid", "ticks", "prev_ticks", "threads",
-                 "rss_pages", "cpu_cores", "read_at", "idle", "static")
+    __slots__ = (
+        "pid",
+        "fd",
+        "raw",
+        "comm",
+        "state",
+        "ppid",
+        "ticks",
+        "prev_ticks",
+        "threads",
+        "rss_pages",
+        "cpu_cores",
+        "read_at",
+        "idle",
+        "static",
+    )
 
     def __init__(self, pid: int, fd: int | None) -> None:
         self.pid, self.fd = pid, fd
@@ -249,8 +270,8 @@ class ProcessTable:
     def _parse(self, proc: _Proc, data: bytes) -> bool:
         try:
             close = data.rindex(b")")
-            fields = data[close + 2:].split()
-            proc.comm = data[data.index(b"(") + 1:close].decode("utf-8", "backslashreplace")
+            fields = data[close + 2 :].split()
+            proc.comm = data[data.index(b"(") + 1 : close].decode("utf-8", "backslashreplace")
             proc.state = STATES.get(fields[0].decode(), "other")
             proc.ppid = int(fields[1])
             proc.ticks = int(fields[11]) + int(fields[12])
@@ -303,11 +324,19 @@ class ProcessTable:
         static = proc.static = proc.static or self._static(proc)
         rss = proc.rss_pages * self.page_size
         return ProcessInfo(
-            pid=pid, ppid=proc.ppid, name=static.name, state=proc.state,
-            user=static.user, cpu_cores=proc.cpu_cores,
-            memory_ratio=rss / memory_total_bytes if memory_total_bytes else None, rss_bytes=rss,
-            cpu_seconds=proc.ticks / self.ticks_per_second, threads=proc.threads,
-            command=static.command, pod_uid=static.pod_uid, container_id=static.container_id,
+            pid=pid,
+            ppid=proc.ppid,
+            name=static.name,
+            state=proc.state,
+            user=static.user,
+            cpu_cores=proc.cpu_cores,
+            memory_ratio=rss / memory_total_bytes if memory_total_bytes else None,
+            rss_bytes=rss,
+            cpu_seconds=proc.ticks / self.ticks_per_second,
+            threads=proc.threads,
+            command=static.command,
+            pod_uid=static.pod_uid,
+            container_id=static.container_id,
         )
 
     def _static(self, proc: _Proc) -> _Static:
@@ -336,12 +365,23 @@ class ProcessTable:
     # -- reporting once -----------------------------------------------------------------------
 
     def _vanished(self, pid: int) -> None:
-        self._once.report("vanished", "process %d exited while it was read; such processes are skipped "
-                          "(reported once)", pid, level=logging.INFO, count=False)
+        self._once.report(
+            "vanished",
+            "process %d exited while it was read; such processes are skipped (reported once)",
+            pid,
+            level=logging.INFO,
+            count=False,
+        )
 
     def _error(self, kind: str, path: str, exc: BaseException) -> None:
-        self._once.report(kind, "cannot read %s (%s); skipping it and others like it (reported once; "
-                          "counted in fsdp_node_agent_errors_total{kind=%r})", path, exc, kind)
+        self._once.report(
+            kind,
+            "cannot read %s (%s); skipping it and others like it (reported once; "
+            "counted in fsdp_node_agent_errors_total{kind=%r})",
+            path,
+            exc,
+            kind,
+        )
 
 
 def _read_bytes(path: str) -> bytes:

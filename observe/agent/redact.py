@@ -69,19 +69,64 @@ MAX_NAME_CHARS = 128
 MAX_SHELL_DEPTH = 3
 
 #: Last words of a flag or variable name whose value is a secret.
-SECRET_WORDS = frozenset({
-    "token", "password", "passwd", "pwd", "pass", "secret", "key", "apikey", "credential", "credentials",
-    "auth", "passphrase", "signature",
-})
+SECRET_WORDS = frozenset(
+    {
+        "token",
+        "password",
+        "passwd",
+        "pwd",
+        "pass",
+        "secret",
+        "key",
+        "apikey",
+        "credential",
+        "credentials",
+        "auth",
+        "passphrase",
+        "signature",
+    }
+)
 #: Endings of a one-word lower-case name that still name a secret (``--hftoken``, ``DBPASSWORD``,
 #: ``--clientsecret``, ``accountkey``); ``key`` alone is not one (``--monkey``, ``--hotkey``).
-SECRET_SUFFIXES = ("token", "password", "passwd", "secret", "passphrase", "apikey", "accesskey", "secretkey",
-                   "privatekey", "accountkey", "credentials", "credential", "signature")
+SECRET_SUFFIXES = (
+    "token",
+    "password",
+    "passwd",
+    "secret",
+    "passphrase",
+    "apikey",
+    "accesskey",
+    "secretkey",
+    "privatekey",
+    "accountkey",
+    "credentials",
+    "credential",
+    "signature",
+)
 #: Tools whose short flag (the letter) takes a password: ``sshpass -p X``, ``mysql -pX``.
 PASSWORD_SHORT_FLAGS: dict[str, str] = {
-    **dict.fromkeys(("sshpass", "mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck",
-                     "mariadb", "mariadb-dump", "mariadb-admin", "7z", "7za", "7zz", "7zr"), "p"),
-    "redis-cli": "a", "zip": "P", "unzip": "P",
+    **dict.fromkeys(
+        (
+            "sshpass",
+            "mysql",
+            "mysqldump",
+            "mysqladmin",
+            "mysqlimport",
+            "mysqlshow",
+            "mysqlcheck",
+            "mariadb",
+            "mariadb-dump",
+            "mariadb-admin",
+            "7z",
+            "7za",
+            "7zz",
+            "7zr",
+        ),
+        "p",
+    ),
+    "redis-cli": "a",
+    "zip": "P",
+    "unzip": "P",
 }
 #: Tools whose flag takes ``user:password`` (the part after the first colon is the secret).
 USERPASS_FLAGS: dict[str, frozenset[str]] = {"curl": frozenset({"-u", "--user", "-U", "--proxy-user"})}
@@ -99,20 +144,30 @@ _SHELL_TOKEN = re.compile(r"""&&|\|\||[;|&]|(?:[^\s'";|&]|'[^']{0,65536}'?|"(?:\
 _SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&"})
 
 # -- rules on the text of one argument, applied to the whole argument first ----------------------
-_PEM = re.compile(r"(?P<begin>-----BEGIN (?P<label>[A-Z0-9 ]{1,64})-----)"
-                  r"(?:.{0,65536}?(?P<end>-----END (?P=label)-----)|.*)", re.S)
+_PEM = re.compile(
+    r"(?P<begin>-----BEGIN (?P<label>[A-Z0-9 ]{1,64})-----)"
+    r"(?:.{0,65536}?(?P<end>-----END (?P=label)-----)|.*)",
+    re.S,
+)
 _JSON_MEMBER = re.compile(
     r"(?P<head>(?P<q>\\?[\"'])(?P<name>[A-Za-z_][\w.-]{0,63})(?P=q)\s{0,8}:\s{0,8})"
-    r"(?P<value>\\?\"(?:\\[^\"]|[^\"\\]){0,4096}\\?\"|'(?:\\.|[^'\\]){0,4096}'|[^,}\]\s]{1,4096})")
-_HEADER = re.compile(r"(?i)\b(?P<head>(?:proxy-)?authorization|x-api-key|api-key|x-auth-token|x-vault-token"
-                     r"|private-token|cookie)(?P<sep>\s{0,8}[:=]\s{0,8})(?P<value>[^\"'\r\n]{1,65536})")
+    r"(?P<value>\\?\"(?:\\[^\"]|[^\"\\]){0,4096}\\?\"|'(?:\\.|[^'\\]){0,4096}'|[^,}\]\s]{1,4096})"
+)
+_HEADER = re.compile(
+    r"(?i)\b(?P<head>(?:proxy-)?authorization|x-api-key|api-key|x-auth-token|x-vault-token"
+    r"|private-token|cookie)(?P<sep>\s{0,8}[:=]\s{0,8})(?P<value>[^\"'\r\n]{1,65536})"
+)
 _BEARER = re.compile(r"(?i)\b(?P<head>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/=-]{8,})")
 # -- rules on each word ---------------------------------------------------------------------------
 _URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]{0,31}://)(?P<authority>[^/\s?#]{1,1024})")
-_WEBHOOK = re.compile(r"(?P<head>\bhttps?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
-                      r"|(?:[\w-]+\.)?discord(?:app)?\.com/api/webhooks/))[\w/-]{1,512}")
-_ASSIGNMENT = re.compile(r"(?:^|(?<=[\s;,&?'\"(]))(?P<head>(?P<name>-{0,2}[A-Za-z_][\w.-]{0,63})\s?=\s?)"
-                         r"(?P<value>\"[^\"]{0,4096}\"?|'[^']{0,4096}'?|[^\s;,&'\"]{1,65536})")
+_WEBHOOK = re.compile(
+    r"(?P<head>\bhttps?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+    r"|(?:[\w-]+\.)?discord(?:app)?\.com/api/webhooks/))[\w/-]{1,512}"
+)
+_ASSIGNMENT = re.compile(
+    r"(?:^|(?<=[\s;,&?'\"(]))(?P<head>(?P<name>-{0,2}[A-Za-z_][\w.-]{0,63})\s?=\s?)"
+    r"(?P<value>\"[^\"]{0,4096}\"?|'[^']{0,4096}'?|[^\s;,&'\"]{1,65536})"
+)
 _OPENSSL_PASS = re.compile(r"\bpass:(?P<value>\S{1,4096})")
 _TOKENS = re.compile(
     r"\bhf_[A-Za-z0-9]{30,}"
@@ -199,8 +254,9 @@ def looks_random(token: str) -> bool:
     if len(kinds & {0, 1, 2}) < 2:
         return False
     entropy, changes = randomness(token)
-    return entropy >= RANDOM_HIGH_ENTROPY_BITS or (entropy >= RANDOM_MIN_ENTROPY_BITS
-                                                   and changes >= RANDOM_MIN_CLASS_CHANGES)
+    return entropy >= RANDOM_HIGH_ENTROPY_BITS or (
+        entropy >= RANDOM_MIN_ENTROPY_BITS and changes >= RANDOM_MIN_CLASS_CHANGES
+    )
 
 
 def _aws_secret(token: str) -> bool:
@@ -236,8 +292,7 @@ def redact_blocks(text: str) -> str:
     """Secrets that may span spaces, in a whole argument: PEM blocks, secret JSON members,
     ``Authorization``-style header values and ``Bearer``/``Basic`` credentials."""
     text = _PEM.sub(lambda m: f"{m['begin']}{REDACTED}{m['end'] or ''}", text)
-    text = _JSON_MEMBER.sub(lambda m: m["head"] + _quoted(m["value"]) if is_secret_name(m["name"]) else m.group(),
-                            text)
+    text = _JSON_MEMBER.sub(lambda m: m["head"] + _quoted(m["value"]) if is_secret_name(m["name"]) else m.group(), text)
     text = _HEADER.sub(lambda m: f"{m['head']}{m['sep']}{REDACTED}", text)
     return _BEARER.sub(lambda m: f"{m['head']} {REDACTED}", text)
 
@@ -249,8 +304,12 @@ def redact_text(text: str) -> str:
     text = redact_blocks(text)
     text = _WEBHOOK.sub(lambda m: m["head"] + REDACTED, text)
     text = _URL.sub(_authority, text)
-    text = _ASSIGNMENT.sub(lambda m: m["head"] + _quoted(m["value"])
-                           if is_secret_name(m["name"]) or m["name"].lower() == "sig" else m.group(), text)
+    text = _ASSIGNMENT.sub(
+        lambda m: (
+            m["head"] + _quoted(m["value"]) if is_secret_name(m["name"]) or m["name"].lower() == "sig" else m.group()
+        ),
+        text,
+    )
     text = _OPENSSL_PASS.sub(f"pass:{REDACTED}", text)
     text = _TOKENS.sub(REDACTED, text)
     return _redact_random(text)
@@ -329,7 +388,7 @@ def _shell_words(text: str) -> Iterator[tuple[str, str]]:
     """``(gap, word)`` pairs of a shell string: the text before each word, and the word."""
     end = 0
     for m in _SHELL_TOKEN.finditer(text):
-        yield text[end:m.start()], m.group()
+        yield text[end : m.start()], m.group()
         end = m.end()
     yield text[end:], ""
 

@@ -44,8 +44,9 @@ class Agent:
         OSError: from the constructor, when ``address:port`` cannot be bound.
     """
 
-    def __init__(self, settings: Settings, address: str, port: int, process_series: int = 20,
-                 command_label: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, address: str, port: int, process_series: int = 20, command_label: bool = False
+    ) -> None:
         self.settings = settings
         self.process_series = process_series
         self.command_label = command_label
@@ -79,8 +80,9 @@ class Agent:
         """
         self._loop = threading.Thread(target=self._collect_forever, name="collect", daemon=True)
         self._loop.start()
-        self._serving = threading.Thread(target=self.server.serve_forever,
-                                         kwargs={"poll_interval": SERVER_POLL_SECONDS}, name="http", daemon=True)
+        self._serving = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": SERVER_POLL_SECONDS}, name="http", daemon=True
+        )
         self._serving.start()
         if wait:
             self._first.wait()
@@ -117,6 +119,9 @@ class Agent:
             self._loop.join(timeout=STOP_JOIN_SECONDS)
             stuck = self._loop.is_alive()
         if stuck:
-            log.warning("a collection is still inside a driver call after %g s; exiting without waiting "
-                        "for it (NVML is not shut down)", STOP_JOIN_SECONDS)
+            log.warning(
+                "a collection is still inside a driver call after %g s; exiting without waiting "
+                "for it (NVML is not shut down)",
+                STOP_JOIN_SECONDS,
+            )
         self.sampler.stop(release_nvml=not stuck)

@@ -44,11 +44,15 @@ T = TypeVar("T")
 
 #: Largest pid_max a 64-bit Linux allows (PID_MAX_LIMIT), used when ``pid_max`` cannot be read.
 PID_MAX_LIMIT = 4 * 1024 * 1024
-HOST_PID_NOTICE = ("GPU processes {pids} are not in this agent's /proc: run the agent in the host PID "
-                   "namespace (Kubernetes: hostPID: true) to see their users and commands")
-OWN_PID_NAMESPACE_NOTICE = ("this agent sees only its own PID namespace (its container): the process list, counts "
-                            "and per-process series cover that alone; for the node's processes run it in the host "
-                            "PID namespace (Kubernetes: daemonsets/components/agent-host-processes)")
+HOST_PID_NOTICE = (
+    "GPU processes {pids} are not in this agent's /proc: run the agent in the host PID "
+    "namespace (Kubernetes: hostPID: true) to see their users and commands"
+)
+OWN_PID_NAMESPACE_NOTICE = (
+    "this agent sees only its own PID namespace (its container): the process list, counts "
+    "and per-process series cover that alone; for the node's processes run it in the host "
+    "PID namespace (Kubernetes: daemonsets/components/agent-host-processes)"
+)
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,10 @@ def own_usage() -> tuple[float | None, int | None]:
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        return ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
-                int(fields[21]) * os.sysconf("SC_PAGE_SIZE"))
+        return (
+            (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
+            int(fields[21]) * os.sysconf("SC_PAGE_SIZE"),
+        )
     except (OSError, ValueError, IndexError):
         return None, None
 
@@ -133,24 +139,39 @@ class Sampler:
         self.host = HostCollector(settings.proc_root)
         self.table = ProcessTable(settings.proc_root)
         self.nvml = Nvml()
-        self.gpus = GpuCollector(self.nvml, read_pid_max(settings.proc_root),
-                                 deadline_seconds=settings.nvml_timeout_seconds, proc_root=settings.proc_root)
+        self.gpus = GpuCollector(
+            self.nvml,
+            read_pid_max(settings.proc_root),
+            deadline_seconds=settings.nvml_timeout_seconds,
+            proc_root=settings.proc_root,
+        )
         self.xids = XidStore()
         self.cursor: XidCursor | None = None
         syslog = settings.kernel_log_source == "syslog"
         if settings.state_dir:
-            self.cursor = XidCursor(settings.state_dir,
-                                    settings.kernel_log or ("syslog(2)" if syslog else settings.kmsg),
-                                    follow_file=settings.kernel_log is not None,
-                                    boot_id=read_boot_id(settings.proc_root), snapshot=self._xid_state)
-        self.watcher = KernelLogWatcher(self.xids, settings.node, path=settings.kernel_log, kmsg=settings.kmsg,
-                                        boot_time=self.host.boot_time, syslog=syslog, cursor=self.cursor)
+            self.cursor = XidCursor(
+                settings.state_dir,
+                settings.kernel_log or ("syslog(2)" if syslog else settings.kmsg),
+                follow_file=settings.kernel_log is not None,
+                boot_id=read_boot_id(settings.proc_root),
+                snapshot=self._xid_state,
+            )
+        self.watcher = KernelLogWatcher(
+            self.xids,
+            settings.node,
+            path=settings.kernel_log,
+            kmsg=settings.kmsg,
+            boot_time=self.host.boot_time,
+            syslog=syslog,
+            cursor=self.cursor,
+        )
         self._by_bus: dict[str, GpuInfo] = {}
         self.health: NodeHealthReporter | None = None
         if settings.node_condition or settings.node_taint:
             api = KubeNodeApi(settings.kube_api, settings.kube_token_file, settings.kube_ca_file)
-            self.health = NodeHealthReporter(settings.node, api, settings.node_condition, settings.node_taint,
-                                             gpu_of=self._gpu_of)
+            self.health = NodeHealthReporter(
+                settings.node, api, settings.node_condition, settings.node_taint, gpu_of=self._gpu_of
+            )
             self.xids.listeners.append(self.health.offer)
         self.errors: Counter[str] = Counter()
         self._once = OnceLog(log, self.errors)
@@ -195,8 +216,13 @@ class Sampler:
         try:
             return fn()
         except Exception:  # noqa: BLE001 - a failing section must not cost the others (DESIGN.md, failure rules)
-            self._once.report(f"collect_{section}", "collecting %s failed; the snapshot carries the other sections "
-                              "(reported once)", section, level=logging.ERROR, exc_info=True)
+            self._once.report(
+                f"collect_{section}",
+                "collecting %s failed; the snapshot carries the other sections (reported once)",
+                section,
+                level=logging.ERROR,
+                exc_info=True,
+            )
             return default
 
     def sample(self) -> NodeSnapshot:
@@ -209,15 +235,22 @@ class Sampler:
         self._guard("nvml_xid", self._nvml_xids, None)
         no_processes: tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]] = ((), tuple(gpu_procs), [])
         processes, gpu_processes, notices = self._guard(
-            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), no_processes)
+            "processes", lambda: self._processes(host.memory.total_bytes, gpu_procs), no_processes
+        )
         no_xids: tuple[tuple[XidEvent, ...], tuple[XidCount, ...]] = ((), ())
         events, counts = self._guard("xid", lambda: self._xids(gpus), no_xids)
         if self.cursor is not None:
             self.cursor.flush()
         self.collections += 1
         return NodeSnapshot(
-            node=self.settings.node, time_unix=now, host=host, processes=processes, gpus=tuple(gpus),
-            gpu_processes=gpu_processes, xid_events=events, xid_counts=counts,
+            node=self.settings.node,
+            time_unix=now,
+            host=host,
+            processes=processes,
+            gpus=tuple(gpus),
+            gpu_processes=gpu_processes,
+            xid_events=events,
+            xid_counts=counts,
             agent=self._health(time.perf_counter() - started, notices),
             node_health=self.health.state() if self.health is not None else None,
         )
@@ -233,14 +266,21 @@ class Sampler:
             raise
         load = self.host.load()
         return HostStats(
-            cpu_count=self.host.cpu_count(), cpu=self._guard("cpu", self.host.cpu, CpuStats()),
+            cpu_count=self.host.cpu_count(),
+            cpu=self._guard("cpu", self.host.cpu, CpuStats()),
             memory=self._guard("memory", self.host.memory, MemoryStats()),
-            load1=load[0], load5=load[1], load15=load[2], uptime_seconds=self.host.uptime_seconds(now),
-            processes=self.table.count, threads=self.table.threads, processes_by_state=self.table.by_state,
+            load1=load[0],
+            load5=load[1],
+            load15=load[2],
+            uptime_seconds=self.host.uptime_seconds(now),
+            processes=self.table.count,
+            threads=self.table.threads,
+            processes_by_state=self.table.by_state,
         )
 
-    def _processes(self, memory_total: int | None, gpu_procs: list[GpuProcess]
-                   ) -> tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]]:
+    def _processes(
+        self, memory_total: int | None, gpu_procs: list[GpuProcess]
+    ) -> tuple[tuple[ProcessInfo, ...], tuple[GpuProcess, ...], list[str]]:
         pids = dict.fromkeys(self.table.busiest(self.settings.max_processes))
         pids.update((p.pid, None) for p in gpu_procs if p.pid in self.table)  # GPU processes always shown
         rows = {pid: info for pid in pids if (info := self.table.info(pid, memory_total)) is not None}
@@ -260,10 +300,20 @@ class Sampler:
         for index, code in self.gpus.xid_events():
             gpu = self.gpus.by_index(index)
             info = lookup(code)
-            self._count(XidEvent(
-                xid=code, name=info.name, severity=info.severity, action=info.action, node=self.settings.node,
-                gpu=index, gpu_uuid=gpu.uuid if gpu else None, pci_bus=gpu.pci_bus if gpu else None,
-                time_unix=time.time(), source="nvml"))
+            self._count(
+                XidEvent(
+                    xid=code,
+                    name=info.name,
+                    severity=info.severity,
+                    action=info.action,
+                    node=self.settings.node,
+                    gpu=index,
+                    gpu_uuid=gpu.uuid if gpu else None,
+                    pci_bus=gpu.pci_bus if gpu else None,
+                    time_unix=time.time(),
+                    source="nvml",
+                )
+            )
 
     def _gpu_of(self, bus: str | None) -> tuple[int | None, str | None]:
         """NVML index and UUID of the GPU at PCI ``bus`` in the latest collection (node health's messages)."""
@@ -321,13 +371,23 @@ class Sampler:
             all_notices.append(OWN_PID_NAMESPACE_NOTICE)
         cpu_seconds, rss = own_usage()
         return AgentHealth(
-            version=self.settings.version, interval_seconds=self.settings.interval_seconds,
-            collection_seconds=seconds, collections=self.collections, cpu_seconds=cpu_seconds,
+            version=self.settings.version,
+            interval_seconds=self.settings.interval_seconds,
+            collection_seconds=seconds,
+            collections=self.collections,
+            cpu_seconds=cpu_seconds,
             resident_memory_bytes=rss,
-            sources={"procfs": self._procfs, "nvml": "ok" if self.nvml.available else (self.nvml.reason or ""),
-                     "kernel_log": kernel_log,
-                     **({"xid_state": "ok" if self.cursor.enabled else "not kept (see the agent's log)"}
-                        if self.cursor is not None else {})},
-            errors=dict(sorted(errors.items())), dropped=dict(sorted(self.gpus.dropped.items())),
+            sources={
+                "procfs": self._procfs,
+                "nvml": "ok" if self.nvml.available else (self.nvml.reason or ""),
+                "kernel_log": kernel_log,
+                **(
+                    {"xid_state": "ok" if self.cursor.enabled else "not kept (see the agent's log)"}
+                    if self.cursor is not None
+                    else {}
+                ),
+            },
+            errors=dict(sorted(errors.items())),
+            dropped=dict(sorted(self.gpus.dropped.items())),
             notices=tuple(all_notices),
         )

@@ -149,8 +149,12 @@ class ServerErrors:
             self._counts[kind] += 1
             first = self._counts[kind] == 1
         if first:
-            log.warning('%s (reported once; counted in fsdp_node_agent_errors_total{kind="%s"})', message, kind,
-                        exc_info=exc_info)
+            log.warning(
+                '%s (reported once; counted in fsdp_node_agent_errors_total{kind="%s"})',
+                message,
+                kind,
+                exc_info=exc_info,
+            )
 
     def counts(self) -> dict[str, int]:
         """A copy of the counts."""
@@ -224,8 +228,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_error(self, format: str, *args: object) -> None:
         if format.startswith("Request timed out"):
-            self.errors.add("http_timeout", f"a request from {self.client_address[0]} took over "
-                            f"{REQUEST_SECONDS:g} s; its connection was closed")
+            self.errors.add(
+                "http_timeout",
+                f"a request from {self.client_address[0]} took over {REQUEST_SECONDS:g} s; its connection was closed",
+            )
 
     def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
@@ -247,13 +253,17 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, JSON_TYPE, current.summary_json() if view == "summary" else current.json())
         elif path == "/":
-            self._send(200, "text/html; charset=utf-8", b'<a href="/metrics">/metrics</a> '
-                       b'<a href="/snapshot">/snapshot</a> <a href="/healthz">/healthz</a>\n')
+            self._send(
+                200,
+                "text/html; charset=utf-8",
+                b'<a href="/metrics">/metrics</a> <a href="/snapshot">/snapshot</a> <a href="/healthz">/healthz</a>\n',
+            )
         else:
             self._send(404, TEXT_TYPE, b"not found: try /metrics, /snapshot or /healthz\n")
 
-    def _send(self, status: int, content_type: str, body: bytes, encoding: str | None = None,
-              vary: bool = False) -> None:
+    def _send(
+        self, status: int, content_type: str, body: bytes, encoding: str | None = None, vary: bool = False
+    ) -> None:
         self.connection.settimeout(self.remaining())
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -270,8 +280,10 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-_REJECT = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\n"
-           b"Connection: close\r\nContent-Length: 37\r\n\r\ntoo many connections; try again later\n")
+_REJECT = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\nContent-Length: 37\r\n\r\ntoo many connections; try again later\n"
+)
 
 
 class _Server(ThreadingHTTPServer):
@@ -288,8 +300,9 @@ class _Server(ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve on a new thread if a slot is free; else answer 503 and close at once."""
         if not self._slots.acquire(blocking=False):
-            self.errors.add("http_rejected", f"more than {MAX_CONNECTIONS} connections at once; "
-                            f"answered 503 to {client_address[0]}")
+            self.errors.add(
+                "http_rejected", f"more than {MAX_CONNECTIONS} connections at once; answered 503 to {client_address[0]}"
+            )
             try:
                 request.settimeout(1.0)
                 request.sendall(_REJECT)
@@ -313,8 +326,9 @@ class _Server(ThreadingHTTPServer):
         """One counted line for a client that went away; a counted traceback (logged once) otherwise."""
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError)):
-            self.errors.add("http_aborted", f"a client ({client_address[0]}) went away mid-request: "
-                            f"{type(exc).__name__}: {exc}")
+            self.errors.add(
+                "http_aborted", f"a client ({client_address[0]}) went away mid-request: {type(exc).__name__}: {exc}"
+            )
         else:
             self.errors.add("http_error", f"serving {client_address[0]} failed", exc_info=True)
 

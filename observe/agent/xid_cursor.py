@@ -106,8 +106,15 @@ class XidCursor:
         errors: saves that failed (logged once).
     """
 
-    def __init__(self, state_dir: str, source: str, follow_file: bool, boot_id: str | None,
-                 snapshot: Callable[[], tuple[Counts, dict[str | None, str]]], min_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        state_dir: str,
+        source: str,
+        follow_file: bool,
+        boot_id: str | None,
+        snapshot: Callable[[], tuple[Counts, dict[str | None, str]]],
+        min_interval: float = 1.0,
+    ) -> None:
         self.path = Path(state_dir) / STATE_FILE
         self.source = source
         self.follow_file = follow_file
@@ -170,8 +177,9 @@ class XidCursor:
                 return Restored(why="a new boot: the kernel ring buffer starts afresh")
             saved = data.get("ring_position")
             self._ring = self._resume = None if saved is None else tuple(float(x) for x in saved)
-            where = ("the start" if self._ring is None else
-                     f"ring-buffer position {' '.join(f'{x:g}' for x in self._ring)}")
+            where = (
+                "the start" if self._ring is None else f"ring-buffer position {' '.join(f'{x:g}' for x in self._ring)}"
+            )
             return Restored(counts, uuids, ring_position=self._ring, why=f"resuming after {where}")
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             log.warning("XID state %s has the wrong shape (%s); counting afresh", self.path, exc)
@@ -191,9 +199,14 @@ class XidCursor:
 
     # -- while reading ------------------------------------------------------------------------
 
-    def record(self, add: Callable[[XidEvent], None], event: XidEvent | None,
-               ring_position: tuple[float, ...] | None = None, file_fd: int | None = None,
-               file_offset: int | None = None) -> None:
+    def record(
+        self,
+        add: Callable[[XidEvent], None],
+        event: XidEvent | None,
+        ring_position: tuple[float, ...] | None = None,
+        file_fd: int | None = None,
+        file_offset: int | None = None,
+    ) -> None:
         """Count ``event`` (if any) with ``add`` and advance the position past its line, atomically
         with respect to saving; save when ``min_interval`` has passed since the last save.
 
@@ -210,8 +223,12 @@ class XidCursor:
                 self._dirty = True
             if file_fd is not None and file_offset is not None and (event is not None or due):
                 st = os.fstat(file_fd)
-                self._file = {"dev": st.st_dev, "ino": st.st_ino, "offset": file_offset,
-                              "tail": _tail_hash(file_fd, file_offset)}
+                self._file = {
+                    "dev": st.st_dev,
+                    "ino": st.st_ino,
+                    "offset": file_offset,
+                    "tail": _tail_hash(file_fd, file_offset),
+                }
                 self._dirty = True
             if self._dirty and due:
                 self._save()
@@ -238,11 +255,18 @@ class XidCursor:
         if not self.enabled:
             return
         counts, uuids = self.snapshot()
-        data = {"version": STATE_VERSION, "source": self.source, "boot_id": self.boot_id,
-                "ring_position": None if self._ring is None else list(self._ring),
-                "file": self._file, "counts": [[bus, code, severity, n] for (bus, code, severity), n in
-                                               sorted(counts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))],
-                "uuids": {str(bus): uuid for bus, uuid in uuids.items()}}
+        data = {
+            "version": STATE_VERSION,
+            "source": self.source,
+            "boot_id": self.boot_id,
+            "ring_position": None if self._ring is None else list(self._ring),
+            "file": self._file,
+            "counts": [
+                [bus, code, severity, n]
+                for (bus, code, severity), n in sorted(counts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))
+            ],
+            "uuids": {str(bus): uuid for bus, uuid in uuids.items()},
+        }
         tmp = self.path.with_suffix(".tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -254,8 +278,9 @@ class XidCursor:
         except OSError as exc:
             self.errors += 1
             if self.errors == 1:
-                log.error("cannot write XID state %s (%s); retrying on the next XID (reported once)", self.path,
-                          exc.strerror)
+                log.error(
+                    "cannot write XID state %s (%s); retrying on the next XID (reported once)", self.path, exc.strerror
+                )
             return
         self._dirty = False
         self._saved_at = time.monotonic()

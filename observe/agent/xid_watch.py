@@ -55,8 +55,11 @@ MAX_MESSAGE_CHARS = 512
 def exportable(event: XidEvent) -> XidEvent:
     """``event`` with its process name, message and raw line redacted, escaped and cut."""
     return dataclasses.replace(
-        event, process=None if event.process is None else safe_text(event.process),
-        message=safe_text(event.message, MAX_MESSAGE_CHARS), raw=safe_text(event.raw, MAX_MESSAGE_CHARS))
+        event,
+        process=None if event.process is None else safe_text(event.process),
+        message=safe_text(event.message, MAX_MESSAGE_CHARS),
+        raw=safe_text(event.raw, MAX_MESSAGE_CHARS),
+    )
 
 
 class XidStore:
@@ -118,9 +121,18 @@ class KernelLogWatcher:
         long_lines: file mode: lines cut at ``observe.agent.logfile.MAX_LINE_BYTES``.
     """
 
-    def __init__(self, store: XidStore, node: str = "", path: str | None = None, kmsg: str = KMSG,
-                 boot_time: float | None = None, poll_seconds: float = 0.5, syslog: bool = False,
-                 ring: KernelRing | None = None, cursor: XidCursor | None = None) -> None:
+    def __init__(
+        self,
+        store: XidStore,
+        node: str = "",
+        path: str | None = None,
+        kmsg: str = KMSG,
+        boot_time: float | None = None,
+        poll_seconds: float = 0.5,
+        syslog: bool = False,
+        ring: KernelRing | None = None,
+        cursor: XidCursor | None = None,
+    ) -> None:
         self.store = store
         self.cursor = cursor
         self.parser = KernelLogParser(node)
@@ -178,8 +190,11 @@ class KernelLogWatcher:
             else:
                 hint = "pass --kernel-log FILE"
             self.status = f"cannot {'read' if self.syslog else 'open'} {self.source}: {exc.strerror}"
-            log.warning("%s; XIDs come from NVML events only, which miss some codes (79, 119, 120); "
-                        "%s (reported once)", self.status, hint)
+            log.warning(
+                "%s; XIDs come from NVML events only, which miss some codes (79, 119, 120); %s (reported once)",
+                self.status,
+                hint,
+            )
             return False
         self.status = "ok"
         self._thread = threading.Thread(target=self._run, args=(target,), name="xid-watch", daemon=True)
@@ -205,8 +220,13 @@ class KernelLogWatcher:
             if self._file is not None:
                 self._file.close()
 
-    def _feed(self, line: str, now: float | None = None, position: tuple[float, ...] | None = None,
-              file_offset: int | None = None) -> None:
+    def _feed(
+        self,
+        line: str,
+        now: float | None = None,
+        position: tuple[float, ...] | None = None,
+        file_offset: int | None = None,
+    ) -> None:
         """Parse one line and count its XID; with a cursor, skip a line counted before a restart
         (``position``: the record's place in this boot's ring buffer) and save the place after it."""
         if self.cursor is not None and self.cursor.seen(position):

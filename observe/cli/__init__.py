@@ -25,15 +25,24 @@ from observe.flags import OneLineParser
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("observe.cli.demo", "a two-rank CPU fine-tune on this machine, watched end to end", "all"),
     "train": ("observe.cli.train", "validate, then start a local torchrun run of the trainer", "trainer"),
-    "run": ("observe.cli.run", "run your own training command unchanged, with per-step metrics on every rank",
-            "training"),
+    "run": (
+        "observe.cli.run",
+        "run your own training command unchanged, with per-step metrics on every rank",
+        "training",
+    ),
     "scaling": ("observe.cli.scaling", "throughput, step time and memory against the number of ranks", "scaling"),
     "job": ("observe.cli.job", "render a PyTorchJob; show, read and stop one on Kubernetes", "k8s"),
     "top": ("observe.cli.top", "the terminal UI: nodes, GPUs, processes, the training run and XID alerts", ""),
-    "agent": ("observe.cli.agent", "the node agent: host, process, GPU and XID data as /metrics and /snapshot",
-              "agent"),
-    "dashboards": ("observe.cli.dashboards", "write or --check the Grafana dashboards, Prometheus rules and "
-                   "Alertmanager configuration", "dashboards"),
+    "agent": (
+        "observe.cli.agent",
+        "the node agent: host, process, GPU and XID data as /metrics and /snapshot",
+        "agent",
+    ),
+    "dashboards": (
+        "observe.cli.dashboards",
+        "write or --check the Grafana dashboards, Prometheus rules and Alertmanager configuration",
+        "dashboards",
+    ),
 }
 
 
@@ -88,17 +97,27 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else argv
     ap = OneLineParser(
-        prog="fsdp-observe", description="Observability for FSDP fine-tunes of Llama models.",
+        prog="fsdp-observe",
+        description="Observability for FSDP fine-tunes of Llama models.",
         epilog=f"{command_list()}\n\nRun 'fsdp-observe COMMAND --help' for a command's options.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND", help="one of the commands below")
     if not argv or argv[0] not in COMMANDS:
         if argv and not argv[0].startswith("-"):
-            return _report(UserError("fsdp-observe", f"unknown command {argv[0]!r}",
-                                     f"choose one of {', '.join(sorted(COMMANDS))}"))
+            return _report(
+                UserError(
+                    "fsdp-observe", f"unknown command {argv[0]!r}", f"choose one of {', '.join(sorted(COMMANDS))}"
+                )
+            )
         if argv and argv[0] not in ("-h", "--help"):
-            return _report(UserError("fsdp-observe", f"{argv[0]!r} is not a command",
-                                     "options follow the command: fsdp-observe COMMAND --help"))
+            return _report(
+                UserError(
+                    "fsdp-observe",
+                    f"{argv[0]!r} is not a command",
+                    "options follow the command: fsdp-observe COMMAND --help",
+                )
+            )
         try:
             ap.parse_args(argv[:1])  # --help (exit 0), or a usage mistake (one line, exit 2)
         except UserError as exc:
@@ -114,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] in ("observe", "trainer"):
             raise
-        return _report(UserError(f"fsdp-observe {name}", f"needs the Python module {exc.name.split('.')[0]!r}, "
-                                 "which is not "
-                                 "installed", f"pip install 'fsdp-observe[{missing_extra(name, exc.name)}]'"))
+        return _report(
+            UserError(
+                f"fsdp-observe {name}",
+                f"needs the Python module {exc.name.split('.')[0]!r}, which is not installed",
+                f"pip install 'fsdp-observe[{missing_extra(name, exc.name)}]'",
+            )
+        )
     except BrokenPipeError:
         return _closed_stdout()
 

@@ -26,20 +26,38 @@ from observe.flags import OneLineParser
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    ap = OneLineParser(prog="fsdp-observe dashboards",
-                       description="Write (or check) the generated Grafana dashboards and Prometheus rules "
-                                   "(docs/dashboards.md).")
-    ap.add_argument("--out", default="dashboards", type=Path, metavar="DIR",
-                    help="where the dashboards and the rule file go (default dashboards)")
-    ap.add_argument("--k8s-out", default="daemonsets/generated", type=Path, metavar="DIR",
-                    help="where the PrometheusRule and dashboard ConfigMaps go (default daemonsets/generated)")
+    ap = OneLineParser(
+        prog="fsdp-observe dashboards",
+        description="Write (or check) the generated Grafana dashboards and Prometheus rules (docs/dashboards.md).",
+    )
+    ap.add_argument(
+        "--out",
+        default="dashboards",
+        type=Path,
+        metavar="DIR",
+        help="where the dashboards and the rule file go (default dashboards)",
+    )
+    ap.add_argument(
+        "--k8s-out",
+        default="daemonsets/generated",
+        type=Path,
+        metavar="DIR",
+        help="where the PrometheusRule and dashboard ConfigMaps go (default daemonsets/generated)",
+    )
     ap.add_argument("--no-k8s", action="store_true", help="write no Kubernetes objects")
-    ap.add_argument("--settings", type=Path, metavar="FILE",
-                    help="YAML/JSON file overriding fields of observe.monitoring.settings.Settings "
-                         "(docs/dashboards.md)")
-    ap.add_argument("--receivers", type=Path, metavar="FILE",
-                    help="YAML list of Alertmanager receivers (Slack, PagerDuty, webhook; secrets in *_file fields) "
-                         "merged by name into alertmanager.yml (docs/alerting.md)")
+    ap.add_argument(
+        "--settings",
+        type=Path,
+        metavar="FILE",
+        help="YAML/JSON file overriding fields of observe.monitoring.settings.Settings (docs/dashboards.md)",
+    )
+    ap.add_argument(
+        "--receivers",
+        type=Path,
+        metavar="FILE",
+        help="YAML list of Alertmanager receivers (Slack, PagerDuty, webhook; secrets in *_file fields) "
+        "merged by name into alertmanager.yml (docs/alerting.md)",
+    )
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the files that differ")
     return ap
 
@@ -62,8 +80,11 @@ def main(argv: list[str]) -> int:
     if not ns.no_k8s:
         outputs.append(("--k8s-out", ns.k8s_out, generate.render_k8s(settings), generate.OWNED["k8s"]))
     if ns.check:
-        stale = [f"{folder}/{name}" for _, folder, files, owned in outputs
-                 for name in generate.differences(files, folder, owned)]
+        stale = [
+            f"{folder}/{name}"
+            for _, folder, files, owned in outputs
+            for name in generate.differences(files, folder, owned)
+        ]
         if stale:
             print(f"error: out of date: {', '.join(stale)}; run fsdp-observe dashboards", file=sys.stderr)
             return 1

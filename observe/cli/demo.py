@@ -29,33 +29,59 @@ from trainer.runspec.config import MetricsConfig, ModelConfig, TrainConfig
 from trainer.runspec.launch import LaunchConfig
 
 #: ``--help``'s description: plain text (the module docstring is reStructuredText for developers).
-DESCRIPTION = ("A bounded CPU fine-tune on this machine (two ranks, the tiny preset, the Python standard library's "
-               "sources as text), watched end to end: a local node agent, the ranks' metrics, the terminal UI when "
-               "run on a terminal (q quits and stops the run), and a summary at the end.")
+DESCRIPTION = (
+    "A bounded CPU fine-tune on this machine (two ranks, the tiny preset, the Python standard library's "
+    "sources as text), watched end to end: a local node agent, the ranks' metrics, the terminal UI when "
+    "run on a terminal (q quits and stops the run), and a summary at the end."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The demo's command line."""
     ap = OneLineParser(prog="fsdp-observe demo", description=DESCRIPTION)
     ap.add_argument("--steps", type=int, default=200, help="training steps (default %(default)s, about a minute)")
-    ap.add_argument("--nproc-per-node", type=int, default=LaunchConfig.nproc_per_node,
-                    help="CPU ranks (default %(default)s)")
-    ap.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                    help="base port of the ranks' /metrics: rank r serves on PORT + r (default: a free block)")
-    ap.add_argument("--log-every", type=int, default=20, metavar="N",
-                    help="steps per log window: loss, tokens/s and step time are logged and served per window "
-                         "(default %(default)s)")
-    ap.add_argument("--agent-port", type=int, default=None,
-                    help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
-                         "0 picks a free one)")
+    ap.add_argument(
+        "--nproc-per-node", type=int, default=LaunchConfig.nproc_per_node, help="CPU ranks (default %(default)s)"
+    )
+    ap.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="base port of the ranks' /metrics: rank r serves on PORT + r (default: a free block)",
+    )
+    ap.add_argument(
+        "--log-every",
+        type=int,
+        default=20,
+        metavar="N",
+        help="steps per log window: loss, tokens/s and step time are logged and served per window "
+        "(default %(default)s)",
+    )
+    ap.add_argument(
+        "--agent-port",
+        type=int,
+        default=None,
+        help=f"port of the local node agent (default {AGENT_PORT}, or a free one when that is taken; "
+        "0 picks a free one)",
+    )
     ap.add_argument("--out", metavar="DIR", help="keep the run's JSON log here (default: a temporary folder)")
-    ap.add_argument("--no-tui", action="store_true",
-                    help="never open the terminal UI (it opens only when stdin and stdout are a terminal)")
-    ap.add_argument("--prometheus", action="store_true",
-                    help="also start Prometheus (binary on PATH) with the generated rules, scraping the agent and "
-                         "the ranks")
-    ap.add_argument("--prometheus-port", type=int, default=None,
-                    help=f"its port (default {prometheus_local.DEFAULT_PORT}, or a free one when that is taken)")
+    ap.add_argument(
+        "--no-tui",
+        action="store_true",
+        help="never open the terminal UI (it opens only when stdin and stdout are a terminal)",
+    )
+    ap.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also start Prometheus (binary on PATH) with the generated rules, scraping the agent and the ranks",
+    )
+    ap.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=None,
+        help=f"its port (default {prometheus_local.DEFAULT_PORT}, or a free one when that is taken)",
+    )
     return ap
 
 
@@ -88,22 +114,35 @@ def main(argv: list[str]) -> int:
     log_json = out / f"{run_id}.jsonl"
     LaunchConfig(nproc_per_node=ns.nproc_per_node).validate()
     port_base = ns.metrics_port if ns.metrics_port is not None else free_port_block(ns.nproc_per_node)
-    cfg = prepare(TrainConfig(model=ModelConfig(preset="tiny"), steps=ns.steps, metrics=MetricsConfig(
-        port_base=port_base, address="127.0.0.1", log_every=ns.log_every, log_json=str(log_json),
-        run_id=run_id)), ns.nproc_per_node)
+    cfg = prepare(
+        TrainConfig(
+            model=ModelConfig(preset="tiny"),
+            steps=ns.steps,
+            metrics=MetricsConfig(
+                port_base=port_base, address="127.0.0.1", log_every=ns.log_every, log_json=str(log_json), run_id=run_id
+            ),
+        ),
+        ns.nproc_per_node,
+    )
     if (warning := oversubscription(ns.nproc_per_node)) is not None:
         print(f"fsdp-observe demo: {warning}", file=sys.stderr, flush=True)
     if ns.prometheus and prometheus_local.binary() is None:
-        raise UserError("--prometheus", "no prometheus binary on PATH",
-                        "install it (apt-get install prometheus) or leave out --prometheus")
+        raise UserError(
+            "--prometheus",
+            "no prometheus binary on PATH",
+            "install it (apt-get install prometheus) or leave out --prometheus",
+        )
     if ns.prometheus_port is not None and not ns.prometheus:
         raise UserError("--prometheus-port", "only applies with --prometheus", "add --prometheus")
 
     try:
         agent, agent_url = demo.start_local_agent(ns.agent_port, out / "agent.log")
     except RuntimeError as exc:
-        raise UserError("--agent-port", f"the node agent did not start: {exc}",
-                        f"read {out / 'agent.log'}, or pass another --agent-port") from None
+        raise UserError(
+            "--agent-port",
+            f"the node agent did not start: {exc}",
+            f"read {out / 'agent.log'}, or pass another --agent-port",
+        ) from None
     urls = [f"http://127.0.0.1:{port_base + r}/metrics" for r in range(ns.nproc_per_node)]
     prometheus = None
     if ns.prometheus:
@@ -118,8 +157,11 @@ def main(argv: list[str]) -> int:
     for rank, url in enumerate(urls):
         print(f"  rank {rank} metrics: {url}")
     if prometheus is not None:
-        print(f"  prometheus: {prometheus.url}  (alerts: {prometheus.url}/alerts; config, rules and data: "
-              f"{prometheus.folder}; stops with the demo)", flush=True)
+        print(
+            f"  prometheus: {prometheus.url}  (alerts: {prometheus.url}/alerts; config, rules and data: "
+            f"{prometheus.folder}; stops with the demo)",
+            flush=True,
+        )
     scraper = demo.Scraper(urls, run_id=run_id)
     tui = wants_tui(ns)
     train_log_path = out / "train.log" if tui else None
@@ -131,9 +173,12 @@ def main(argv: list[str]) -> int:
     closed_ui = False
     try:
         if stop.signum is None:
-            run.start(torchrun_command(cfg, ns.nproc_per_node, quiet=True),
-                      env=torchrun_env(ns.nproc_per_node), stdout=train_log,
-                      stderr=subprocess.STDOUT if train_log else None)
+            run.start(
+                torchrun_command(cfg, ns.nproc_per_node, quiet=True),
+                env=torchrun_env(ns.nproc_per_node),
+                stdout=train_log,
+                stderr=subprocess.STDOUT if train_log else None,
+            )
             if tui:
                 assert train_log_path is not None  # made with the TUI
                 closed_ui = demo.watch(agent_url, urls, run, run_id, train_log_path)
@@ -153,9 +198,13 @@ def main(argv: list[str]) -> int:
             prometheus.stop()
     windows, end = demo.read_log(log_json)
     rows = demo.summary_rows(windows, end, scraper.records, status)
-    demo.print_table(f"fsdp-observe demo: run {run_id} {demo.outcome(status, closed_ui)}",
-                     rows[:-1] + demo.agent_rows(snapshot, agent_url) + rows[-1:]
-                     + demo.outputs_rows(log_json, train_log_path, status))
+    demo.print_table(
+        f"fsdp-observe demo: run {run_id} {demo.outcome(status, closed_ui)}",
+        rows[:-1]
+        + demo.agent_rows(snapshot, agent_url)
+        + rows[-1:]
+        + demo.outputs_rows(log_json, train_log_path, status),
+    )
     return status
 
 

@@ -27,29 +27,45 @@ _RUN_ID = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fsdp-observe job`` command line."""
-    ap = OneLineParser(prog="fsdp-observe job",
-                                 description="Render a PyTorchJob from settings; show, read and stop a running one.",
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=_EXAMPLES + "\nSettings keys and the manifests: docs/kubernetes.md")
+    ap = OneLineParser(
+        prog="fsdp-observe job",
+        description="Render a PyTorchJob from settings; show, read and stop a running one.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EXAMPLES + "\nSettings keys and the manifests: docs/kubernetes.md",
+    )
     sub = ap.add_subparsers(dest="action", required=True, metavar="ACTION")
     render = sub.add_parser("render", help="print a PyTorchJob for a settings file (.env or YAML)")
     render.add_argument("--config", required=True, metavar="FILE", help="settings, e.g. examples/llama2-7b.env")
-    render.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one setting (repeatable), e.g. --set NUM_NODES=4")
+    render.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting (repeatable), e.g. --set NUM_NODES=4",
+    )
     render.add_argument("--run-id", help="rendezvous id and run_id label (default: <JOB_NAME>-<random>)")
     render.add_argument("-o", "--output", metavar="FILE", help="write the manifest here instead of stdout")
-    render.add_argument("--network-policy", action=argparse.BooleanOptionalAction, default=True,
-                        help="also render the job's NetworkPolicy: its ranks' metrics ports open to Prometheus and "
-                             "the viewer only (default: on)")
-    access = sub.add_parser("access", help="print a read-only Role (pods, logs, PyTorchJobs) for one namespace, "
-                                           "bound to the viewer service account and the people named")
+    render.add_argument(
+        "--network-policy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also render the job's NetworkPolicy: its ranks' metrics ports open to Prometheus and "
+        "the viewer only (default: on)",
+    )
+    access = sub.add_parser(
+        "access",
+        help="print a read-only Role (pods, logs, PyTorchJobs) for one namespace, "
+        "bound to the viewer service account and the people named",
+    )
     access.add_argument("-n", "--namespace", required=True, help="the jobs' namespace")
     access.add_argument("--user", action="append", default=[], help="also bind this user (repeatable)")
     access.add_argument("--group", action="append", default=[], help="also bind this group (repeatable)")
     access.add_argument("-o", "--output", metavar="FILE", help="write the manifests here instead of stdout")
-    for action, text in (("status", "the job's state, its leader and every worker pod"),
-                         ("logs", "the leader's log (or every worker's with --all)"),
-                         ("stop", "delete the job; with an etcd rendezvous, restart the etcd pod")):
+    for action, text in (
+        ("status", "the job's state, its leader and every worker pod"),
+        ("logs", "the leader's log (or every worker's with --all)"),
+        ("stop", "delete the job; with an etcd rendezvous, restart the etcd pod"),
+    ):
         p = sub.add_parser(action, help=text)
         p.add_argument("name", metavar="NAME", help="PyTorchJob name (JOB_NAME)")
         p.add_argument("-n", "--namespace", help="default: the kubeconfig context's, else default")
@@ -102,8 +118,9 @@ def _render(ns: argparse.Namespace) -> int:
     from observe.k8s.pytorchjob import render
 
     if ns.run_id is not None and not (_RUN_ID.fullmatch(ns.run_id) and len(ns.run_id) <= 63):
-        raise UserError("--run-id", f"{ns.run_id!r} is not a valid label value",
-                          "use up to 63 lower-case letters, digits and '-'")
+        raise UserError(
+            "--run-id", f"{ns.run_id!r} is not a valid label value", "use up to 63 lower-case letters, digits and '-'"
+        )
     settings = load_settings(ns.config, ns.set)
     job = render(settings, ns.run_id)
     for warning in storage.warnings(settings):

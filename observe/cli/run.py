@@ -44,27 +44,45 @@ class _RunParser(OneLineParser):
         command after ``--``."""
         if not message.startswith("unrecognized arguments"):
             return super().fallback(message)
-        return ("write the training command after --, e.g. fsdp-observe run -- torchrun --nproc-per-node 2 "
-                f"train.py (run '{self.prog} --help' for run's own flags)")
+        return (
+            "write the training command after --, e.g. fsdp-observe run -- torchrun --nproc-per-node 2 "
+            f"train.py (run '{self.prog} --help' for run's own flags)"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fsdp-observe run`` command line."""
-    ap = _RunParser(prog="fsdp-observe run", formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Run a training command unchanged, with fsdp-observe's per-step metrics on "
-                                   "every rank (see docs/own-training.md).",
-                       epilog="examples:\n  fsdp-observe run -- torchrun --nproc-per-node 8 train.py\n"
-                              "  fsdp-observe run --port-base 9600 --linger 30 -- python train.py")
-    ap.add_argument("--port-base", type=int, metavar="PORT",
-                    help=f"rank r serves on PORT + LOCAL_RANK (default ${PORT_BASE_ENV}, else 9500)")
+    ap = _RunParser(
+        prog="fsdp-observe run",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a training command unchanged, with fsdp-observe's per-step metrics on "
+        "every rank (see docs/own-training.md).",
+        epilog="examples:\n  fsdp-observe run -- torchrun --nproc-per-node 8 train.py\n"
+        "  fsdp-observe run --port-base 9600 --linger 30 -- python train.py",
+    )
+    ap.add_argument(
+        "--port-base",
+        type=int,
+        metavar="PORT",
+        help=f"rank r serves on PORT + LOCAL_RANK (default ${PORT_BASE_ENV}, else 9500)",
+    )
     ap.add_argument("--address", help=f"bind address (default ${ADDRESS_ENV}, else 0.0.0.0)")
-    ap.add_argument("--linger", type=float, metavar="SECONDS",
-                    help=f"keep serving after the last step for a final scrape (default ${LINGER_ENV}, else 20)")
-    ap.add_argument("--log-every", type=int, metavar="STEPS",
-                    help=f"steps per log window, when loss and norms are read (default ${LOG_EVERY_ENV}, else 10)")
+    ap.add_argument(
+        "--linger",
+        type=float,
+        metavar="SECONDS",
+        help=f"keep serving after the last step for a final scrape (default ${LINGER_ENV}, else 20)",
+    )
+    ap.add_argument(
+        "--log-every",
+        type=int,
+        metavar="STEPS",
+        help=f"steps per log window, when loss and norms are read (default ${LOG_EVERY_ENV}, else 10)",
+    )
     ap.add_argument("--run-id", help=f"the run_id label (default ${RUN_ID_ENV}, else torchrun's run id)")
-    ap.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-                    help="the training command, after --")
+    ap.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the training command, after --"
+    )
     return ap
 
 
@@ -75,8 +93,13 @@ def instrumented_env(ns: argparse.Namespace, environ: dict[str, str]) -> dict[st
     env[INSTRUMENT_ENV] = "1"
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != SITE_DIR]
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *paths])
-    for value, name in ((ns.port_base, PORT_BASE_ENV), (ns.address, ADDRESS_ENV), (ns.linger, LINGER_ENV),
-                        (ns.log_every, LOG_EVERY_ENV), (ns.run_id, RUN_ID_ENV)):
+    for value, name in (
+        (ns.port_base, PORT_BASE_ENV),
+        (ns.address, ADDRESS_ENV),
+        (ns.linger, LINGER_ENV),
+        (ns.log_every, LOG_EVERY_ENV),
+        (ns.run_id, RUN_ID_ENV),
+    ):
         if value is not None:
             env[name] = str(value)
     return env
@@ -97,8 +120,11 @@ def python_flag_warnings(command: list[str]) -> list[str]:
     if flags & {"I", "E"}:
         flag = "-I" if "I" in flags else "-E"
         pth = Path(sys.prefix).glob(f"lib/python*/site-packages/{PTH_NAME}")
-        how = ("the installed .pth still instruments it" if any(pth)
-               else "and fsdp-observe's .pth is not installed here, so nothing is instrumented; drop " + flag)
+        how = (
+            "the installed .pth still instruments it"
+            if any(pth)
+            else "and fsdp-observe's .pth is not installed here, so nothing is instrumented; drop " + flag
+        )
         out.append(f"python {flag} ignores PYTHONPATH: {how}")
     return out
 
@@ -112,8 +138,11 @@ def main(argv: list[str]) -> int:
     ns = build_parser().parse_args(argv)
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     if not command:
-        raise UserError("fsdp-observe run", "no command given", "write the command after --, e.g. "
-                        "fsdp-observe run -- torchrun --nproc-per-node 2 train.py")
+        raise UserError(
+            "fsdp-observe run",
+            "no command given",
+            "write the command after --, e.g. fsdp-observe run -- torchrun --nproc-per-node 2 train.py",
+        )
     if ns.port_base is not None and not 0 < ns.port_base < 65536:
         raise UserError("--port-base", f"{ns.port_base} is not a TCP port", "pass a port such as 9500")
     if ns.linger is not None and ns.linger < 0:

@@ -55,22 +55,35 @@ def _lookback(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``fsdp-observe scaling``."""
-    ap = _Parser(prog="fsdp-observe scaling",
-                 description="Throughput, step time and memory against the number of ranks: local runs, or "
-                             "finished runs read from Prometheus.",
-                 usage="fsdp-observe scaling [options] [-- TRAINER_FLAGS ...]",
-                 epilog="Definitions, method and JSON fields: docs/scaling.md")
+    ap = _Parser(
+        prog="fsdp-observe scaling",
+        description="Throughput, step time and memory against the number of ranks: local runs, or "
+        "finished runs read from Prometheus.",
+        usage="fsdp-observe scaling [options] [-- TRAINER_FLAGS ...]",
+        epilog="Definitions, method and JSON fields: docs/scaling.md",
+    )
     ap.add_argument_group(LOCAL_GROUP)
     cluster = ap.add_argument_group("cluster mode: read finished runs from Prometheus")
     both = ap.add_argument_group(BOTH_GROUP)
     add_flags(ap, LocalPlan)  # into the local and both-modes groups
     cluster.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://prometheus:9090")
-    cluster.add_argument("--run-id", action="append", default=[], metavar="ID",
-                         help="a run to include (repeat: one run per world size)")
-    cluster.add_argument("--lookback", type=_lookback, default=7 * 86400.0, metavar="DURATION",
-                         help="how far back to look for the runs (default 7d)")
-    both.add_argument("--out", type=Path, default=Path("scaling-report"), metavar="DIR",
-                      help="where report.json and report.png go (default ./scaling-report/)")
+    cluster.add_argument(
+        "--run-id", action="append", default=[], metavar="ID", help="a run to include (repeat: one run per world size)"
+    )
+    cluster.add_argument(
+        "--lookback",
+        type=_lookback,
+        default=7 * 86400.0,
+        metavar="DURATION",
+        help="how far back to look for the runs (default 7d)",
+    )
+    both.add_argument(
+        "--out",
+        type=Path,
+        default=Path("scaling-report"),
+        metavar="DIR",
+        help="where report.json and report.png go (default ./scaling-report/)",
+    )
     return ap
 
 
@@ -86,13 +99,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, LocalPlan]:
     trainer_args: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, trainer_args = argv[:cut], argv[cut + 1:]
+        argv, trainer_args = argv[:cut], argv[cut + 1 :]
     ns = build_parser().parse_args(argv)
     if ns.prometheus:
         if "://" not in ns.prometheus:  # host:port, as fsdp-observe top --prometheus takes it
             ns.prometheus = f"http://{ns.prometheus}"
         if not ns.prometheus.startswith(("http://", "https://")):
-            raise UserError("--prometheus", f"{ns.prometheus!r} is not an http(s) URL", "pass e.g. http://localhost:9090")
+            raise UserError(
+                "--prometheus", f"{ns.prometheus!r} is not an http(s) URL", "pass e.g. http://localhost:9090"
+            )
         if not ns.run_id:
             raise UserError("--run-id", "cluster mode needs the runs to compare", "pass --run-id once per run")
         given = [name for path, name in LOCAL_ONLY.items() if hasattr(ns, path)]
@@ -123,11 +138,16 @@ def _local(ns: argparse.Namespace, plan: LocalPlan) -> ScalingReport:
     notes = []
     cores = os.cpu_count() or 1
     if max(plan.world_sizes) * threads > cores:
-        notes.append(f"{max(plan.world_sizes)} ranks x {threads} thread(s) exceed this machine's {cores} CPU "
-                     f"cores: past {max(1, cores // threads)} ranks, ranks share cores and the efficiency "
-                     "measures that oversubscription")
-    print(f"fsdp-observe scaling: {'strong' if plan.strong else 'weak'} scaling at "
-          f"{', '.join(map(str, plan.world_sizes))} ranks, {threads} thread(s) per rank", flush=True)
+        notes.append(
+            f"{max(plan.world_sizes)} ranks x {threads} thread(s) exceed this machine's {cores} CPU "
+            f"cores: past {max(1, cores // threads)} ranks, ranks share cores and the efficiency "
+            "measures that oversubscription"
+        )
+    print(
+        f"fsdp-observe scaling: {'strong' if plan.strong else 'weak'} scaling at "
+        f"{', '.join(map(str, plan.world_sizes))} ranks, {threads} thread(s) per rank",
+        flush=True,
+    )
     sizes = run_all(plan, ns.out, say=lambda line: print(line, flush=True))
     return build_report("local", sizes, plan.warmup_steps, notes)
 
@@ -145,11 +165,17 @@ def _cluster(ns: argparse.Namespace, warmup_steps: int) -> ScalingReport:
             try:
                 sizes.append(read_run(api, run_id, warmup_steps, ns.lookback, now))
             except RunNotFound:
-                raise UserError("--run-id", f"no trainer series with run_id {run_id!r} in {ns.prometheus} over the "
-                                "last --lookback", "check the id (the run_id label) or widen --lookback") from None
+                raise UserError(
+                    "--run-id",
+                    f"no trainer series with run_id {run_id!r} in {ns.prometheus} over the last --lookback",
+                    "check the id (the run_id label) or widen --lookback",
+                ) from None
             except MeasureError as exc:
-                raise UserError("--run-id", f"{run_id}: {exc}", "check that the run reached past --warmup-steps "
-                                "and every rank was scraped") from None
+                raise UserError(
+                    "--run-id",
+                    f"{run_id}: {exc}",
+                    "check that the run reached past --warmup-steps and every rank was scraped",
+                ) from None
     except PrometheusError as exc:
         raise UserError("--prometheus", str(exc), "check the URL and that Prometheus is up") from None
     finally:
@@ -174,8 +200,9 @@ def main(argv: list[str]) -> int:
     except MeasureError as exc:
         raise UserError("--world-sizes", str(exc), f"read the runs' logs under {ns.out}/runs/") from None
     except ReportError as exc:
-        raise UserError("--run-id" if ns.prometheus else "--", str(exc),
-                        "compare runs of one model, strategy and settings") from None
+        raise UserError(
+            "--run-id" if ns.prometheus else "--", str(exc), "compare runs of one model, strategy and settings"
+        ) from None
     except RunFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -22,38 +22,69 @@ if TYPE_CHECKING:
     from observe.tui.poller import Source
 
 #: ``--help``'s description: plain text (the module docstring is reStructuredText for developers).
-DESCRIPTION = ("The terminal UI over node agents and trainer ranks (pulled directly), over pods found "
-               "through the Kubernetes API, or over Prometheus. Give exactly one kind of source.")
+DESCRIPTION = (
+    "The terminal UI over node agents and trainer ranks (pulled directly), over pods found "
+    "through the Kubernetes API, or over Prometheus. Give exactly one kind of source."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``fsdp-observe top``."""
     ap = OneLineParser(prog="fsdp-observe top", description=DESCRIPTION)
     direct = ap.add_argument_group("direct (local runs, small clusters)")
-    direct.add_argument("--agent", action="extend", nargs="+", default=[], metavar="URL",
-                        help=f"a node agent's base URL (host:port or http://host:{AGENT_PORT}); repeatable")
-    direct.add_argument("--agents-file", metavar="FILE",
-                        help="a file with one agent URL per line ('#' starts a comment)")
-    direct.add_argument("--trainer", action="extend", nargs="+", default=[], metavar="URL",
-                        help="a trainer rank's /metrics URL (host:port works); repeatable")
+    direct.add_argument(
+        "--agent",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="URL",
+        help=f"a node agent's base URL (host:port or http://host:{AGENT_PORT}); repeatable",
+    )
+    direct.add_argument(
+        "--agents-file", metavar="FILE", help="a file with one agent URL per line ('#' starts a comment)"
+    )
+    direct.add_argument(
+        "--trainer",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="URL",
+        help="a trainer rank's /metrics URL (host:port works); repeatable",
+    )
     kube = ap.add_argument_group("Kubernetes discovery")
-    kube.add_argument("--kube", action="store_true",
-                      help="find the agent DaemonSet's pods and the trainer pods through the Kubernetes API")
-    kube.add_argument("--namespace", "-n", metavar="NS",
-                      help="namespace of the training job's pods (default: the kubeconfig context's)")
+    kube.add_argument(
+        "--kube",
+        action="store_true",
+        help="find the agent DaemonSet's pods and the trainer pods through the Kubernetes API",
+    )
+    kube.add_argument(
+        "--namespace",
+        "-n",
+        metavar="NS",
+        help="namespace of the training job's pods (default: the kubeconfig context's)",
+    )
     kube.add_argument("--agent-namespace", metavar="NS", help="namespace of the agent DaemonSet (default fsdp-observe)")
-    kube.add_argument("--selector", "-l", metavar="SELECTOR",
-                      help="label selector of the trainer pods (default: the trainer labels fsdp-observe job sets)")
+    kube.add_argument(
+        "--selector",
+        "-l",
+        metavar="SELECTOR",
+        help="label selector of the trainer pods (default: the trainer labels fsdp-observe job sets)",
+    )
     kube.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use (default $KUBECONFIG or ~/.kube/config)")
     kube.add_argument("--context", metavar="NAME", help="kubeconfig context")
     prom = ap.add_argument_group("Prometheus (large clusters)")
     prom.add_argument("--prometheus", metavar="URL", help="read everything from this Prometheus server's HTTP API")
     tune = ap.add_argument_group("refresh")
-    tune.add_argument("--interval", type=float, metavar="SECONDS",
-                      help="seconds between refreshes (default: 1 s up to 64 nodes, 2 s up to 4,096, then more)")
+    tune.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between refreshes (default: 1 s up to 64 nodes, 2 s up to 4,096, then more)",
+    )
     tune.add_argument("--timeout", type=float, default=1.5, metavar="SECONDS", help="per-request timeout (default 1.5)")
-    tune.add_argument("--concurrency", type=int, default=64, metavar="N",
-                      help="requests in flight at most (default 64)")
+    tune.add_argument(
+        "--concurrency", type=int, default=64, metavar="N", help="requests in flight at most (default 64)"
+    )
     return ap
 
 
@@ -98,16 +129,35 @@ def make_source(ns: argparse.Namespace) -> Source:
     _check_positive(ns.concurrency, "--concurrency", 1, 10000)
     agents = list(ns.agent) + (read_agents_file(ns.agents_file) if ns.agents_file else [])
     direct = bool(agents or ns.trainer)
-    kinds = [name for name, used in (("--agent/--agents-file/--trainer", direct), ("--kube", ns.kube),
-                                     ("--prometheus", ns.prometheus)) if used]
+    kinds = [
+        name
+        for name, used in (
+            ("--agent/--agents-file/--trainer", direct),
+            ("--kube", ns.kube),
+            ("--prometheus", ns.prometheus),
+        )
+        if used
+    ]
     if not kinds:
-        raise UserError("source", "none given", "pass --agent URL, --agents-file FILE, --trainer URL, --kube or "
-                                                  "--prometheus URL (see fsdp-observe top --help)")
+        raise UserError(
+            "source",
+            "none given",
+            "pass --agent URL, --agents-file FILE, --trainer URL, --kube or "
+            "--prometheus URL (see fsdp-observe top --help)",
+        )
     if len(kinds) > 1:
         raise UserError(kinds[1].split("/")[0], f"cannot be combined with {kinds[0]}", "choose one kind of source")
-    kube_only = [f for f, v in (("--namespace", ns.namespace), ("--agent-namespace", ns.agent_namespace),
-                                ("--selector", ns.selector), ("--kubeconfig", ns.kubeconfig),
-                                ("--context", ns.context)) if v]
+    kube_only = [
+        f
+        for f, v in (
+            ("--namespace", ns.namespace),
+            ("--agent-namespace", ns.agent_namespace),
+            ("--selector", ns.selector),
+            ("--kubeconfig", ns.kubeconfig),
+            ("--context", ns.context),
+        )
+        if v
+    ]
     if kube_only and not ns.kube:
         raise UserError(kube_only[0], "only applies with --kube", "add --kube, or leave it out")
     if ns.prometheus:
@@ -117,16 +167,23 @@ def make_source(ns: argparse.Namespace) -> Source:
     if ns.kube:
         from observe.sources.kube import KubeSource
 
-        return KubeSource(namespace=ns.namespace, agent_namespace=ns.agent_namespace, selector=ns.selector,
-                          kubeconfig=ns.kubeconfig, context=ns.context, concurrency=ns.concurrency,
-                          timeout=ns.timeout)
+        return KubeSource(
+            namespace=ns.namespace,
+            agent_namespace=ns.agent_namespace,
+            selector=ns.selector,
+            kubeconfig=ns.kubeconfig,
+            context=ns.context,
+            concurrency=ns.concurrency,
+            timeout=ns.timeout,
+        )
     from observe.sources.direct import DirectSource, Endpoint, check_url
 
     for flag, urls in (("--agent", ns.agent), ("--trainer", ns.trainer)):
         for url in urls:
             check_url(url, flag)
-    return DirectSource([Endpoint(u) for u in agents], [Endpoint(u) for u in ns.trainer],
-                        concurrency=ns.concurrency, timeout=ns.timeout)
+    return DirectSource(
+        [Endpoint(u) for u in agents], [Endpoint(u) for u in ns.trainer], concurrency=ns.concurrency, timeout=ns.timeout
+    )
 
 
 def check_terminal() -> None:
@@ -137,9 +194,11 @@ def check_terminal() -> None:
     """
     for name, stream in (("stdout", sys.stdout), ("stdin", sys.stdin)):
         if stream is None or not stream.isatty():
-            raise UserError("terminal", f"{name} is not a terminal",
-                            "run fsdp-observe top in a terminal (for scripts, read the agents' /snapshot "
-                            "or Prometheus instead)")
+            raise UserError(
+                "terminal",
+                f"{name} is not a terminal",
+                "run fsdp-observe top in a terminal (for scripts, read the agents' /snapshot or Prometheus instead)",
+            )
 
 
 def main(argv: list[str]) -> int:

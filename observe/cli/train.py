@@ -26,8 +26,9 @@ PROG = "fsdp-observe train"
 
 def build_parser() -> OneLineParser:
     """The launcher's flags, then the trainer's."""
-    ap = OneLineParser(prog=PROG, description="Validate a training configuration, then start its ranks on this "
-                       "machine with torchrun.")
+    ap = OneLineParser(
+        prog=PROG, description="Validate a training configuration, then start its ranks on this machine with torchrun."
+    )
     add_flags(ap, LaunchConfig)
     add_flags(ap, TrainConfig, FLAG_GROUPS)
     return ap
@@ -67,8 +68,10 @@ def main(argv: list[str]) -> int:
     if stop.signum is not None:
         return stopping.exit_status(stop.signum)
     child = Supervised(stop, orphan_grace=ORPHAN_GRACE_SECONDS)
-    child.start(torchrun_command(cfg, launch.nproc_per_node, launch.max_restarts, quiet=True),
-                env=torchrun_env(launch.nproc_per_node))
+    child.start(
+        torchrun_command(cfg, launch.nproc_per_node, launch.max_restarts, quiet=True),
+        env=torchrun_env(launch.nproc_per_node),
+    )
     status = child.wait()
     if stop.signum is not None:
         stop.ignore_further()  # a late signal must not kill the wrapper as it exits

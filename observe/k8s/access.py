@@ -30,10 +30,14 @@ _READ = ["get", "list", "watch"]
 def _prometheus_and_viewer() -> list[dict[str, Any]]:
     """Peers (``from`` entries) for Prometheus' pods and the viewer's."""
     return [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": names.PROMETHEUS_NAMESPACE}},
-         "podSelector": {"matchLabels": dict(names.PROMETHEUS_POD_LABELS)}},
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": names.NAMESPACE}},
-         "podSelector": {"matchLabels": dict(names.VIEWER_LABELS)}},
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": names.PROMETHEUS_NAMESPACE}},
+            "podSelector": {"matchLabels": dict(names.PROMETHEUS_POD_LABELS)},
+        },
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": names.NAMESPACE}},
+            "podSelector": {"matchLabels": dict(names.VIEWER_LABELS)},
+        },
     ]
 
 
@@ -44,8 +48,11 @@ def trainer_network_policy(s: JobSettings) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": f"{s.job_name}-fsdp-observe", "namespace": s.namespace,
-                     "labels": {**names.TRAINER_LABELS, "app.kubernetes.io/instance": s.job_name}},
+        "metadata": {
+            "name": f"{s.job_name}-fsdp-observe",
+            "namespace": s.namespace,
+            "labels": {**names.TRAINER_LABELS, "app.kubernetes.io/instance": s.job_name},
+        },
         "spec": {
             "podSelector": pods,
             "policyTypes": ["Ingress"],
@@ -68,8 +75,11 @@ def viewer_access(namespace: str, users: list[str] | None = None, groups: list[s
         UserError: a namespace Kubernetes would refuse, or an empty user or group name.
     """
     if not (_DNS1123_LABEL.fullmatch(namespace) and len(namespace) <= 63):
-        raise UserError("--namespace", f"{namespace!r} is not a namespace name",
-                        "use lower-case letters, digits and '-', e.g. -n ml-jobs")
+        raise UserError(
+            "--namespace",
+            f"{namespace!r} is not a namespace name",
+            "use lower-case letters, digits and '-', e.g. -n ml-jobs",
+        )
     for flag, values in (("--user", users or []), ("--group", groups or [])):
         if any(not v.strip() for v in values):
             raise UserError(flag, "an empty name", f"pass {flag} NAME as your kubeconfig or identity provider names it")
@@ -83,8 +93,9 @@ def viewer_access(namespace: str, users: list[str] | None = None, groups: list[s
             {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": list(_READ)},
         ],
     }
-    subjects: list[dict[str, str]] = [{"kind": "ServiceAccount", "name": names.VIEWER_NAME,
-                                       "namespace": names.NAMESPACE}]
+    subjects: list[dict[str, str]] = [
+        {"kind": "ServiceAccount", "name": names.VIEWER_NAME, "namespace": names.NAMESPACE}
+    ]
     subjects += [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u} for u in users or []]
     subjects += [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups or []]
     binding = {

@@ -73,11 +73,16 @@ def api_errors(kube: Kube, what: str, namespace: str | None = None) -> Iterator[
     except urllib3.exceptions.HTTPError as exc:
         reason = getattr(exc, "reason", None) or exc
         if isinstance(reason, urllib3.exceptions.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
-            raise UserError(f"API server {kube.server}", f"TLS verification failed ({_short(reason)})",
-                              "check the server address and certificate-authority-data in your kubeconfig") from None
-        raise UserError(f"API server {kube.server}", f"unreachable ({_short(reason)})",
-                          "check the cluster is up and kubectl cluster-info works, "
-                          "or pass --context/--kubeconfig") from None
+            raise UserError(
+                f"API server {kube.server}",
+                f"TLS verification failed ({_short(reason)})",
+                "check the server address and certificate-authority-data in your kubeconfig",
+            ) from None
+        raise UserError(
+            f"API server {kube.server}",
+            f"unreachable ({_short(reason)})",
+            "check the cluster is up and kubectl cluster-info works, or pass --context/--kubeconfig",
+        ) from None
     except ApiException as exc:
         raise _api_error(exc, kube, what, ns) from None
 
@@ -86,24 +91,36 @@ def _api_error(exc: ApiException, kube: Kube, what: str, ns: str) -> UserError:
     status = _status_body(exc)
     message = status.get("message") or exc.reason or "no message"
     if exc.status == 0:
-        return UserError(f"API server {kube.server}", _short(message),
-                           "check the server's certificate in your kubeconfig")
+        return UserError(
+            f"API server {kube.server}", _short(message), "check the server's certificate in your kubeconfig"
+        )
     if exc.status == 401:
-        return UserError(f"API server {kube.server}", "rejected the credentials (401 Unauthorized)",
-                           "refresh them (on EKS: aws eks update-kubeconfig --name CLUSTER)")
+        return UserError(
+            f"API server {kube.server}",
+            "rejected the credentials (401 Unauthorized)",
+            "refresh them (on EKS: aws eks update-kubeconfig --name CLUSTER)",
+        )
     if exc.status == 403:
-        return UserError(what, f"forbidden in namespace {ns}: {_short(message)}",
-                           f"ask for read access (fsdp-observe job access -n {ns} --user <you> | kubectl apply "
-                           "-f -); stop also needs delete on pytorchjobs and pods")
+        return UserError(
+            what,
+            f"forbidden in namespace {ns}: {_short(message)}",
+            f"ask for read access (fsdp-observe job access -n {ns} --user <you> | kubectl apply "
+            "-f -); stop also needs delete on pytorchjobs and pods",
+        )
     if exc.status == 404 and not status:
         # A bare "404 page not found": the API group itself is missing.
-        return UserError(what, "the cluster has no kubeflow.org/v1 PyTorchJob API",
-                           "install the Kubeflow training operator (docs/kubernetes.md, prerequisites)")
+        return UserError(
+            what,
+            "the cluster has no kubeflow.org/v1 PyTorchJob API",
+            "install the Kubeflow training operator (docs/kubernetes.md, prerequisites)",
+        )
     if exc.status == 404:
-        return UserError(what, f"not found in namespace {ns}",
-                           "list jobs with kubectl get pytorchjobs -A, and pass -n NAMESPACE")
-    return UserError(what, f"API error {exc.status} {exc.reason}: {_short(message)}",
-                       "retry, or check kubectl get events")
+        return UserError(
+            what, f"not found in namespace {ns}", "list jobs with kubectl get pytorchjobs -A, and pass -n NAMESPACE"
+        )
+    return UserError(
+        what, f"API error {exc.status} {exc.reason}: {_short(message)}", "retry, or check kubectl get events"
+    )
 
 
 def _status_body(exc: ApiException) -> dict:

@@ -58,9 +58,13 @@ ALIASES = {
 #: Trainer settings (``TrainConfig`` paths) a job setting owns → that setting; TRAINER_ARGS may
 #: not give their flags (``--preset`` ..., see ``managed_trainer_flags``).
 MANAGED_TRAINER_SETTINGS = {
-    "model.preset": "MODEL", "model.path": "MODEL", "data.paths": "DATA",
-    "parallel.sharding_strategy": "SHARDING_STRATEGY", "metrics.port_base": "METRICS_PORT",
-    "metrics.run_id": "the rendered run id", "parallel.device": "GPU_PER_NODE",
+    "model.preset": "MODEL",
+    "model.path": "MODEL",
+    "data.paths": "DATA",
+    "parallel.sharding_strategy": "SHARDING_STRATEGY",
+    "metrics.port_base": "METRICS_PORT",
+    "metrics.run_id": "the rendered run id",
+    "parallel.device": "GPU_PER_NODE",
     "metrics.enabled": "the job (metrics are always on)",
     "checkpoint.dir": "CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS (a volume every pod shares)",
     "checkpoint.every": "CHECKPOINT_EVERY",
@@ -71,6 +75,7 @@ def managed_trainer_flags() -> dict[str, str]:
     """``{trainer flag: the setting that owns it}``, e.g. ``{"--preset": "MODEL", ...}``."""
     names_ = flag_names(TrainConfig)
     return {names_[path]: setting for path, setting in MANAGED_TRAINER_SETTINGS.items()}
+
 
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -201,46 +206,70 @@ class JobSettings:
         lo, hi = s.node_range
         _check_name(s.job_name, hi)
         if not _DNS1123_LABEL.fullmatch(s.namespace) or len(s.namespace) > 63:
-            raise UserError("NAMESPACE", f"{s.namespace!r} is not a valid namespace name",
-                              "use lower-case letters, digits and '-'")
+            raise UserError(
+                "NAMESPACE", f"{s.namespace!r} is not a valid namespace name", "use lower-case letters, digits and '-'"
+            )
         if not s.image:
-            raise UserError("IMAGE_URI", "is not set", "build and push the project image (Dockerfile), then set "
-                            "IMAGE_URI=<registry>/fsdp-observe:<tag>")
+            raise UserError(
+                "IMAGE_URI",
+                "is not set",
+                "build and push the project image (Dockerfile), then set IMAGE_URI=<registry>/fsdp-observe:<tag>",
+            )
         if any(ch.isspace() for ch in s.image):
             raise UserError("IMAGE_URI", f"{s.image!r} contains white space", "write the image reference alone")
         if s.num_nodes < 1:
-            raise UserError("NUM_NODES", f"must be 1 or more, got {s.num_nodes}",
-                              "set NUM_NODES to the number of nodes to train on")
+            raise UserError(
+                "NUM_NODES", f"must be 1 or more, got {s.num_nodes}", "set NUM_NODES to the number of nodes to train on"
+            )
         if lo < 1:
             raise UserError("MIN_NODES", f"must be 1 or more, got {lo}", "set MIN_NODES=1 or more")
         if not lo <= s.num_nodes <= hi:
-            raise UserError("NUM_NODES", f"{s.num_nodes} is outside MIN_NODES..MAX_NODES = {lo}..{hi}",
-                              "set MIN_NODES <= NUM_NODES <= MAX_NODES")
+            raise UserError(
+                "NUM_NODES",
+                f"{s.num_nodes} is outside MIN_NODES..MAX_NODES = {lo}..{hi}",
+                "set MIN_NODES <= NUM_NODES <= MAX_NODES",
+            )
         _in_range("GPU_PER_NODE", s.gpu_per_node, 0, names.MAX_RANKS_PER_NODE)
         _in_range("NPROC_PER_NODE", s.ranks_per_node, 1, names.MAX_RANKS_PER_NODE)
         if s.gpu_per_node > 0 and s.ranks_per_node != s.gpu_per_node:
-            raise UserError("NPROC_PER_NODE", f"{s.ranks_per_node} ranks for {s.gpu_per_node} GPUs",
-                              "run one rank per GPU: leave NPROC_PER_NODE unset")
+            raise UserError(
+                "NPROC_PER_NODE",
+                f"{s.ranks_per_node} ranks for {s.gpu_per_node} GPUs",
+                "run one rank per GPU: leave NPROC_PER_NODE unset",
+            )
         _in_range("EFA_PER_NODE", s.efa_per_node, 0, 64)
         if s.instance_type is not None and not (_LABEL_VALUE.fullmatch(s.instance_type) and len(s.instance_type) <= 63):
-            raise UserError("INSTANCE_TYPE", f"{s.instance_type!r} is not a valid label value",
-                              "write an instance type such as p5.48xlarge")
+            raise UserError(
+                "INSTANCE_TYPE",
+                f"{s.instance_type!r} is not a valid label value",
+                "write an instance type such as p5.48xlarge",
+            )
         storage.check(s)
         _one_of("SHARDING_STRATEGY", "strategy", self.sharding_strategy, s.sharding_strategy, SHARDING_STRATEGIES)
         _one_of("RDZV_BACKEND", "backend", s.rdzv_backend, s.rdzv_backend, RDZV_BACKENDS)
         if s.rdzv_host is not None and not _DNS1123_SUBDOMAIN.fullmatch(s.rdzv_host):
-            raise UserError("RDZV_HOST", f"{s.rdzv_host!r} is not a host name",
-                              f"write a host such as {names.ETCD_HOST}, without scheme or port")
+            raise UserError(
+                "RDZV_HOST",
+                f"{s.rdzv_host!r} is not a host name",
+                f"write a host such as {names.ETCD_HOST}, without scheme or port",
+            )
         if s.rdzv_port is not None:
             _in_range("RDZV_PORT", s.rdzv_port, 1, 65535)
         _in_range("MAX_RESTARTS", s.max_restarts, 0, 10_000)
-        if s.hf_token_secret is not None and not (_DNS1123_SUBDOMAIN.fullmatch(s.hf_token_secret)
-                                                  and len(s.hf_token_secret) <= 253):
-            raise UserError("HF_TOKEN_SECRET", f"{s.hf_token_secret!r} is not a Secret name",
-                              "use lower-case letters, digits, '-' and '.'")
+        if s.hf_token_secret is not None and not (
+            _DNS1123_SUBDOMAIN.fullmatch(s.hf_token_secret) and len(s.hf_token_secret) <= 253
+        ):
+            raise UserError(
+                "HF_TOKEN_SECRET",
+                f"{s.hf_token_secret!r} is not a Secret name",
+                "use lower-case letters, digits, '-' and '.'",
+            )
         if not _SECRET_KEY.fullmatch(s.hf_token_secret_key):
-            raise UserError("HF_TOKEN_SECRET_KEY", f"{s.hf_token_secret_key!r} is not a Secret key",
-                              "use letters, digits, '-', '_' and '.'")
+            raise UserError(
+                "HF_TOKEN_SECRET_KEY",
+                f"{s.hf_token_secret_key!r} is not a Secret key",
+                "use letters, digits, '-', '_' and '.'",
+            )
         if s.shm_size is not None and not _QUANTITY.fullmatch(s.shm_size):
             raise UserError("SHM_SIZE", f"{s.shm_size!r} is not a Kubernetes quantity", "write e.g. SHM_SIZE=64Gi")
         _in_range("METRICS_PORT", s.metrics_port, 1024, 65535 - s.ranks_per_node)
@@ -259,18 +288,28 @@ class JobSettings:
             UserError: a mistake in ``TRAINER_ARGS`` (``validate`` finds it first).
         """
         plan = storage.model_plan(self)
-        model = ModelConfig(preset=self.model) if plan.kind == "preset" else ModelConfig(
-            path=plan.path, tokenizer=plan.path if plan.kind == "hub" else None)
+        model = (
+            ModelConfig(preset=self.model)
+            if plan.kind == "preset"
+            else ModelConfig(path=plan.path, tokenizer=plan.path if plan.kind == "hub" else None)
+        )
         every = self.checkpoint_every or storage.DEFAULT_CHECKPOINT_EVERY
         base = TrainConfig(
-            model=model, data=DataConfig(paths=list(self.data)),
-            parallel=ParallelConfig(sharding_strategy=self.sharding_strategy,
-                                    device="cpu" if self.gpu_per_node == 0 else ParallelConfig.device),
-            metrics=MetricsConfig(port_base=self.metrics_port, run_id=run_id,
-                                  linger_seconds=names.RENDERED_METRICS_LINGER_SECONDS),
-            checkpoint=CheckpointConfig(dir=storage.checkpoint_dir(self),
-                                        every=every if storage.has_checkpoint_volume(self) else 0,
-                                        any_world_size=storage.has_checkpoint_volume(self)))
+            model=model,
+            data=DataConfig(paths=list(self.data)),
+            parallel=ParallelConfig(
+                sharding_strategy=self.sharding_strategy,
+                device="cpu" if self.gpu_per_node == 0 else ParallelConfig.device,
+            ),
+            metrics=MetricsConfig(
+                port_base=self.metrics_port, run_id=run_id, linger_seconds=names.RENDERED_METRICS_LINGER_SECONDS
+            ),
+            checkpoint=CheckpointConfig(
+                dir=storage.checkpoint_dir(self),
+                every=every if storage.has_checkpoint_volume(self) else 0,
+                any_world_size=storage.has_checkpoint_volume(self),
+            ),
+        )
         return config_from_values(_trainer_values(self.trainer_args), base=base)
 
     @property
@@ -284,12 +323,18 @@ def _check_name(name: str, max_nodes: int) -> None:
     if not _DNS1035_LABEL.fullmatch(name):
         hint = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
         hint = hint if hint[:1].isalpha() else f"fsdp-{hint}".rstrip("-")
-        raise UserError("JOB_NAME", f"{name!r} is not a name Kubernetes accepts for a PyTorchJob "
-                                      "(lower-case letters, digits and '-', starting with a letter)",
-                          f"use e.g. JOB_NAME={hint}")
+        raise UserError(
+            "JOB_NAME",
+            f"{name!r} is not a name Kubernetes accepts for a PyTorchJob "
+            "(lower-case letters, digits and '-', starting with a letter)",
+            f"use e.g. JOB_NAME={hint}",
+        )
     if len(name) > longest:
-        raise UserError("JOB_NAME", f"{name!r} is {len(name)} characters; pod names "
-                                      f"'{name}{_WORKER_INFIX}N' must fit in 63", f"use {longest} characters or fewer")
+        raise UserError(
+            "JOB_NAME",
+            f"{name!r} is {len(name)} characters; pod names '{name}{_WORKER_INFIX}N' must fit in 63",
+            f"use {longest} characters or fewer",
+        )
 
 
 def _one_of(key: str, what: str, given: str, value: str, choices: tuple[str, ...]) -> None:
@@ -304,8 +349,17 @@ def _in_range(key: str, value: int, lo: int, hi: int) -> None:
 
 #: Settings of our trainer that a job running the user's own COMMAND cannot use (the checkpoint
 #: volume it can: it is mounted at CHECKPOINT_MOUNT for the program's own flags).
-TRAINER_ONLY_KEYS = ("MODEL", "MODEL_REVISION", "MODEL_PVC", "MODEL_HOST_PATH", "MODEL_VOLUME_SIZE", "DATA",
-                     "SHARDING_STRATEGY", "TRAINER_ARGS", "CHECKPOINT_EVERY")
+TRAINER_ONLY_KEYS = (
+    "MODEL",
+    "MODEL_REVISION",
+    "MODEL_PVC",
+    "MODEL_HOST_PATH",
+    "MODEL_VOLUME_SIZE",
+    "DATA",
+    "SHARDING_STRATEGY",
+    "TRAINER_ARGS",
+    "CHECKPOINT_EVERY",
+)
 #: Launchers COMMAND must not start with: the pod already runs torchrun.
 _LAUNCHERS = re.compile(r"(.*/)?(torchrun|python[0-9.]*|accelerate|deepspeed)")
 
@@ -313,8 +367,11 @@ _LAUNCHERS = re.compile(r"(.*/)?(torchrun|python[0-9.]*|accelerate|deepspeed)")
 def _check_command(command: tuple[str, ...]) -> None:
     if command and _LAUNCHERS.fullmatch(command[0]):
         rest = " ".join(command[1:]) or "train.py"
-        raise UserError("COMMAND", f"starts with {command[0]!r}, but the pod already runs torchrun",
-                        f"write only what torchrun runs, e.g. COMMAND=\"{rest}\"")
+        raise UserError(
+            "COMMAND",
+            f"starts with {command[0]!r}, but the pod already runs torchrun",
+            f'write only what torchrun runs, e.g. COMMAND="{rest}"',
+        )
 
 
 def _check_trainer(s: JobSettings) -> None:
@@ -328,8 +385,9 @@ def _check_trainer(s: JobSettings) -> None:
     try:
         s.trainer_config("render-check").check_settings(s.world_size, s.ranks_per_node)
     except UserError as exc:
-        raise UserError("TRAINER_ARGS", f"{exc.field}: {exc.problem} (at NUM_NODES={s.num_nodes}, "
-                        f"{s.world_size} ranks)", exc.fix) from None
+        raise UserError(
+            "TRAINER_ARGS", f"{exc.field}: {exc.problem} (at NUM_NODES={s.num_nodes}, {s.world_size} ranks)", exc.fix
+        ) from None
 
 
 def _trainer_values(args: tuple[str, ...]) -> dict[str, Any]:
@@ -348,8 +406,9 @@ def _trainer_values(args: tuple[str, ...]) -> dict[str, Any]:
     for path in values:
         if path in MANAGED_TRAINER_SETTINGS:
             flag = names_[path]
-            raise UserError("TRAINER_ARGS", f"{flag} is set by {MANAGED_TRAINER_SETTINGS[path]}",
-                            f"remove {flag} from TRAINER_ARGS")
+            raise UserError(
+                "TRAINER_ARGS", f"{flag} is set by {MANAGED_TRAINER_SETTINGS[path]}", f"remove {flag} from TRAINER_ARGS"
+            )
     return values
 
 
@@ -374,8 +433,11 @@ def load_settings(path: str | Path, overrides: Iterable[str] = ()) -> JobSetting
     try:
         text = path.read_text()
     except OSError as exc:
-        raise UserError("--config", f"cannot read {path} ({exc.strerror})",
-                          "pass a settings file (.env or .yaml), e.g. examples/llama2-7b.env") from None
+        raise UserError(
+            "--config",
+            f"cannot read {path} ({exc.strerror})",
+            "pass a settings file (.env or .yaml), e.g. examples/llama2-7b.env",
+        ) from None
     raw = _parse_yaml(text, path) if path.suffix in (".yaml", ".yml") else _parse_env(text, path)
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -400,16 +462,22 @@ def settings_from_mapping(raw: dict[str, Any]) -> JobSettings:
     if values.get("command"):
         given = [key for key in TRAINER_ONLY_KEYS if _KEY_TO_FIELD[key] in values]
         if given:
-            raise UserError(given[0], "configures fsdp-observe's trainer, but COMMAND runs your own program",
-                            f"remove {given[0]} (pass your program's own flags in COMMAND)")
+            raise UserError(
+                given[0],
+                "configures fsdp-observe's trainer, but COMMAND runs your own program",
+                f"remove {given[0]} (pass your program's own flags in COMMAND)",
+            )
     return JobSettings(**values).validate()
 
 
 def _reject_token_key(key: str) -> None:
     if key in TOKEN_KEYS:
-        raise UserError(key, "a token written into the settings would end up in the manifest",
-                          "remove it; store the token in a Secret (kubectl create secret generic hf-token "
-                          "--from-literal=token=...) and set HF_TOKEN_SECRET=hf-token")
+        raise UserError(
+            key,
+            "a token written into the settings would end up in the manifest",
+            "remove it; store the token in a Secret (kubectl create secret generic hf-token "
+            "--from-literal=token=...) and set HF_TOKEN_SECRET=hf-token",
+        )
 
 
 def _coerce(key: str, kind: str, value: Any) -> Any:
@@ -419,8 +487,9 @@ def _coerce(key: str, kind: str, value: Any) -> Any:
             if kind == "int":
                 raise UserError(key, "is empty", f"set {key} to a whole number")
             return None
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str)
-                                                                      and re.fullmatch(r"-?[0-9]+", value.strip()))):
+        if isinstance(value, bool) or not (
+            isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()))
+        ):
             raise UserError(key, f"{value!r} is not a whole number", f"write e.g. {key}=2")
         return int(value)
     if kind == "tuple[str, ...]":
@@ -446,7 +515,7 @@ def _parse_env(text: str, path: Path) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):].lstrip()
+            line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
         key = key.strip()
         where = f"{path.name}:{lineno}"
@@ -454,8 +523,7 @@ def _parse_env(text: str, path: Path) -> dict[str, str]:
             raise UserError(where, "expected KEY=VALUE", "write one setting per line, e.g. NUM_NODES=2")
         _reject_token_key(key.upper())  # before the value is even parsed; never echoed
         if "$" in value or "`" in value:
-            raise UserError(key, "shell expansion ($VAR, $(...)) is not supported",
-                              "write the value out in full")
+            raise UserError(key, "shell expansion ($VAR, $(...)) is not supported", "write the value out in full")
         try:
             words = shlex.split(value, comments=True)
         except ValueError as exc:

@@ -70,16 +70,18 @@ class JobStatus:
 def get_job(kube: Kube, name: str) -> dict[str, Any]:
     """The PyTorchJob object as the API returns it (a dict)."""
     with api_errors(kube, f"pytorchjob {name}"):
-        job = kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, name,
-                                                       _request_timeout=REQUEST_TIMEOUT)
+        job = kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, kube.namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+        )
         return cast(dict[str, Any], job)
 
 
 def list_pods(kube: Kube, name: str) -> list[Any]:
     """The job's pods (``V1Pod``), in replica-index order."""
     with api_errors(kube, f"pods of pytorchjob {name}"):
-        pods = kube.core.list_namespaced_pod(kube.namespace, label_selector=f"{names.JOB_NAME_LABEL}={name}",
-                                             _request_timeout=REQUEST_TIMEOUT).items
+        pods = kube.core.list_namespaced_pod(
+            kube.namespace, label_selector=f"{names.JOB_NAME_LABEL}={name}", _request_timeout=REQUEST_TIMEOUT
+        ).items
     return sorted(pods, key=lambda p: (_index(p) is None, _index(p) or 0, p.metadata.name))
 
 
@@ -102,12 +104,18 @@ def pod_state(pod: Any) -> PodState:
     if pod.metadata.deletion_timestamp:
         state = "Terminating"
     started = any(cs.state and (cs.state.running or cs.state.terminated) for cs in statuses) or any(
-        cs.last_state and cs.last_state.terminated for cs in statuses)
+        cs.last_state and cs.last_state.terminated for cs in statuses
+    )
     return PodState(
-        name=pod.metadata.name, index=_index(pod), state=state,
+        name=pod.metadata.name,
+        index=_index(pod),
+        state=state,
         ready=f"{sum(1 for cs in statuses if cs.ready)}/{len(pod.spec.containers)}",
-        restarts=sum(cs.restart_count or 0 for cs in statuses), node=pod.spec.node_name,
-        ip=pod.status.pod_ip, has_log=started)
+        restarts=sum(cs.restart_count or 0 for cs in statuses),
+        node=pod.spec.node_name,
+        ip=pod.status.pod_ip,
+        has_log=started,
+    )
 
 
 def _index(pod: Any) -> int | None:
@@ -127,9 +135,17 @@ def job_status(kube: Kube, name: str) -> JobStatus:
     last = conditions[-1] if conditions else {}
     master_addr, source = find_master_addr(kube, pods)
     return JobStatus(
-        name=name, namespace=kube.namespace, condition=last.get("type", "Pending"), reason=last.get("reason", ""),
-        since=last.get("lastTransitionTime", ""), elastic=(job.get("spec") or {}).get("elasticPolicy") or {},
-        pods=pods, master_addr=master_addr, leader=match_leader(master_addr, pods), leader_source=source)
+        name=name,
+        namespace=kube.namespace,
+        condition=last.get("type", "Pending"),
+        reason=last.get("reason", ""),
+        since=last.get("lastTransitionTime", ""),
+        elastic=(job.get("spec") or {}).get("elasticPolicy") or {},
+        pods=pods,
+        master_addr=master_addr,
+        leader=match_leader(master_addr, pods),
+        leader_source=source,
+    )
 
 
 def find_master_addr(kube: Kube, pods: list[PodState]) -> tuple[str | None, str | None]:
@@ -174,7 +190,8 @@ def format_status(st: JobStatus) -> str:
     endpoint = f" at {e['rdzvHost']}:{e.get('rdzvPort', '')}".rstrip(":") if e.get("rdzvHost") else ""
     lines = [
         f"pytorchjob {st.namespace}/{st.name}: {st.condition}"
-        + (f" ({st.reason})" if st.reason else "") + (f" since {st.since}" if st.since else ""),
+        + (f" ({st.reason})" if st.reason else "")
+        + (f" since {st.since}" if st.since else ""),
         f"rendezvous: {e.get('rdzvBackend', 'c10d')}{endpoint}, id {e.get('rdzvId', 'n/a')}, "
         f"nodes {e.get('minReplicas', '?')}..{e.get('maxReplicas', '?')}, max restarts {e.get('maxRestarts', '?')}",
     ]
@@ -184,8 +201,10 @@ def format_status(st: JobStatus) -> str:
     else:
         lines.append("leader: not elected yet (no master_addr= in the workers' logs)")
     rows = [("POD", "STATE", "READY", "RESTARTS", "NODE")]
-    rows += [(p.name + (" *" if p.name == st.leader else ""), p.state, p.ready, str(p.restarts), p.node or "-")
-             for p in st.pods]
+    rows += [
+        (p.name + (" *" if p.name == st.leader else ""), p.state, p.ready, str(p.restarts), p.node or "-")
+        for p in st.pods
+    ]
     if not st.pods:
         lines.append("no pods yet")
     else:
@@ -196,15 +215,22 @@ def format_status(st: JobStatus) -> str:
 
 # --- logs ------------------------------------------------------------------------------------
 
+
 def _log_lines(kube: Kube, pod: str, follow: bool, tail: int | None = None) -> Iterator[bytes]:
     """Lines (bytes, with their newline) of the trainer container's log, streamed."""
     # (connect, no read timeout) while following: urllib3 takes None, the client's stubs do not say so.
     timeout: Any = (REQUEST_TIMEOUT[0], None) if follow else REQUEST_TIMEOUT
     with api_errors(kube, f"log of pod {pod}"):
         # With _preload_content=False the client returns the urllib3 response, not a str.
-        resp: Any = kube.core.read_namespaced_pod_log(pod, kube.namespace, container=names.TRAINER_CONTAINER,
-                                                      follow=follow, tail_lines=tail, _preload_content=False,
-                                                      _request_timeout=timeout)
+        resp: Any = kube.core.read_namespaced_pod_log(
+            pod,
+            kube.namespace,
+            container=names.TRAINER_CONTAINER,
+            follow=follow,
+            tail_lines=tail,
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
         try:
             pending = b""
             for chunk in resp.stream(64 * 1024):
@@ -218,8 +244,9 @@ def _log_lines(kube: Kube, pod: str, follow: bool, tail: int | None = None) -> I
             resp.release_conn()
 
 
-def write_logs(kube: Kube, name: str, all_workers: bool, follow: bool, tail: int | None,
-               out: TextIO | None = None) -> None:
+def write_logs(
+    kube: Kube, name: str, all_workers: bool, follow: bool, tail: int | None, out: TextIO | None = None
+) -> None:
     """Print the leader's log, or every worker's with a ``[pod]`` prefix.
 
     Raises:
@@ -230,14 +257,18 @@ def write_logs(kube: Kube, name: str, all_workers: bool, follow: bool, tail: int
     pods = [pod_state(p) for p in list_pods(kube, name)]
     started = [p for p in pods if p.has_log]
     if not started:
-        raise UserError(f"pytorchjob {name}", "no worker has started yet",
-                          f"wait, then retry; see fsdp-observe job status {name}")
+        raise UserError(
+            f"pytorchjob {name}", "no worker has started yet", f"wait, then retry; see fsdp-observe job status {name}"
+        )
     if not all_workers:
         master_addr, _ = find_master_addr(kube, started)
         leader = match_leader(master_addr, started)
         if leader is None:
-            raise UserError(f"pytorchjob {name}", "no leader found (no master_addr= naming a worker in their logs)",
-                              "pass --all to read every worker")
+            raise UserError(
+                f"pytorchjob {name}",
+                "no leader found (no master_addr= naming a worker in their logs)",
+                "pass --all to read every worker",
+            )
         _copy(_log_lines(kube, leader, follow, tail), out, prefix=None)
         return
     lock = threading.Lock()
@@ -280,6 +311,7 @@ def _copy(lines: Iterable[bytes], out: TextIO, prefix: str | None, lock: threadi
 
 # --- stop ------------------------------------------------------------------------------------
 
+
 def stop_job(kube: Kube, name: str, out: TextIO | None = None, err: TextIO | None = None) -> None:
     """Delete the job (its pods go with it); with an etcd rendezvous, restart the etcd pod.
 
@@ -291,9 +323,15 @@ def stop_job(kube: Kube, name: str, out: TextIO | None = None, err: TextIO | Non
     out, err = out or sys.stdout, err or sys.stderr
     job = get_job(kube, name)
     with api_errors(kube, f"pytorchjob {name}"):
-        kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, name,
-                                                    propagation_policy="Foreground",
-                                                    _request_timeout=REQUEST_TIMEOUT)
+        kube.custom.delete_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            kube.namespace,
+            PLURAL,
+            name,
+            propagation_policy="Foreground",
+            _request_timeout=REQUEST_TIMEOUT,
+        )
     out.write(f"deleted pytorchjob {kube.namespace}/{name} (its pods are deleted with it)\n")
     elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
     if elastic.get("rdzvBackend") not in ETCD_BACKENDS:
@@ -301,8 +339,10 @@ def stop_job(kube: Kube, name: str, out: TextIO | None = None, err: TextIO | Non
     host = elastic.get("rdzvHost") or ""
     service = service_of_host(host, kube.namespace)
     if service is None:
-        err.write(f"note: rendezvous host {host!r} is not a Service of this cluster; restart that etcd yourself "
-                  "so the next job starts from an empty rendezvous\n")
+        err.write(
+            f"note: rendezvous host {host!r} is not a Service of this cluster; restart that etcd yourself "
+            "so the next job starts from an empty rendezvous\n"
+        )
         return
     svc_name, svc_ns = service
     with api_errors(kube, f"service {svc_name}", svc_ns):
@@ -311,8 +351,9 @@ def stop_job(kube: Kube, name: str, out: TextIO | None = None, err: TextIO | Non
         if not selector:
             err.write(f"note: service {svc_ns}/{svc_name} selects no pods; restart etcd yourself\n")
             return
-        pods = kube.core.list_namespaced_pod(svc_ns, label_selector=names.selector(selector),
-                                             _request_timeout=REQUEST_TIMEOUT).items
+        pods = kube.core.list_namespaced_pod(
+            svc_ns, label_selector=names.selector(selector), _request_timeout=REQUEST_TIMEOUT
+        ).items
         for pod in pods:
             pod_name = str(pod.metadata.name) if pod.metadata is not None else ""
             kube.core.delete_namespaced_pod(pod_name, svc_ns, _request_timeout=REQUEST_TIMEOUT)

@@ -29,9 +29,12 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[cli
     """
     cfg = client.Configuration()
     namespace = "default"
-    in_cluster = (kubeconfig is None and "KUBECONFIG" not in os.environ
-                  and not Path(os.path.expanduser("~/.kube/config")).exists()
-                  and "KUBERNETES_SERVICE_HOST" in os.environ)
+    in_cluster = (
+        kubeconfig is None
+        and "KUBECONFIG" not in os.environ
+        and not Path(os.path.expanduser("~/.kube/config")).exists()
+        and "KUBERNETES_SERVICE_HOST" in os.environ
+    )
     if in_cluster:
         config.load_incluster_config(client_configuration=cfg)
         if _INCLUSTER_NAMESPACE.exists():

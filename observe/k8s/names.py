@@ -44,8 +44,18 @@ AGENT_NAME = "fsdp-observe-agent"
 #: Where the agent keeps its kernel-log position and XID counts across restarts (a hostPath, so a
 #: new pod on the node takes them over: observe.agent.xid_cursor).
 AGENT_STATE_DIR = "/var/lib/fsdp-observe"
-AGENT_COMMAND: tuple[str, ...] = ("fsdp-observe", "agent", "--address", "0.0.0.0", "--port", str(AGENT_PORT),
-                                  "--kernel-log-source", "syslog", "--state-dir", AGENT_STATE_DIR)
+AGENT_COMMAND: tuple[str, ...] = (
+    "fsdp-observe",
+    "agent",
+    "--address",
+    "0.0.0.0",
+    "--port",
+    str(AGENT_PORT),
+    "--kernel-log-source",
+    "syslog",
+    "--state-dir",
+    AGENT_STATE_DIR,
+)
 AGENT_PORT_NAME = "metrics"
 AGENT_HEALTH_PATH = "/healthz"
 #: Downward-API variable the agent (and every trainer rank) reads for its ``node`` label.

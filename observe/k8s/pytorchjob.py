@@ -91,8 +91,13 @@ def trainer_command(s: JobSettings, run_id: str) -> list[str]:
         return [LAUNCHER, f"--nproc-per-node={s.ranks_per_node}", *s.command]
     cfg = s.trainer_config(run_id)
     shown = ("model.preset" if cfg.model.path is None else "model.path", *SHOWN_TRAINER_SETTINGS)
-    command = [LAUNCHER, f"--nproc-per-node={s.ranks_per_node}", "--no-python", TRAINER_COMMAND,
-               *to_argv(cfg, explicit=shown)]
+    command = [
+        LAUNCHER,
+        f"--nproc-per-node={s.ranks_per_node}",
+        "--no-python",
+        TRAINER_COMMAND,
+        *to_argv(cfg, explicit=shown),
+    ]
     plan = storage.model_plan(s)
     if plan.kind != "hub":
         return command
@@ -107,9 +112,12 @@ def instrumentation_env(s: JobSettings, run_id: str) -> list[tuple[str, str]]:
     """What turns metrics on in a pod running the user's ``COMMAND``: the variable the installed
     ``.pth`` reads, the port base the trainer PodMonitor scrapes (``metrics-<local_rank>``), the
     run id the pods are labelled with, and the linger of rendered jobs."""
-    return [(INSTRUMENT_ENV, "1"), ("FSDP_OBSERVE_PORT_BASE", str(s.metrics_port)),
-            ("FSDP_OBSERVE_RUN_ID", run_id),
-            ("FSDP_OBSERVE_LINGER_SECONDS", str(names.RENDERED_METRICS_LINGER_SECONDS))]
+    return [
+        (INSTRUMENT_ENV, "1"),
+        ("FSDP_OBSERVE_PORT_BASE", str(s.metrics_port)),
+        ("FSDP_OBSERVE_RUN_ID", run_id),
+        ("FSDP_OBSERVE_LINGER_SECONDS", str(names.RENDERED_METRICS_LINGER_SECONDS)),
+    ]
 
 
 def render(s: JobSettings, run_id: str | None = None) -> dict[str, Any]:
@@ -158,9 +166,10 @@ def _pod_spec(s: JobSettings, run_id: str) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "securityContext": security,
         "containers": [_container(s, run_id)],
-        "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", **({"sizeLimit": s.shm_size}
-                                                                                 if s.shm_size else {})}},
-                    *storage.volumes(s)],
+        "volumes": [
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", **({"sizeLimit": s.shm_size} if s.shm_size else {})}},
+            *storage.volumes(s),
+        ],
     }
     if s.instance_type:
         spec["nodeSelector"] = {"node.kubernetes.io/instance-type": s.instance_type}
@@ -177,13 +186,19 @@ def _container(s: JobSettings, run_id: str) -> dict[str, Any]:
     if s.command:  # the user's own program: zero-code instrumentation (observe.training.inject)
         env += [{"name": k, "value": v} for k, v in instrumentation_env(s, run_id)]
     if s.hf_token_secret:
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-            "name": s.hf_token_secret, "key": s.hf_token_secret_key}}})
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": s.hf_token_secret, "key": s.hf_token_secret_key}},
+            }
+        )
     if storage.model_plan(s).kind == "hub":
         env.append({"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"})  # the download reports nothing back
     ports = [{"name": names.OPERATOR_PORT_NAME, "containerPort": names.OPERATOR_PORT, "protocol": "TCP"}]
-    ports += [{"name": names.trainer_port_name(r), "containerPort": names.trainer_port(r, s.metrics_port),
-               "protocol": "TCP"} for r in range(s.ranks_per_node)]
+    ports += [
+        {"name": names.trainer_port_name(r), "containerPort": names.trainer_port(r, s.metrics_port), "protocol": "TCP"}
+        for r in range(s.ranks_per_node)
+    ]
     devices = {GPU_RESOURCE: s.gpu_per_node, EFA_RESOURCE: s.efa_per_node}
     wanted = {name: count for name, count in devices.items() if count}
     container: dict[str, Any] = {

@@ -71,8 +71,9 @@ def model_plan(s: JobSettings) -> ModelPlan:
     if s.model in PRESETS:
         return ModelPlan("preset")
     if is_hub_id(s.model):
-        return ModelPlan("hub", f"{s.model_mount.rstrip('/')}/{local_dir_name(s.model, s.model_revision)}",
-                         s.model, s.model_revision)
+        return ModelPlan(
+            "hub", f"{s.model_mount.rstrip('/')}/{local_dir_name(s.model, s.model_revision)}", s.model, s.model_revision
+        )
     return ModelPlan("volume" if s.model_pvc or s.model_host_path else "image", s.model)
 
 
@@ -103,8 +104,9 @@ def check(s: JobSettings) -> None:
         raise UserError("CHECKPOINT_MOUNT", f"is MODEL_MOUNT too ({s.model_mount})", "give each its own folder")
     for key, claim in (("MODEL_PVC", s.model_pvc), ("CHECKPOINT_PVC", s.checkpoint_pvc)):
         if claim is not None and not (_DNS1123_SUBDOMAIN.fullmatch(claim) and len(claim) <= 253):
-            raise UserError(key, f"{claim!r} is not a PersistentVolumeClaim name",
-                            "use lower-case letters, digits, '-' and '.'")
+            raise UserError(
+                key, f"{claim!r} is not a PersistentVolumeClaim name", "use lower-case letters, digits, '-' and '.'"
+            )
     for key, size in (("MODEL_VOLUME_SIZE", s.model_volume_size), ("CHECKPOINT_SIZE", s.checkpoint_size)):
         if size is not None and not _QUANTITY.fullmatch(size):
             raise UserError(key, f"{size!r} is not a Kubernetes quantity", f"write e.g. {key}=500Gi")
@@ -115,56 +117,94 @@ def check(s: JobSettings) -> None:
 def _check_model(s: JobSettings) -> None:
     hub, preset = is_hub_id(s.model), s.model in PRESETS
     if not (preset or hub or s.model.startswith("/")):
-        raise UserError("MODEL", f"{s.model!r} is neither a preset, an absolute path, nor a hub id",
-                        f"use one of {', '.join(PRESETS)}, /path/in/the/image (or in MODEL_PVC), or ORG/NAME")
+        raise UserError(
+            "MODEL",
+            f"{s.model!r} is neither a preset, an absolute path, nor a hub id",
+            f"use one of {', '.join(PRESETS)}, /path/in/the/image (or in MODEL_PVC), or ORG/NAME",
+        )
     if s.model_pvc and s.model_host_path:
         raise UserError("MODEL_HOST_PATH", "is set with MODEL_PVC", "mount the weights from one of them")
     if s.model_host_path is not None:
         _mount_path("MODEL_HOST_PATH", s.model_host_path)
     volume = "MODEL_PVC" if s.model_pvc else "MODEL_HOST_PATH" if s.model_host_path else None
     if preset and volume:
-        raise UserError(volume, f"MODEL={s.model} is a preset (random weights): there is nothing to mount",
-                        f"set MODEL to the weights' folder in the volume, under {s.model_mount}/")
+        raise UserError(
+            volume,
+            f"MODEL={s.model} is a preset (random weights): there is nothing to mount",
+            f"set MODEL to the weights' folder in the volume, under {s.model_mount}/",
+        )
     if hub and volume == "MODEL_HOST_PATH":
-        raise UserError("MODEL_HOST_PATH", f"MODEL={s.model} is downloaded by each pod; a host path is mounted "
-                        "read-only", f"set MODEL to the weights' folder on the host, under {s.model_mount}/, or use "
-                        "MODEL_PVC for the download")
+        raise UserError(
+            "MODEL_HOST_PATH",
+            f"MODEL={s.model} is downloaded by each pod; a host path is mounted read-only",
+            f"set MODEL to the weights' folder on the host, under {s.model_mount}/, or use MODEL_PVC for the download",
+        )
     if not hub and s.model_revision != "main":
-        raise UserError("MODEL_REVISION", f"applies to a hub id, and MODEL={s.model} is not one",
-                        "remove MODEL_REVISION, or set MODEL=ORG/NAME")
+        raise UserError(
+            "MODEL_REVISION",
+            f"applies to a hub id, and MODEL={s.model} is not one",
+            "remove MODEL_REVISION, or set MODEL=ORG/NAME",
+        )
     if hub and not _REVISION.fullmatch(s.model_revision):
-        raise UserError("MODEL_REVISION", f"{s.model_revision!r} is not a branch, tag or commit",
-                        "write e.g. main, v1.0 or a commit hash")
+        raise UserError(
+            "MODEL_REVISION",
+            f"{s.model_revision!r} is not a branch, tag or commit",
+            "write e.g. main, v1.0 or a commit hash",
+        )
     if s.model_volume_size is not None and not (hub and not s.model_pvc):
-        raise UserError("MODEL_VOLUME_SIZE", "sizes the pod's own download folder, which only a hub MODEL "
-                        "without MODEL_PVC has", "remove it (a PVC has its own size)")
+        raise UserError(
+            "MODEL_VOLUME_SIZE",
+            "sizes the pod's own download folder, which only a hub MODEL without MODEL_PVC has",
+            "remove it (a PVC has its own size)",
+        )
     if volume and not hub and not (s.model.rstrip("/") + "/").startswith(s.model_mount.rstrip("/") + "/"):
-        raise UserError("MODEL", f"{s.model} is not under MODEL_MOUNT {s.model_mount}, where {volume} is mounted",
-                        f"write the weights' folder as it appears in the pod: {s.model_mount.rstrip('/')}/...")
+        raise UserError(
+            "MODEL",
+            f"{s.model} is not under MODEL_MOUNT {s.model_mount}, where {volume} is mounted",
+            f"write the weights' folder as it appears in the pod: {s.model_mount.rstrip('/')}/...",
+        )
 
 
 def _check_checkpoints(s: JobSettings) -> None:
     if s.checkpoint_pvc and s.checkpoint_storage_class:
-        raise UserError("CHECKPOINT_STORAGE_CLASS", "is set with CHECKPOINT_PVC",
-                        "use an existing claim (CHECKPOINT_PVC) or a new one (CHECKPOINT_STORAGE_CLASS), not both")
+        raise UserError(
+            "CHECKPOINT_STORAGE_CLASS",
+            "is set with CHECKPOINT_PVC",
+            "use an existing claim (CHECKPOINT_PVC) or a new one (CHECKPOINT_STORAGE_CLASS), not both",
+        )
     if s.checkpoint_storage_class is not None:
         if not _DNS1123_SUBDOMAIN.fullmatch(s.checkpoint_storage_class):
-            raise UserError("CHECKPOINT_STORAGE_CLASS", f"{s.checkpoint_storage_class!r} is not a StorageClass name",
-                            "give one kubectl get storageclass lists (ReadWriteMany: EFS, FSx for Lustre, NFS)")
+            raise UserError(
+                "CHECKPOINT_STORAGE_CLASS",
+                f"{s.checkpoint_storage_class!r} is not a StorageClass name",
+                "give one kubectl get storageclass lists (ReadWriteMany: EFS, FSx for Lustre, NFS)",
+            )
         if s.checkpoint_size is None:
-            raise UserError("CHECKPOINT_SIZE", "is needed for the claim CHECKPOINT_STORAGE_CLASS makes",
-                            "set e.g. CHECKPOINT_SIZE=500Gi: a checkpoint holds the weights and AdamW's two moments "
-                            "(about 12-16 bytes per parameter), times --keep-checkpoints (2)")
+            raise UserError(
+                "CHECKPOINT_SIZE",
+                "is needed for the claim CHECKPOINT_STORAGE_CLASS makes",
+                "set e.g. CHECKPOINT_SIZE=500Gi: a checkpoint holds the weights and AdamW's two moments "
+                "(about 12-16 bytes per parameter), times --keep-checkpoints (2)",
+            )
     elif s.checkpoint_size is not None:
-        raise UserError("CHECKPOINT_SIZE", "sizes the claim CHECKPOINT_STORAGE_CLASS makes",
-                        "set CHECKPOINT_STORAGE_CLASS too, or remove it (CHECKPOINT_PVC has its own size)")
+        raise UserError(
+            "CHECKPOINT_SIZE",
+            "sizes the claim CHECKPOINT_STORAGE_CLASS makes",
+            "set CHECKPOINT_STORAGE_CLASS too, or remove it (CHECKPOINT_PVC has its own size)",
+        )
     if s.checkpoint_every is not None:
         if not has_checkpoint_volume(s):
-            raise UserError("CHECKPOINT_EVERY", "there is no checkpoint volume to save to",
-                            "set CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS")
+            raise UserError(
+                "CHECKPOINT_EVERY",
+                "there is no checkpoint volume to save to",
+                "set CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS",
+            )
         if s.checkpoint_every < 1:
-            raise UserError("CHECKPOINT_EVERY", f"must be 1 or more, got {s.checkpoint_every}",
-                            f"set e.g. CHECKPOINT_EVERY={DEFAULT_CHECKPOINT_EVERY}")
+            raise UserError(
+                "CHECKPOINT_EVERY",
+                f"must be 1 or more, got {s.checkpoint_every}",
+                f"set e.g. CHECKPOINT_EVERY={DEFAULT_CHECKPOINT_EVERY}",
+            )
 
 
 def _mount_path(key: str, path: str) -> None:
@@ -181,8 +221,9 @@ def volumes(s: JobSettings) -> list[dict[str, Any]]:
     elif s.model_host_path:
         out.append({"name": MODEL_VOLUME, "hostPath": {"path": s.model_host_path, "type": "Directory"}})
     elif plan.kind == "hub":
-        out.append({"name": MODEL_VOLUME, "emptyDir": {"sizeLimit": s.model_volume_size} if s.model_volume_size
-                    else {}})
+        out.append(
+            {"name": MODEL_VOLUME, "emptyDir": {"sizeLimit": s.model_volume_size} if s.model_volume_size else {}}
+        )
     if has_checkpoint_volume(s):
         out.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": checkpoint_claim_name(s)}})
     return out
@@ -192,8 +233,13 @@ def mounts(s: JobSettings) -> list[dict[str, Any]]:
     """The trainer container's mounts of ``volumes(s)``: the weights read-only unless downloaded."""
     out: list[dict[str, Any]] = []
     if any(v["name"] == MODEL_VOLUME for v in volumes(s)):
-        out.append({"name": MODEL_VOLUME, "mountPath": s.model_mount,
-                    **({"readOnly": True} if model_plan(s).kind != "hub" else {})})
+        out.append(
+            {
+                "name": MODEL_VOLUME,
+                "mountPath": s.model_mount,
+                **({"readOnly": True} if model_plan(s).kind != "hub" else {}),
+            }
+        )
     if has_checkpoint_volume(s):
         out.append({"name": CHECKPOINT_VOLUME, "mountPath": s.checkpoint_mount})
     return out
@@ -203,8 +249,10 @@ def warnings(s: JobSettings) -> list[str]:
     """What a rendered job cannot do with these settings, one line each (``job render`` prints
     them): without a checkpoint volume every restart starts at step 0."""
     if not has_checkpoint_volume(s):
-        return ["no checkpoint volume (CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS): a restarted pod or a resized job "
-                "starts again from step 0"]
+        return [
+            "no checkpoint volume (CHECKPOINT_PVC or CHECKPOINT_STORAGE_CLASS): a restarted pod or a resized job "
+            "starts again from step 0"
+        ]
     return []
 
 
@@ -222,10 +270,23 @@ def claims(s: JobSettings) -> list[dict[str, Any]]:
     """
     if not s.checkpoint_storage_class:
         return []
-    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": checkpoint_claim_name(s), "namespace": s.namespace,
-                          "labels": {"app.kubernetes.io/name": "fsdp-observe",
-                                     "app.kubernetes.io/component": "checkpoints",
-                                     "app.kubernetes.io/instance": s.job_name}},
-             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": s.checkpoint_storage_class,
-                      "resources": {"requests": {"storage": s.checkpoint_size}}}}]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": checkpoint_claim_name(s),
+                "namespace": s.namespace,
+                "labels": {
+                    "app.kubernetes.io/name": "fsdp-observe",
+                    "app.kubernetes.io/component": "checkpoints",
+                    "app.kubernetes.io/instance": s.job_name,
+                },
+            },
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": s.checkpoint_storage_class,
+                "resources": {"requests": {"storage": s.checkpoint_size}},
+            },
+        }
+    ]

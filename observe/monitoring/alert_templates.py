@@ -65,15 +65,16 @@ def lookup(label: str, texts: dict[str, str], fallback: str | None = None) -> st
     if not by_text:
         return fallback
     branches = [" ".join(f'"{v}"' for v in values) for values in by_text.values()]
-    parts = [f"{{{{ {'if' if i == 0 else 'else if'} eq $labels.{label} {values} }}}}{text}"
-             for i, (values, text) in enumerate(zip(branches, by_text, strict=True))]
+    parts = [
+        f"{{{{ {'if' if i == 0 else 'else if'} eq $labels.{label} {values} }}}}{text}"
+        for i, (values, text) in enumerate(zip(branches, by_text, strict=True))
+    ]
     return "".join(parts) + f"{{{{ else }}}}{fallback}{{{{ end }}}}"
 
 
 def xid_name(classes: tuple[str, ...]) -> str:
     """Template: the catalogue's name of the alert's XID code, for an alert over ``classes``."""
-    return lookup("xid", {str(code): xid.lookup(code).name for code in codes_of(classes)},
-                  fallback="Unknown XID")
+    return lookup("xid", {str(code): xid.lookup(code).name for code in codes_of(classes)}, fallback="Unknown XID")
 
 
 def xid_action(classes: tuple[str, ...]) -> str:
@@ -87,6 +88,8 @@ def xid_action(classes: tuple[str, ...]) -> str:
     if len(classes) == 1:
         return lookup("xid", {str(code): _action(code, classes[0]) for code in codes_of(classes)})
     per_class = {cls: xid_action((cls,)) for cls in classes}
-    chain = "".join(f'{{{{ {"if" if i == 0 else "else if"} eq $labels.xid_class "{cls}" }}}}{text}'
-                    for i, (cls, text) in enumerate(per_class.items()))
+    chain = "".join(
+        f'{{{{ {"if" if i == 0 else "else if"} eq $labels.xid_class "{cls}" }}}}{text}'
+        for i, (cls, text) in enumerate(per_class.items())
+    )
     return chain + f"{{{{ else }}}}{xid.UNKNOWN_ACTION}{{{{ end }}}}"

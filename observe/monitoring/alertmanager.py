@@ -44,8 +44,11 @@ CONFIG_FILE = "alertmanager.yml"
 RESOURCE_FILE = "alertmanagerconfig.yaml"
 #: XID severity classes that alert, each with the setting naming its receiver.
 CLASS_RECEIVERS: dict[str, str] = {
-    "node_reboot": "receiver_node_reboot", "gpu_reset": "receiver_gpu_reset",
-    "nvlink_fabric": "receiver_nvlink_fabric", "application": "receiver_application", "unknown": "receiver_unknown",
+    "node_reboot": "receiver_node_reboot",
+    "gpu_reset": "receiver_gpu_reset",
+    "nvlink_fabric": "receiver_nvlink_fabric",
+    "application": "receiver_application",
+    "unknown": "receiver_unknown",
 }
 #: The run alerts (one per rank or per run), routed to ``receiver_training``.
 TRAINING_ALERTS = ("FsdpTrainingStalled", "FsdpStragglerRank", "FsdpThroughputDrop")
@@ -54,13 +57,21 @@ GROUP_BY_NODE = ["node", "alertname"]
 GROUP_BY_RUN = ["namespace", "run_id", "alertname"]
 #: Integration fields that carry a secret inline; each has a ``*_file`` twin in Alertmanager 0.25.
 INLINE_SECRETS: dict[str, str] = {
-    "api_url": "api_url_file", "routing_key": "routing_key_file", "service_key": "service_key_file",
-    "password": "password_file", "bearer_token": "bearer_token_file", "credentials": "credentials_file",
-    "api_key": "api_key_file", "bot_token": "bot_token_file", "user_key": "user_key_file", "token": "token_file",
+    "api_url": "api_url_file",
+    "routing_key": "routing_key_file",
+    "service_key": "service_key_file",
+    "password": "password_file",
+    "bearer_token": "bearer_token_file",
+    "credentials": "credentials_file",
+    "api_key": "api_key_file",
+    "bot_token": "bot_token_file",
+    "user_key": "user_key_file",
+    "token": "token_file",
 }
 
 
 # --- one route tree, as plain data ---------------------------------------------------------------
+
 
 def _matcher(name: str, value: str, op: str = "=") -> tuple[str, str, str]:
     return (name, op, value)
@@ -70,13 +81,29 @@ def _routes(s: Settings) -> list[dict[str, Any]]:
     """Child routes, each ``{"matchers": [(name, op, value)], "receiver", "group_by"}``."""
     routes: list[dict[str, Any]] = [
         {"matchers": [_matcher("xid_class", cls)], "receiver": getattr(s, field), "group_by": GROUP_BY_XID}
-        for cls, field in CLASS_RECEIVERS.items()]
-    routes.append({"matchers": [_matcher("alertname", "FsdpGpuLost")], "receiver": s.receiver_node_reboot,
-                   "group_by": GROUP_BY_NODE})
-    routes.append({"matchers": [_matcher("alertname", "FsdpGpuReadingStale")], "receiver": s.receiver_gpu_reset,
-                   "group_by": GROUP_BY_NODE})
-    routes.append({"matchers": [_matcher("alertname", "|".join(TRAINING_ALERTS), "=~")],
-                   "receiver": s.receiver_training, "group_by": GROUP_BY_RUN})
+        for cls, field in CLASS_RECEIVERS.items()
+    ]
+    routes.append(
+        {
+            "matchers": [_matcher("alertname", "FsdpGpuLost")],
+            "receiver": s.receiver_node_reboot,
+            "group_by": GROUP_BY_NODE,
+        }
+    )
+    routes.append(
+        {
+            "matchers": [_matcher("alertname", "FsdpGpuReadingStale")],
+            "receiver": s.receiver_gpu_reset,
+            "group_by": GROUP_BY_NODE,
+        }
+    )
+    routes.append(
+        {
+            "matchers": [_matcher("alertname", "|".join(TRAINING_ALERTS), "=~")],
+            "receiver": s.receiver_training,
+            "group_by": GROUP_BY_RUN,
+        }
+    )
     return routes
 
 
@@ -87,12 +114,21 @@ def _root_matchers(s: Settings) -> list[tuple[str, str, str]]:
 def _inhibitions() -> list[dict[str, Any]]:
     """Inhibit rules, each ``{"source": [...], "target": [...], "equal": [...]}``."""
     return [
-        {"source": [_matcher("xid_class", "node_reboot")],
-         "target": [_matcher("xid_class", "gpu_reset|application", "=~")], "equal": ["node"]},
-        {"source": [_matcher("alertname", "FsdpGpuLost")], "target": [_matcher("xid_class", ".+", "=~")],
-         "equal": ["node", "gpu_uuid"]},
-        {"source": [_matcher("alertname", "FsdpGpuLost")], "target": [_matcher("alertname", "FsdpGpuReadingStale")],
-         "equal": ["node", "gpu_uuid"]},
+        {
+            "source": [_matcher("xid_class", "node_reboot")],
+            "target": [_matcher("xid_class", "gpu_reset|application", "=~")],
+            "equal": ["node"],
+        },
+        {
+            "source": [_matcher("alertname", "FsdpGpuLost")],
+            "target": [_matcher("xid_class", ".+", "=~")],
+            "equal": ["node", "gpu_uuid"],
+        },
+        {
+            "source": [_matcher("alertname", "FsdpGpuLost")],
+            "target": [_matcher("alertname", "FsdpGpuReadingStale")],
+            "equal": ["node", "gpu_uuid"],
+        },
     ]
 
 
@@ -102,6 +138,7 @@ def receiver_names(s: Settings) -> list[str]:
 
 
 # --- alertmanager.yml ---------------------------------------------------------------------------
+
 
 def _text(matchers: list[tuple[str, str, str]]) -> list[str]:
     return [f'{name}{op}"{value}"' for name, op, value in matchers]
@@ -116,15 +153,27 @@ def config(settings: Settings | None = None) -> dict[str, Any]:
     s = settings or Settings()
     return {
         "route": {
-            "receiver": s.receiver_default, "group_by": GROUP_BY_NODE,
-            "group_wait": s.group_wait, "group_interval": s.group_interval, "repeat_interval": s.repeat_interval,
-            "routes": [{"matchers": _text(_root_matchers(s)), "receiver": s.receiver_default,
-                        "group_by": GROUP_BY_NODE,
-                        "routes": [{"matchers": _text(r["matchers"]), "receiver": r["receiver"],
-                                    "group_by": r["group_by"]} for r in _routes(s)]}],
+            "receiver": s.receiver_default,
+            "group_by": GROUP_BY_NODE,
+            "group_wait": s.group_wait,
+            "group_interval": s.group_interval,
+            "repeat_interval": s.repeat_interval,
+            "routes": [
+                {
+                    "matchers": _text(_root_matchers(s)),
+                    "receiver": s.receiver_default,
+                    "group_by": GROUP_BY_NODE,
+                    "routes": [
+                        {"matchers": _text(r["matchers"]), "receiver": r["receiver"], "group_by": r["group_by"]}
+                        for r in _routes(s)
+                    ],
+                }
+            ],
         },
-        "inhibit_rules": [{"source_matchers": _text(i["source"]), "target_matchers": _text(i["target"]),
-                           "equal": i["equal"]} for i in _inhibitions()],
+        "inhibit_rules": [
+            {"source_matchers": _text(i["source"]), "target_matchers": _text(i["target"]), "equal": i["equal"]}
+            for i in _inhibitions()
+        ],
         "receivers": [{"name": name} for name in receiver_names(s)],
     }
 
@@ -142,18 +191,25 @@ def with_receivers(cfg: dict[str, Any], receivers: Any, where: str = "--receiver
         UserError: not a list of named mappings, a name the routes do not use (with the closest
             one), or an inline secret (``api_url``, ``routing_key``, ...: name its ``*_file`` twin).
     """
-    if not isinstance(receivers, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
-                                                  for r in receivers):
-        raise UserError(where, "expected a list of receivers, each a mapping with a name",
-                        "write it as Alertmanager's receivers: list (docs/alerting.md)")
+    if not isinstance(receivers, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("name"), str) for r in receivers
+    ):
+        raise UserError(
+            where,
+            "expected a list of receivers, each a mapping with a name",
+            "write it as Alertmanager's receivers: list (docs/alerting.md)",
+        )
     known = [r["name"] for r in cfg["receivers"]]
     merged = {name: {"name": name} for name in known}
     for receiver in receivers:
         name = receiver["name"]
         if name not in merged:
             close = difflib.get_close_matches(name, known, n=1)
-            raise UserError(f"{where}: {name}", "no route sends to this receiver",
-                            f"did you mean {close[0]}?" if close else f"use one of {', '.join(known)}")
+            raise UserError(
+                f"{where}: {name}",
+                "no route sends to this receiver",
+                f"did you mean {close[0]}?" if close else f"use one of {', '.join(known)}",
+            )
         _refuse_inline_secrets(receiver, f"{where}: {name}")
         merged[name] = receiver
     return {**cfg, "receivers": [merged[name] for name in known]}
@@ -163,8 +219,11 @@ def _refuse_inline_secrets(obj: Any, where: str) -> None:
     if isinstance(obj, dict):
         for key, value in obj.items():
             if key in INLINE_SECRETS and value:
-                raise UserError(f"{where}: {key}", "a secret written into the configuration",
-                                f"put it in a file readable by Alertmanager and use {INLINE_SECRETS[key]}")
+                raise UserError(
+                    f"{where}: {key}",
+                    "a secret written into the configuration",
+                    f"put it in a file readable by Alertmanager and use {INLINE_SECRETS[key]}",
+                )
             _refuse_inline_secrets(value, where)
     elif isinstance(obj, list):
         for item in obj:
@@ -179,6 +238,7 @@ def render(settings: Settings | None = None, receivers: Any = None) -> str:
 
 # --- AlertmanagerConfig (prometheus-operator) -----------------------------------------------------
 
+
 def _crd_matchers(matchers: list[tuple[str, str, str]]) -> list[dict[str, str]]:
     return [{"name": name, "matchType": op, "value": value} for name, op, value in matchers]
 
@@ -188,14 +248,22 @@ def crd_spec(settings: Settings | None = None) -> dict[str, Any]:
     (the version kube-prometheus-stack serves and stores): camelCase keys, matchers as objects."""
     s = settings or Settings()
     route = {
-        "receiver": s.receiver_default, "matchers": _crd_matchers(_root_matchers(s)), "groupBy": GROUP_BY_NODE,
-        "groupWait": s.group_wait, "groupInterval": s.group_interval, "repeatInterval": s.repeat_interval,
-        "routes": [{"matchers": _crd_matchers(r["matchers"]), "receiver": r["receiver"], "groupBy": r["group_by"]}
-                   for r in _routes(s)],
+        "receiver": s.receiver_default,
+        "matchers": _crd_matchers(_root_matchers(s)),
+        "groupBy": GROUP_BY_NODE,
+        "groupWait": s.group_wait,
+        "groupInterval": s.group_interval,
+        "repeatInterval": s.repeat_interval,
+        "routes": [
+            {"matchers": _crd_matchers(r["matchers"]), "receiver": r["receiver"], "groupBy": r["group_by"]}
+            for r in _routes(s)
+        ],
     }
     return {
         "route": route,
-        "inhibitRules": [{"sourceMatch": _crd_matchers(i["source"]), "targetMatch": _crd_matchers(i["target"]),
-                          "equal": i["equal"]} for i in _inhibitions()],
+        "inhibitRules": [
+            {"sourceMatch": _crd_matchers(i["source"]), "targetMatch": _crd_matchers(i["target"]), "equal": i["equal"]}
+            for i in _inhibitions()
+        ],
         "receivers": [{"name": name} for name in receiver_names(s)],
     }

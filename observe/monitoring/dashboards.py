@@ -36,11 +36,32 @@ BUILDERS: dict[str, Board] = {"gpu-health.json": gpu_health, "nodes.json": nodes
 def _dashboard(file: str, s: Settings) -> dict[str, Any]:
     description, templates, panels = BUILDERS[file](s)
     board = g.Dashboard(
-        title=TITLES[file], uid=UIDS[file], description=description, tags=TAGS, timezone="browser", refresh="30s",
-        graphTooltip=1, time=g.Time("now-3h", "now"), editable=True,
-        templating=g.Templating(list=[datasource_variable(s.datasource_type), *templates]), panels=panels,
-        links=[{"type": "dashboards", "tags": TAGS, "asDropdown": False, "includeVars": False, "keepTime": True,
-                "title": "fsdp-observe", "icon": "external link", "targetBlank": False, "url": "", "tooltip": ""}])
+        title=TITLES[file],
+        uid=UIDS[file],
+        description=description,
+        tags=TAGS,
+        timezone="browser",
+        refresh="30s",
+        graphTooltip=1,
+        time=g.Time("now-3h", "now"),
+        editable=True,
+        templating=g.Templating(list=[datasource_variable(s.datasource_type), *templates]),
+        panels=panels,
+        links=[
+            {
+                "type": "dashboards",
+                "tags": TAGS,
+                "asDropdown": False,
+                "includeVars": False,
+                "keepTime": True,
+                "title": "fsdp-observe",
+                "icon": "external link",
+                "targetBlank": False,
+                "url": "",
+                "tooltip": "",
+            }
+        ],
+    )
     return to_json(board)
 
 

@@ -44,10 +44,25 @@ DCGM_XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 DCGM_MIG_PROFILE, DCGM_MIG_INSTANCE = "GPU_I_PROFILE", "GPU_I_ID"
 
 DCGM: tuple[str, ...] = (
-    DCGM_GPU_UTIL, DCGM_MEM_COPY_UTIL, DCGM_GR_ENGINE_ACTIVE, DCGM_TENSOR_ACTIVE, DCGM_DRAM_ACTIVE, DCGM_FB_USED,
-    DCGM_FB_FREE, DCGM_SM_CLOCK, DCGM_GPU_TEMP, DCGM_POWER_USAGE, DCGM_NVLINK_BANDWIDTH, DCGM_PCIE_TX, DCGM_PCIE_RX,
-    DCGM_PCIE_REPLAY, DCGM_ROWS_REMAPPED_UNCORRECTABLE, DCGM_ROWS_REMAPPED_CORRECTABLE, DCGM_ROW_REMAP_FAILURE,
-    DCGM_XID_ERRORS, DCGM_XID_COUNT,
+    DCGM_GPU_UTIL,
+    DCGM_MEM_COPY_UTIL,
+    DCGM_GR_ENGINE_ACTIVE,
+    DCGM_TENSOR_ACTIVE,
+    DCGM_DRAM_ACTIVE,
+    DCGM_FB_USED,
+    DCGM_FB_FREE,
+    DCGM_SM_CLOCK,
+    DCGM_GPU_TEMP,
+    DCGM_POWER_USAGE,
+    DCGM_NVLINK_BANDWIDTH,
+    DCGM_PCIE_TX,
+    DCGM_PCIE_RX,
+    DCGM_PCIE_REPLAY,
+    DCGM_ROWS_REMAPPED_UNCORRECTABLE,
+    DCGM_ROWS_REMAPPED_CORRECTABLE,
+    DCGM_ROW_REMAP_FAILURE,
+    DCGM_XID_ERRORS,
+    DCGM_XID_COUNT,
 )
 MIB = 1024 * 1024
 
@@ -59,8 +74,15 @@ NODE_DISK_READ = "node_disk_read_bytes_total"  # counter, label device
 NODE_DISK_WRITTEN = "node_disk_written_bytes_total"  # counter, label device
 NODE_DISK_IO_TIME = "node_disk_io_time_seconds_total"  # counter, label device
 NODE_UNAME = "node_uname_info"  # value 1, one per node
-NODE_EXPORTER: tuple[str, ...] = (NODE_UNAME, NODE_CPU_SECONDS, NODE_NETWORK_RECEIVE, NODE_NETWORK_TRANSMIT,
-                                  NODE_DISK_READ, NODE_DISK_WRITTEN, NODE_DISK_IO_TIME)
+NODE_EXPORTER: tuple[str, ...] = (
+    NODE_UNAME,
+    NODE_CPU_SECONDS,
+    NODE_NETWORK_RECEIVE,
+    NODE_NETWORK_TRANSMIT,
+    NODE_DISK_READ,
+    NODE_DISK_WRITTEN,
+    NODE_DISK_IO_TIME,
+)
 #: Virtual interfaces left out of the network panels (loopback, CNI veths, bridges, tunnels).
 VIRTUAL_NETWORK_DEVICES = "lo|veth.*|cali.*|cilium.*|flannel.*|cni.*|docker.*|br-.*|vxlan.*|tunl.*|kube-.*|lxc.*"
 #: Block devices left out of the disk panels (partitions and device-mapper are counted once on

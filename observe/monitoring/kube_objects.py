@@ -32,9 +32,14 @@ def prometheus_rule(rule_file: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": names.APP, "labels": {"app.kubernetes.io/name": names.APP,
-                                                   "app.kubernetes.io/component": "rules",
-                                                   **names.PROMETHEUS_SELECTOR_LABELS}},
+        "metadata": {
+            "name": names.APP,
+            "labels": {
+                "app.kubernetes.io/name": names.APP,
+                "app.kubernetes.io/component": "rules",
+                **names.PROMETHEUS_SELECTOR_LABELS,
+            },
+        },
         "spec": {"groups": rule_file["groups"]},
     }
 
@@ -46,9 +51,14 @@ def alertmanager_config(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1alpha1",
         "kind": "AlertmanagerConfig",
-        "metadata": {"name": names.APP, "labels": {"app.kubernetes.io/name": names.APP,
-                                                   "app.kubernetes.io/component": "alerting",
-                                                   **names.PROMETHEUS_SELECTOR_LABELS}},
+        "metadata": {
+            "name": names.APP,
+            "labels": {
+                "app.kubernetes.io/name": names.APP,
+                "app.kubernetes.io/component": "alerting",
+                **names.PROMETHEUS_SELECTOR_LABELS,
+            },
+        },
         "spec": spec,
     }
 
@@ -62,15 +72,23 @@ def dashboard_configmap(stem: str, text: str) -> dict[str, Any]:
     """
     size = len(text.encode())
     if size > CONFIGMAP_LIMIT_BYTES:
-        raise UserError("dashboards", f"dashboard {stem} is {size} bytes; a ConfigMap holds at most 1 MiB",
-                        "write the dashboards with --no-k8s and load them into Grafana another way")
+        raise UserError(
+            "dashboards",
+            f"dashboard {stem} is {size} bytes; a ConfigMap holds at most 1 MiB",
+            "write the dashboards with --no-k8s and load them into Grafana another way",
+        )
     key = slug(stem)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{names.APP}-dashboard-{key}",
-                     "labels": {"app.kubernetes.io/name": names.APP, "app.kubernetes.io/component": "dashboards",
-                                **DASHBOARD_LABELS}},
+        "metadata": {
+            "name": f"{names.APP}-dashboard-{key}",
+            "labels": {
+                "app.kubernetes.io/name": names.APP,
+                "app.kubernetes.io/component": "dashboards",
+                **DASHBOARD_LABELS,
+            },
+        },
         "data": {f"{key}.json": text},
     }
 

@@ -46,8 +46,9 @@ class ScalingQueries:
     efficiency: str
 
 
-def scaling_queries(matchers: str = "", info_matchers: str = "", range_: str = "$__range",
-                    quantile: float = 0.5) -> ScalingQueries:
+def scaling_queries(
+    matchers: str = "", info_matchers: str = "", range_: str = "$__range", quantile: float = 0.5
+) -> ScalingQueries:
     """Build the expressions.
 
     Args:
@@ -81,8 +82,7 @@ def scaling_queries(matchers: str = "", info_matchers: str = "", range_: str = "
     tps = f"max by (run_id) (quantile_over_time({quantile:g}, {rank0}[{range_}]))"
     throughput = f"{tps} * on (run_id) group_left (model, sharding_strategy, world_size) group by ({keys}) ({info})"
     per_rank = f"({throughput}) / ({ranks})"
-    smallest = (f"({ranks}) == on (model, sharding_strategy) group_left "
-                f"min by (model, sharding_strategy) ({ranks})")
+    smallest = f"({ranks}) == on (model, sharding_strategy) group_left min by (model, sharding_strategy) ({ranks})"
     baseline = f"avg by (model, sharding_strategy) (({per_rank}) and ({smallest}))"
     # No parenthesis right after group_left: PromQL would read it as group_left's label list.
     efficiency = f"({per_rank}) / on (model, sharding_strategy) group_left {baseline}"

@@ -45,12 +45,16 @@ RULES_FILE = "fsdp-observe.rules.yaml"
 
 #: Severity classes of observe.xid that page (critical) and their alert names.
 CRITICAL_XID_CLASSES: dict[str, str] = {
-    "gpu_reset": "FsdpGpuXidGpuReset", "node_reboot": "FsdpGpuXidNodeReboot",
+    "gpu_reset": "FsdpGpuXidGpuReset",
+    "node_reboot": "FsdpGpuXidNodeReboot",
     "nvlink_fabric": "FsdpGpuXidNvlinkFabric",
 }
 #: What a critical class means for the GPU, for summaries.
-_CLASS_EFFECT = {"gpu_reset": "the GPU needs a reset", "node_reboot": "the node needs a reboot",
-                 "nvlink_fabric": "an NVLink or fabric error"}
+_CLASS_EFFECT = {
+    "gpu_reset": "the GPU needs a reset",
+    "node_reboot": "the node needs a reboot",
+    "nvlink_fabric": "an NVLink or fabric error",
+}
 
 #: Recording rules (names follow level:metric:operations).
 STEP_MEAN = f"rank:{c.TRAIN_STEP_SECONDS.name}:mean5m"
@@ -74,10 +78,24 @@ NODE_NETWORK_TRANSMIT = f"node:{fields.NODE_NETWORK_TRANSMIT}:rate2m"
 NODE_DISK_READ = f"node:{fields.NODE_DISK_READ}:rate2m"
 NODE_DISK_WRITTEN = f"node:{fields.NODE_DISK_WRITTEN}:rate2m"
 NODE_DISK_BUSY = f"node:{fields.NODE_DISK_IO_TIME}:max_rate2m"
-RECORDED = (STEP_MEAN, STEP_MEDIAN, GLOBAL_TOKENS, DATA_WAIT_SHARE, STEP_BUCKET_RATE, RUN_GPUS, PHASE_SHARE,
-            PHASE_RANKS, RUN_GPU_FAULTS, THROTTLED,
-            NODE_CPU_BUSY, NODE_NETWORK_RECEIVE, NODE_NETWORK_TRANSMIT, NODE_DISK_READ, NODE_DISK_WRITTEN,
-            NODE_DISK_BUSY)
+RECORDED = (
+    STEP_MEAN,
+    STEP_MEDIAN,
+    GLOBAL_TOKENS,
+    DATA_WAIT_SHARE,
+    STEP_BUCKET_RATE,
+    RUN_GPUS,
+    PHASE_SHARE,
+    PHASE_RANKS,
+    RUN_GPU_FAULTS,
+    THROTTLED,
+    NODE_CPU_BUSY,
+    NODE_NETWORK_RECEIVE,
+    NODE_NETWORK_TRANSMIT,
+    NODE_DISK_READ,
+    NODE_DISK_WRITTEN,
+    NODE_DISK_BUSY,
+)
 
 _RUN = "namespace, run_id"
 #: Labels that identify one XID code on one GPU (target labels such as pod and instance excluded).
@@ -94,19 +112,31 @@ def codes(*classes: str) -> list[int]:
     return sorted(code for code, info in xid.CATALOGUE.items() if info.severity in classes)
 
 
-def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str,
-           s: Settings, xid_class: str | None = None, **more: str) -> dict[str, Any]:
+def _alert(
+    name: str,
+    expr: str,
+    for_: str,
+    severity: str,
+    summary: str,
+    description: str,
+    s: Settings,
+    xid_class: str | None = None,
+    **more: str,
+) -> dict[str, Any]:
     """One alerting rule; ``more`` are extra annotations (``xid_name``, ``recommended_action``, ...)."""
     labels = {"severity": severity, **({"xid_class": xid_class} if xid_class else {})}
-    return {"alert": name, "expr": expr, "for": for_, "labels": labels,
-            "annotations": {"summary": summary, "description": description, "runbook_url": s.runbook(name.lower()),
-                            **more}}
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": labels,
+        "annotations": {"summary": summary, "description": description, "runbook_url": s.runbook(name.lower()), **more},
+    }
 
 
 def _xid_annotations(classes: tuple[str, ...]) -> dict[str, str]:
     """``xid_name`` and ``recommended_action`` of an XID alert over ``classes`` (Go templates on ``xid``)."""
-    return {"xid_name": alert_templates.xid_name(classes),
-            "recommended_action": alert_templates.xid_action(classes)}
+    return {"xid_name": alert_templates.xid_name(classes), "recommended_action": alert_templates.xid_action(classes)}
 
 
 def _with_class(expr: str, classes: tuple[str, ...]) -> str:
@@ -119,20 +149,26 @@ def _with_class(expr: str, classes: tuple[str, ...]) -> str:
 def _runs_on_gpu(s: Settings) -> str:
     """Go template: the run ids whose ranks use the alert's GPU (by node and GPU UUID)."""
     info = s.trainer(c.TRAIN_INFO.name, "node=%q", "gpu_uuid=%q")
-    return ("{{ if $labels.gpu_uuid }}{{ with printf `group by (run_id) (" + info + ")` $labels.node $labels.gpu_uuid"
-            " | query }}{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.run_id }}{{ end }}"
-            "{{ else }}none seen{{ end }}{{ else }}unknown (GPU not identified){{ end }}")
+    return (
+        "{{ if $labels.gpu_uuid }}{{ with printf `group by (run_id) (" + info + ")` $labels.node $labels.gpu_uuid"
+        " | query }}{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.run_id }}{{ end }}"
+        "{{ else }}none seen{{ end }}{{ else }}unknown (GPU not identified){{ end }}"
+    )
 
 
 def _nodes_of_run(s: Settings) -> str:
     """Go template: the nodes the alert's run has ranks on."""
     info = s.trainer(c.TRAIN_INFO.name, "run_id=%q")
-    return ("{{ with printf `group by (node) (" + info + ")` $labels.run_id | query }}"
-            "{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.node }}{{ end }}{{ else }}unknown{{ end }}")
+    return (
+        "{{ with printf `group by (node) (" + info + ")` $labels.run_id | query }}"
+        "{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.node }}{{ end }}{{ else }}unknown{{ end }}"
+    )
 
 
-_RANK = ("rank {{ $labels.rank }} of run {{ $labels.run_id }} on node {{ $labels.node }}"
-         "{{ with $labels.gpu_uuid }} (GPU {{ . }}){{ end }}")
+_RANK = (
+    "rank {{ $labels.rank }} of run {{ $labels.run_id }} on node {{ $labels.node }}"
+    "{{ with $labels.gpu_uuid }} (GPU {{ . }}){{ end }}"
+)
 _GPU = "GPU {{ $labels.gpu }} ({{ $labels.gpu_uuid }}) of node {{ $labels.node }}"
 #: The alert's value as a whole count (increase() extrapolates to the window's edges).
 _COUNT = '{{ printf "%.0f" $value }}'
@@ -147,14 +183,16 @@ def _xid_counter(s: Settings, severity: str) -> str:
     w = s.xid_window
     series = s.agent(c.GPU_XID_ERRORS.name, f'severity="{severity}"')
     seen_before = s.agent(c.AGENT_COLLECTIONS.name)
-    return (f"max by ({_AGENT_XID_BY}) (\n"
-            f"  (increase({series}[{w}]) > 0)\n"
-            f"  or\n"
-            f"  (\n"
-            f"    ({series} unless on ({_XID_ID}) {series} offset {w})\n"
-            f"    and on (node) ({seen_before} offset {w})\n"
-            f"  )\n"
-            f")")
+    return (
+        f"max by ({_AGENT_XID_BY}) (\n"
+        f"  (increase({series}[{w}]) > 0)\n"
+        f"  or\n"
+        f"  (\n"
+        f"    ({series} unless on ({_XID_ID}) {series} offset {w})\n"
+        f"    and on (node) ({seen_before} offset {w})\n"
+        f"  )\n"
+        f")"
+    )
 
 
 def xid_alerts(s: Settings) -> list[dict[str, Any]]:
@@ -162,27 +200,54 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
     alerts = []
     for severity, name in CRITICAL_XID_CLASSES.items():
         more = _xid_annotations((severity,))
-        alerts.append(_alert(
-            name, f"{_xid_counter(s, severity)} > 0", s.xid_for, "critical",
-            f"XID {{{{ $labels.xid }}}} on {_GPU}: {_CLASS_EFFECT[severity]}",
-            f"The driver reported XID {{{{ $labels.xid }}}} (class {severity}) for {_GPU}, PCI "
-            f"{{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: {_runs_on_gpu(s)}. "
-            f"{more['recommended_action']}", s, xid_class=severity, **more))
+        alerts.append(
+            _alert(
+                name,
+                f"{_xid_counter(s, severity)} > 0",
+                s.xid_for,
+                "critical",
+                f"XID {{{{ $labels.xid }}}} on {_GPU}: {_CLASS_EFFECT[severity]}",
+                f"The driver reported XID {{{{ $labels.xid }}}} (class {severity}) for {_GPU}, PCI "
+                f"{{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: {_runs_on_gpu(s)}. "
+                f"{more['recommended_action']}",
+                s,
+                xid_class=severity,
+                **more,
+            )
+        )
     application = _xid_annotations(("application",))
     burst = s.xid_application_burst
-    alerts.append(_alert(
-        "FsdpGpuXidApplicationBurst", f"{_xid_counter(s, 'application')} >= {burst}", s.xid_for, "warning",
-        f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} within {s.xid_window}",
-        f"XID {{{{ $labels.xid }}}} (class application) came {_COUNT} times within {s.xid_window} on {_GPU}, "
-        f"PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). Runs on this GPU: {_runs_on_gpu(s)}. "
-        f"One such XID is usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
-        f"{application['recommended_action']}", s, xid_class="application", **application))
-    alerts.append(_alert(
-        "FsdpGpuXidUnknown", f"{_xid_counter(s, 'unknown')} > 0", s.xid_for, "warning",
-        f"Unknown XID {{{{ $labels.xid }}}} on {_GPU}",
-        f"The driver reported XID {{{{ $labels.xid }}}}, which the catalogue (observe/xid.py) does not know, for "
-        f"{_GPU}, PCI {{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: "
-        f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}", s, xid_class="unknown", **_xid_annotations(("unknown",))))
+    alerts.append(
+        _alert(
+            "FsdpGpuXidApplicationBurst",
+            f"{_xid_counter(s, 'application')} >= {burst}",
+            s.xid_for,
+            "warning",
+            f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} within {s.xid_window}",
+            f"XID {{{{ $labels.xid }}}} (class application) came {_COUNT} times within {s.xid_window} on {_GPU}, "
+            f"PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). Runs on this GPU: {_runs_on_gpu(s)}. "
+            f"One such XID is usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
+            f"{application['recommended_action']}",
+            s,
+            xid_class="application",
+            **application,
+        )
+    )
+    alerts.append(
+        _alert(
+            "FsdpGpuXidUnknown",
+            f"{_xid_counter(s, 'unknown')} > 0",
+            s.xid_for,
+            "warning",
+            f"Unknown XID {{{{ $labels.xid }}}} on {_GPU}",
+            f"The driver reported XID {{{{ $labels.xid }}}}, which the catalogue (observe/xid.py) does not know, for "
+            f"{_GPU}, PCI {{{{ $labels.pci_bus }}}}, within the last {s.xid_window}. Runs on this GPU: "
+            f"{_runs_on_gpu(s)}. {xid.UNKNOWN_ACTION}",
+            s,
+            xid_class="unknown",
+            **_xid_annotations(("unknown",)),
+        )
+    )
     return alerts
 
 
@@ -205,45 +270,72 @@ def _dcgm_last_xid_changed(s: Settings, wanted: list[int]) -> str:
         return f'label_replace({s.dcgm_normalised(expr, pci_bus=True)}, "xid", "$1", "err_code", "(.+)")'
 
     seen = f"max by (node, gpu_uuid) ({s.dcgm_normalised(f'{s.dcgm_raw(DCGM_XID_ERRORS)} offset {w}')})"
-    changed = (f"max by ({_XID_ID}) (\n"
-               f"  ({coded(series)}\n   unless on (node, gpu_uuid, xid)\n   {coded(f'{series} offset {w}')})\n"
-               f"  and on (node, gpu_uuid) {seen}\n)")
+    changed = (
+        f"max by ({_XID_ID}) (\n"
+        f"  ({coded(series)}\n   unless on (node, gpu_uuid, xid)\n   {coded(f'{series} offset {w}')})\n"
+        f"  and on (node, gpu_uuid) {seen}\n)"
+    )
     return f"{_with_class(changed, tuple(CRITICAL_XID_CLASSES))}\n{_agent_reads_xids(s)}"
 
 
 def _dcgm_xid_counted(s: Settings, wanted: list[int], threshold: str, classes: tuple[str, ...]) -> str:
     """Per GPU and code: the most XIDs dcgm-exporter's window held within ``xid_window``."""
     series = s.dcgm_raw(DCGM_XID_COUNT, f'xid=~"{"|".join(map(str, wanted))}"')
-    counted = (f"max by ({_XID_ID}) (\n"
-               f"  {s.dcgm_normalised(f'max_over_time({series}[{s.xid_window}])', pci_bus=True)}\n)")
+    counted = (
+        f"max by ({_XID_ID}) (\n  {s.dcgm_normalised(f'max_over_time({series}[{s.xid_window}])', pci_bus=True)}\n)"
+    )
     return f"{_with_class(counted, classes)} {threshold}\n{_agent_reads_xids(s)}"
 
 
 def dcgm_xid_alerts(s: Settings) -> list[dict[str, Any]]:
     """dcgm-exporter variants of the XID alerts, for nodes where our agent reads no XIDs."""
     critical = codes(*CRITICAL_XID_CLASSES)
-    tail = ("Runs on this GPU: " + _runs_on_gpu(s) + ". Read from dcgm-exporter because no fsdp-observe agent "
-            "reads XIDs on this node.")
+    tail = (
+        "Runs on this GPU: " + _runs_on_gpu(s) + ". Read from dcgm-exporter because no fsdp-observe agent "
+        "reads XIDs on this node."
+    )
     which = f"XID {{{{ $labels.xid }}}} (class {{{{ $labels.xid_class }}}}) for {_GPU}, PCI {{{{ $labels.pci_bus }}}}"
     meaning = "the class means a GPU reset, a node reboot or NVLink/fabric recovery (see the XID table of the runbook)."
     fatal = _xid_annotations(tuple(CRITICAL_XID_CLASSES))
     if not s.dcgm_xid_count:
-        return [_alert("FsdpDcgmXidCritical", _dcgm_last_xid_changed(s, critical), s.xid_for, "critical",
-                       f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
-                       f"dcgm-exporter's last XID ({DCGM_XID_ERRORS}) changed to {which}; {meaning} {tail}", s,
-                       **fatal)]
+        return [
+            _alert(
+                "FsdpDcgmXidCritical",
+                _dcgm_last_xid_changed(s, critical),
+                s.xid_for,
+                "critical",
+                f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
+                f"dcgm-exporter's last XID ({DCGM_XID_ERRORS}) changed to {which}; {meaning} {tail}",
+                s,
+                **fatal,
+            )
+        ]
     burst = s.xid_application_burst
     application = _xid_annotations(("application",))
     return [
-        _alert("FsdpDcgmXidCritical", _dcgm_xid_counted(s, critical, "> 0", tuple(CRITICAL_XID_CLASSES)),
-               s.xid_for, "critical", f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
-               f"dcgm-exporter counted {which} within the last {s.xid_window}; {meaning} {tail}", s, **fatal),
-        _alert("FsdpDcgmXidApplicationBurst",
-               _dcgm_xid_counted(s, codes("application"), f">= {burst}", ("application",)), s.xid_for, "warning",
-               f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} (dcgm-exporter)",
-               f"dcgm-exporter counted XID {{{{ $labels.xid }}}} (class application) {_COUNT} times in its "
-               f"window for {_GPU}, PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). "
-               f"{application['recommended_action']} {tail}", s, xid_class="application", **application),
+        _alert(
+            "FsdpDcgmXidCritical",
+            _dcgm_xid_counted(s, critical, "> 0", tuple(CRITICAL_XID_CLASSES)),
+            s.xid_for,
+            "critical",
+            f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
+            f"dcgm-exporter counted {which} within the last {s.xid_window}; {meaning} {tail}",
+            s,
+            **fatal,
+        ),
+        _alert(
+            "FsdpDcgmXidApplicationBurst",
+            _dcgm_xid_counted(s, codes("application"), f">= {burst}", ("application",)),
+            s.xid_for,
+            "warning",
+            f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} (dcgm-exporter)",
+            f"dcgm-exporter counted XID {{{{ $labels.xid }}}} (class application) {_COUNT} times in its "
+            f"window for {_GPU}, PCI {{{{ $labels.pci_bus }}}} ({burst} or more make a burst). "
+            f"{application['recommended_action']} {tail}",
+            s,
+            xid_class="application",
+            **application,
+        ),
     ]
 
 
@@ -251,35 +343,54 @@ def gpu_lost_alert(s: Settings) -> dict[str, Any]:
     """A GPU NVML reports lost (fallen off the bus), with its PCI bus from ``fsdp_gpu_info`` (the
     agent writes both for every GPU it knows, lost ones included, in the same snapshot)."""
     gpu = "node, gpu, gpu_uuid"
-    lost = (f"max by (namespace, {gpu}, pci_bus) (\n"
-            f"  {s.agent(c.GPU_LOST.name)}\n"
-            f"  * on ({gpu}) group_left (pci_bus)\n"
-            f"  max by ({gpu}, pci_bus) ({s.agent(c.GPU_INFO.name)})\n"
-            f") == 1")
+    lost = (
+        f"max by (namespace, {gpu}, pci_bus) (\n"
+        f"  {s.agent(c.GPU_LOST.name)}\n"
+        f"  * on ({gpu}) group_left (pci_bus)\n"
+        f"  max by ({gpu}, pci_bus) ({s.agent(c.GPU_INFO.name)})\n"
+        f") == 1"
+    )
     return _alert(
-        "FsdpGpuLost", lost, s.gpu_lost_for, "critical", f"{_GPU} is lost",
+        "FsdpGpuLost",
+        lost,
+        s.gpu_lost_for,
+        "critical",
+        f"{_GPU} is lost",
         f"NVML reports {_GPU}, PCI {{{{ $labels.pci_bus }}}}, lost: it fell off the bus and answers no query. "
-        f"Runs on this GPU: {_runs_on_gpu(s)}. {xid.REBOOT}", s, recommended_action=xid.REBOOT)
+        f"Runs on this GPU: {_runs_on_gpu(s)}. {xid.REBOOT}",
+        s,
+        recommended_action=xid.REBOOT,
+    )
 
 
 #: What to do about a GPU whose NVML calls hang.
-STALE_ACTION = ("Run nvidia-smi -q -i <gpu> on the node: if it hangs or errors too, the driver no longer "
-                "answers for this GPU; drain it and reset it (RESET_GPU), or reboot the node if the reset "
-                "fails. Look for XIDs in the kernel log around the time.")
+STALE_ACTION = (
+    "Run nvidia-smi -q -i <gpu> on the node: if it hangs or errors too, the driver no longer "
+    "answers for this GPU; drain it and reset it (RESET_GPU), or reboot the node if the reset "
+    "fails. Look for XIDs in the kernel log around the time."
+)
 
 
 def gpu_stale_alert(s: Settings) -> dict[str, Any]:
     """A GPU whose NVML reading has not finished within the agent's deadline for ``gpu_stale_for``
     (value: seconds since its last complete reading)."""
     gpu = "node, gpu, gpu_uuid"
-    stale = (f"max by (namespace, {gpu}) ({s.agent(c.GPU_READING_AGE.name)})\n"
-             f"and on ({gpu})\n(max by ({gpu}) ({s.agent(c.GPU_READING_STALE.name)}) == 1)")
+    stale = (
+        f"max by (namespace, {gpu}) ({s.agent(c.GPU_READING_AGE.name)})\n"
+        f"and on ({gpu})\n(max by ({gpu}) ({s.agent(c.GPU_READING_STALE.name)}) == 1)"
+    )
     return _alert(
-        "FsdpGpuReadingStale", stale, s.gpu_stale_for, "warning", f"NVML readings of {_GPU} are stale",
+        "FsdpGpuReadingStale",
+        stale,
+        s.gpu_stale_for,
+        "warning",
+        f"NVML readings of {_GPU} are stale",
         f"The agent's NVML reading of {_GPU} has not finished within its deadline for "
         f"{{{{ $value | humanizeDuration }}}}: a driver call that hangs (the agent leaves the GPU's figures out "
-        f"and goes on with the others). Runs on this GPU: {_runs_on_gpu(s)}. {STALE_ACTION}", s,
-        recommended_action=STALE_ACTION)
+        f"and goes on with the others). Runs on this GPU: {_runs_on_gpu(s)}. {STALE_ACTION}",
+        s,
+        recommended_action=STALE_ACTION,
+    )
 
 
 def _run_gpus_in_dcgm_labels(s: Settings) -> str:
@@ -301,6 +412,7 @@ def gpu_recording_rules(s: Settings) -> list[dict[str, Any]]:
 
 def node_rules(s: Settings) -> list[dict[str, Any]]:
     """node-exporter's per-core and per-device counters summed per node (the Nodes dashboard)."""
+
     def per_node(fn: str, name: str, *matchers: str) -> str:
         expr = f"{fn}({s.node_exporter_raw(name, *matchers)}[2m])"
         if s.node_exporter_node_label != "node":
@@ -312,10 +424,14 @@ def node_rules(s: Settings) -> list[dict[str, Any]]:
     idle = 'mode="idle"'
     return [
         {"record": NODE_CPU_BUSY, "expr": f"1 - avg by (node) ({per_node('rate', fields.NODE_CPU_SECONDS, idle)})"},
-        {"record": NODE_NETWORK_RECEIVE,
-         "expr": f"sum by (node) ({per_node('rate', fields.NODE_NETWORK_RECEIVE, nic)})"},
-        {"record": NODE_NETWORK_TRANSMIT,
-         "expr": f"sum by (node) ({per_node('rate', fields.NODE_NETWORK_TRANSMIT, nic)})"},
+        {
+            "record": NODE_NETWORK_RECEIVE,
+            "expr": f"sum by (node) ({per_node('rate', fields.NODE_NETWORK_RECEIVE, nic)})",
+        },
+        {
+            "record": NODE_NETWORK_TRANSMIT,
+            "expr": f"sum by (node) ({per_node('rate', fields.NODE_NETWORK_TRANSMIT, nic)})",
+        },
         {"record": NODE_DISK_READ, "expr": f"sum by (node) ({per_node('rate', fields.NODE_DISK_READ, disk)})"},
         {"record": NODE_DISK_WRITTEN, "expr": f"sum by (node) ({per_node('rate', fields.NODE_DISK_WRITTEN, disk)})"},
         {"record": NODE_DISK_BUSY, "expr": f"max by (node) ({per_node('rate', fields.NODE_DISK_IO_TIME, disk)})"},
@@ -340,25 +456,29 @@ def _fatal_alerts(s: Settings, *matchers: str) -> str:
 def run_gpu_faults_rule(s: Settings) -> dict[str, Any]:
     """Recording rule: each run's nodes with a fatal GPU alert in the lookback (one series per
     run and node). Recorded so a stall at 8,192 ranks costs one small lookup per alert."""
-    return {"record": RUN_GPU_FAULTS,
-            "expr": f"group by ({_RUN}, node) ({s.trainer(c.TRAIN_INFO.name)})\nand on (node)\n"
-                    f"group by (node) ({_fatal_alerts(s)})"}
+    return {
+        "record": RUN_GPU_FAULTS,
+        "expr": f"group by ({_RUN}, node) ({s.trainer(c.TRAIN_INFO.name)})\nand on (node)\n"
+        f"group by (node) ({_fatal_alerts(s)})",
+    }
 
 
 def _likely_cause(s: Settings) -> str:
     """Go template: the fatal GPU alerts on the alert's run's nodes (node, GPU, UUID, PCI bus, XID)."""
     per_node = _fatal_alerts(s, "node=%q").replace("`", "")
-    return ("{{ with printf `" + RUN_GPU_FAULTS + "{namespace=%q,run_id=%q}` $labels.namespace $labels.run_id"
-            " | query }}"
-            "{{ range $i, $n := . | sortByLabel \"node\" }}{{ if $i }}; {{ end }}"
-            "{{ with printf `" + per_node + "` $n.Labels.node | query }}"
-            "{{ range $j, $a := . | sortByLabel \"gpu\" }}{{ if $j }}; {{ end }}"
-            "{{ $a.Labels.alertname }} on node {{ $a.Labels.node }}, GPU {{ $a.Labels.gpu }} ({{ $a.Labels.gpu_uuid }})"
-            "{{ with $a.Labels.pci_bus }}, PCI {{ . }}{{ end }}"
-            "{{ with $a.Labels.xid }}, XID {{ . }}{{ end }}{{ with $a.Labels.xid_class }} (class {{ . }}){{ end }}"
-            "{{ end }}{{ end }}{{ end }}"
-            "{{ else }}none seen: no critical XID and no lost GPU on the run's nodes in the last "
-            f"{_fault_lookback(s)}{{{{ end }}}}")
+    return (
+        "{{ with printf `" + RUN_GPU_FAULTS + "{namespace=%q,run_id=%q}` $labels.namespace $labels.run_id"
+        " | query }}"
+        '{{ range $i, $n := . | sortByLabel "node" }}{{ if $i }}; {{ end }}'
+        "{{ with printf `" + per_node + "` $n.Labels.node | query }}"
+        '{{ range $j, $a := . | sortByLabel "gpu" }}{{ if $j }}; {{ end }}'
+        "{{ $a.Labels.alertname }} on node {{ $a.Labels.node }}, GPU {{ $a.Labels.gpu }} ({{ $a.Labels.gpu_uuid }})"
+        "{{ with $a.Labels.pci_bus }}, PCI {{ . }}{{ end }}"
+        "{{ with $a.Labels.xid }}, XID {{ . }}{{ end }}{{ with $a.Labels.xid_class }} (class {{ . }}){{ end }}"
+        "{{ end }}{{ end }}{{ end }}"
+        "{{ else }}none seen: no critical XID and no lost GPU on the run's nodes in the last "
+        f"{_fault_lookback(s)}{{{{ end }}}}"
+    )
 
 
 def training_rules(s: Settings) -> list[dict[str, Any]]:
@@ -372,10 +492,14 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
         {"record": STEP_MEAN, "expr": f"rate({step_sum}[5m]) / rate({step_count}[5m])"},
         {"record": STEP_MEDIAN, "expr": f"quantile by ({_RUN}) (0.5, {STEP_MEAN})"},
         {"record": GLOBAL_TOKENS, "expr": f"max by ({_RUN}) ({s.trainer(c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name)})"},
-        {"record": DATA_WAIT_SHARE, "expr": f"rate({s.trainer(c.TRAIN_DATA_WAIT_SECONDS.name + '_sum')}[5m])\n/\n"
-                                            f"rate({step_sum}[5m])"},
-        {"record": STEP_BUCKET_RATE, "expr": f"sum by ({_RUN}, le) "
-                                             f"(rate({s.trainer(c.TRAIN_STEP_SECONDS.name + '_bucket')}[2m]))"},
+        {
+            "record": DATA_WAIT_SHARE,
+            "expr": f"rate({s.trainer(c.TRAIN_DATA_WAIT_SECONDS.name + '_sum')}[5m])\n/\nrate({step_sum}[5m])",
+        },
+        {
+            "record": STEP_BUCKET_RATE,
+            "expr": f"sum by ({_RUN}, le) (rate({s.trainer(c.TRAIN_STEP_SECONDS.name + '_bucket')}[2m]))",
+        },
         {"record": RUN_GPUS, "expr": _run_gpus_in_dcgm_labels(s)},
         {"record": PHASE_SHARE, "expr": f"sum by ({_RUN}, phase) (rate({s.trainer(c.TRAIN_PHASE_SECONDS.name)}[2m]))"},
         {"record": PHASE_RANKS, "expr": f"count by ({_RUN}, phase) ({s.trainer(c.TRAIN_PHASE.name)} == 1)"},
@@ -383,31 +507,40 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
         _alert(
             "FsdpTrainingStalled",
             f"(time() - {last_step} > {stall:g})\n* ignoring (phase) group_left (phase)\n({phase} == 1)",
-            s.stall_for, "critical",
+            s.stall_for,
+            "critical",
             f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} made no step for {s.stall_time}",
             f"R{_RANK[1:]} completed its last optimizer step {{{{ $value | humanizeDuration }}}} ago and "
             f"is still {{{{ $labels.phase }}}}. A hung collective, a dead peer or a stuck data loader stops every "
-            f"rank; look for the rank whose log stops first (likely_cause names a GPU fault on the run's nodes).", s,
-            likely_cause=_likely_cause(s)),
+            f"rank; look for the rank whose log stops first (likely_cause names a GPU fault on the run's nodes).",
+            s,
+            likely_cause=_likely_cause(s),
+        ),
         _alert(
             "FsdpStragglerRank",
             f"{STEP_MEAN}\n/ on ({_RUN}) group_left\n{STEP_MEDIAN}\n> {s.straggler_ratio:g}",
-            s.straggler_for, "warning",
+            s.straggler_for,
+            "warning",
             "Run {{ $labels.run_id }}: rank {{ $labels.rank }} is a straggler",
-            f"R{_RANK[1:]} has taken {{{{ printf \"%.1f\" $value }}}} times the run's median step time (means over "
+            f'R{_RANK[1:]} has taken {{{{ printf "%.1f" $value }}}} times the run\'s median step time (means over '
             f"5m) for {s.straggler_for} (alert above {s.straggler_ratio:g}). Compare its data-wait share in "
-            f"\"FSDP training run › Worst {s.top_n} ranks\" and its GPU in \"FSDP training run › SM clock of the "
-            f"run's GPUs\" and \"FSDP training run › XIDs on the run's GPUs\".", s),
+            f'"FSDP training run › Worst {s.top_n} ranks" and its GPU in "FSDP training run › SM clock of the '
+            f'run\'s GPUs" and "FSDP training run › XIDs on the run\'s GPUs".',
+            s,
+        ),
         _alert(
             "FsdpThroughputDrop",
             f"{GLOBAL_TOKENS}\n< {s.throughput_drop_ratio:g} * quantile_over_time(0.5, "
             f"{GLOBAL_TOKENS}[{s.throughput_baseline}] offset {s.throughput_offset})",
-            s.throughput_for, "warning",
+            s.throughput_for,
+            "warning",
             f"Run {{{{ $labels.run_id }}}}: tokens/s fell below {s.throughput_drop_ratio:.0%} of its recent level",
             f"Run {{{{ $labels.run_id }}}} (namespace {{{{ $labels.namespace }}}}, nodes {_nodes_of_run(s)}) processes "
             f"{{{{ $value | humanize }}}} tokens/s, below {s.throughput_drop_ratio:.0%} of its median over the "
             f"{s.throughput_baseline} before the last {s.throughput_offset}, for {s.throughput_for}. Look for a "
-            f"straggler rank, a throttled or erroring GPU, data-loader waits, or checkpoints in the window.", s),
+            f"straggler rank, a throttled or erroring GPU, data-loader waits, or checkpoints in the window.",
+            s,
+        ),
     ]
 
 
@@ -415,9 +548,13 @@ def rule_file(settings: Settings | None = None) -> dict[str, Any]:
     """The rule file as a mapping: ``{"groups": [training, gpu, nodes]}``."""
     s = settings or Settings()
     gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s), gpu_stale_alert(s)]
-    return {"groups": [{"name": "fsdp-observe.training", "rules": training_rules(s)},
-                       {"name": "fsdp-observe.gpu", "rules": gpu},
-                       {"name": "fsdp-observe.nodes", "rules": node_rules(s)}]}
+    return {
+        "groups": [
+            {"name": "fsdp-observe.training", "rules": training_rules(s)},
+            {"name": "fsdp-observe.gpu", "rules": gpu},
+            {"name": "fsdp-observe.nodes", "rules": node_rules(s)},
+        ]
+    }
 
 
 def alert_names(settings: Settings | None = None) -> list[str]:

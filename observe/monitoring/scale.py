@@ -19,8 +19,17 @@ import re
 _SELECTOR = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*(\{[^{}]*\})?$")
 
 
-def stable_top(k: int, expr: str, by: str, *, bottom: bool = False, reducer: str = "avg",
-               window: str = "$__range", pick_from: str | None = None, rank_by: str | None = None) -> str:
+def stable_top(
+    k: int,
+    expr: str,
+    by: str,
+    *,
+    bottom: bool = False,
+    reducer: str = "avg",
+    window: str = "$__range",
+    pick_from: str | None = None,
+    rank_by: str | None = None,
+) -> str:
     """``expr`` limited to the ``k`` series whose ``reducer`` over ``window`` was highest.
 
     Args:
@@ -54,8 +63,11 @@ def spread(expr: str, by: str = "") -> list[tuple[str, str]]:
     aggregation drops the labels anyway, so no ``label_replace`` need run per series and step."""
     group = f" by ({by})" if by else ""
     prefix = "".join(f"{{{{{label.strip()}}}}} " for label in by.split(",") if label.strip())
-    return [(f"min{group} ({expr})", f"{prefix}min"), (f"quantile{group} (0.5, {expr})", f"{prefix}median"),
-            (f"max{group} ({expr})", f"{prefix}max")]
+    return [
+        (f"min{group} ({expr})", f"{prefix}min"),
+        (f"quantile{group} (0.5, {expr})", f"{prefix}median"),
+        (f"max{group} ({expr})", f"{prefix}max"),
+    ]
 
 
 def count_or_zero(matching: str, source: str) -> str:

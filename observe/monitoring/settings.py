@@ -30,8 +30,15 @@ from observe.errors import UserError
 from observe.promql import duration_seconds, is_label_name
 
 #: The fields naming Alertmanager receivers.
-RECEIVER_FIELDS = ("receiver_node_reboot", "receiver_gpu_reset", "receiver_nvlink_fabric", "receiver_application",
-                   "receiver_unknown", "receiver_training", "receiver_default")
+RECEIVER_FIELDS = (
+    "receiver_node_reboot",
+    "receiver_gpu_reset",
+    "receiver_nvlink_fabric",
+    "receiver_application",
+    "receiver_unknown",
+    "receiver_training",
+    "receiver_default",
+)
 
 
 @dataclass(frozen=True)
@@ -146,44 +153,77 @@ class Settings:
             expected = kinds[str(f.type)]
             if isinstance(value, bool) != (f.type == "bool") or not isinstance(value, expected):
                 raise UserError(f.name, f"expected {str(f.type)}, got {value!r}", f"give a {str(f.type)} value")
-        for name in ("xid_window", "xid_for", "gpu_lost_for", "gpu_stale_for", "stall_time", "stall_for",
-                     "straggler_for", "throughput_baseline", "throughput_offset", "throughput_for", "group_wait",
-                     "group_interval", "repeat_interval"):
+        for name in (
+            "xid_window",
+            "xid_for",
+            "gpu_lost_for",
+            "gpu_stale_for",
+            "stall_time",
+            "stall_for",
+            "straggler_for",
+            "throughput_baseline",
+            "throughput_offset",
+            "throughput_for",
+            "group_wait",
+            "group_interval",
+            "repeat_interval",
+        ):
             try:
                 duration_seconds(getattr(self, name))
             except ValueError as exc:
                 raise UserError(name, str(exc), "give a duration such as 90s, 15m or 1h30m") from None
         for name in ("dcgm_uuid_label", "dcgm_hostname_label", "dcgm_model_label", "node_exporter_node_label"):
             if not is_label_name(getattr(self, name)):
-                raise UserError(name, f"{getattr(self, name)!r} is not a Prometheus label name",
-                                "give the label as dcgm-exporter prints it, e.g. UUID or Hostname")
+                raise UserError(
+                    name,
+                    f"{getattr(self, name)!r} is not a Prometheus label name",
+                    "give the label as dcgm-exporter prints it, e.g. UUID or Hostname",
+                )
         for name in ("trainer_selector", "agent_selector", "dcgm_selector", "node_exporter_selector"):
             if any(ch in getattr(self, name) for ch in "{}"):
                 raise UserError(name, "label matchers are given without braces", 'write e.g. cluster="eu-1"')
         if not 1 <= self.top_n <= 50:
-            raise UserError("top_n", f"{self.top_n} is outside 1..50",
-                            "give 1 to 50 (a panel with more lines than that is unreadable)")
+            raise UserError(
+                "top_n",
+                f"{self.top_n} is outside 1..50",
+                "give 1 to 50 (a panel with more lines than that is unreadable)",
+            )
         if self.xid_application_burst < 1:
             raise UserError("xid_application_burst", f"{self.xid_application_burst} is below 1", "give 1 or more")
         if self.straggler_ratio <= 1:
-            raise UserError("straggler_ratio", f"{self.straggler_ratio} is not above 1",
-                            "give a ratio above 1 (1.5 = 50 % slower than the run's median)")
+            raise UserError(
+                "straggler_ratio",
+                f"{self.straggler_ratio} is not above 1",
+                "give a ratio above 1 (1.5 = 50 % slower than the run's median)",
+            )
         if not 0 < self.throughput_drop_ratio < 1:
-            raise UserError("throughput_drop_ratio", f"{self.throughput_drop_ratio} is not between 0 and 1",
-                            "give e.g. 0.7 (below 70 % of the recent level)")
+            raise UserError(
+                "throughput_drop_ratio",
+                f"{self.throughput_drop_ratio} is not between 0 and 1",
+                "give e.g. 0.7 (below 70 % of the recent level)",
+            )
         for name in RECEIVER_FIELDS:
             value = getattr(self, name)
             if not value or value != value.strip() or any(ch in value for ch in "\n\"'"):
-                raise UserError(name, f"{value!r} is not a receiver name",
-                                "give the name of an Alertmanager receiver, e.g. gpu-oncall (no quotes or newline)")
+                raise UserError(
+                    name,
+                    f"{value!r} is not a receiver name",
+                    "give the name of an Alertmanager receiver, e.g. gpu-oncall (no quotes or newline)",
+                )
         if duration_seconds(self.group_interval) == 0:
             raise UserError("group_interval", "0 is not allowed by Alertmanager", "give e.g. 5m")
         if duration_seconds(self.repeat_interval) < duration_seconds(self.group_interval):
-            raise UserError("repeat_interval", f"{self.repeat_interval} is shorter than group_interval "
-                            f"{self.group_interval}", "give a repeat_interval at least as long as group_interval")
+            raise UserError(
+                "repeat_interval",
+                f"{self.repeat_interval} is shorter than group_interval {self.group_interval}",
+                "give a repeat_interval at least as long as group_interval",
+            )
         if not self.runbook_base_url.startswith(("http://", "https://")):
-            raise UserError("runbook_base_url", f"{self.runbook_base_url!r} is not an http(s) URL",
-                            "give the https:// address of the runbook page")
+            raise UserError(
+                "runbook_base_url",
+                f"{self.runbook_base_url!r} is not an http(s) URL",
+                "give the https:// address of the runbook page",
+            )
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> Settings:
@@ -200,8 +240,11 @@ class Settings:
             import difflib
 
             close = difflib.get_close_matches(unknown[0], known, n=1)
-            raise UserError(unknown[0], "unknown field", f"did you mean {close[0]}?" if close else
-                            f"known fields: {', '.join(sorted(known))}")
+            raise UserError(
+                unknown[0],
+                "unknown field",
+                f"did you mean {close[0]}?" if close else f"known fields: {', '.join(sorted(known))}",
+            )
         return dataclasses.replace(cls(), **values)
 
     # --- selectors ------------------------------------------------------------------------
@@ -237,8 +280,10 @@ class Settings:
             if ours != theirs:
                 expr = f'label_replace({expr}, "{ours}", "$1", "{theirs}", "(.+)")'
         if pci_bus:
-            expr = (f'label_replace({expr}, "pci_bus", "$1:$2", "pci_bus_id", '
-                    f'"0000([0-9A-Fa-f]{{4}}):([0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}})[.][0-9A-Fa-f]")')
+            expr = (
+                f'label_replace({expr}, "pci_bus", "$1:$2", "pci_bus_id", '
+                f'"0000([0-9A-Fa-f]{{4}}):([0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}})[.][0-9A-Fa-f]")'
+            )
         return expr
 
     def node_exporter_raw(self, name: str, *matchers: str) -> str:

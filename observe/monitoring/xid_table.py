@@ -17,12 +17,18 @@ XID_MEANING, XID_ACTION = "meaning", "action"
 def xid_mappings(column: str) -> list[dict[str, Any]]:
     """Value mappings from an XID code to its name (``meaning``) or action (``action``), with a
     fallback for codes outside the catalogue."""
+
     def text(info: xid.XidInfo) -> str:
         return info.name if column == XID_MEANING else info.action
 
     unknown = xid.lookup(-1)
     return [
-        {"type": "value", "options": {str(code): {"text": text(info), "index": i}
-                                      for i, (code, info) in enumerate(sorted(xid.CATALOGUE.items()))}},
+        {
+            "type": "value",
+            "options": {
+                str(code): {"text": text(info), "index": i}
+                for i, (code, info) in enumerate(sorted(xid.CATALOGUE.items()))
+            },
+        },
         {"type": "regex", "options": {"pattern": ".*", "result": {"text": text(unknown), "index": len(xid.CATALOGUE)}}},
     ]

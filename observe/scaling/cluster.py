@@ -31,6 +31,7 @@ from observe.scaling.snapshot import SNAPSHOT_SAMPLE_NAMES, rank_snapshots
 
 __all__ = ["RunNotFound", "RunWindow", "find_window", "read_run", "samples_at"]
 
+
 class RunNotFound(LookupError):
     """Prometheus holds no trainer series for a run id in the look-back window."""
 
@@ -59,9 +60,12 @@ def find_window(api: PrometheusAPI, run_id: str, warmup_steps: int, lookback: fl
     points = [(float(t), float(v)) for t, v in values]
     first = next((i for i, (_, step) in enumerate(points) if step >= warmup_steps), None)
     if first is None or points[-1][1] <= points[first][1]:
-        raise UserError("--warmup-steps", f"run {run_id}: Prometheus holds no step after the warm-up to measure "
-                        f"(last step {points[-1][1]:.0f}, warm-up {warmup_steps})",
-                        "lower --warmup-steps or scrape more often")
+        raise UserError(
+            "--warmup-steps",
+            f"run {run_id}: Prometheus holds no step after the warm-up to measure "
+            f"(last step {points[-1][1]:.0f}, warm-up {warmup_steps})",
+            "lower --warmup-steps or scrape more often",
+        )
     gaps = [b - a for (a, _), (b, _) in zip(points, points[1:], strict=False)]
     return RunWindow(start=points[first][0], end=points[-1][0], interval=statistics.median(gaps))
 

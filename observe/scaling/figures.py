@@ -113,8 +113,12 @@ class SizeFigures:
     info: dict[str, str] = field(default_factory=dict)
 
 
-def measure(run_id: str, start: Mapping[int, RankSnapshot], end: Mapping[int, RankSnapshot],
-            step_seconds_exact: Sequence[float] | None = None) -> SizeFigures:
+def measure(
+    run_id: str,
+    start: Mapping[int, RankSnapshot],
+    end: Mapping[int, RankSnapshot],
+    step_seconds_exact: Sequence[float] | None = None,
+) -> SizeFigures:
     """Figures of one run from each rank's start and end snapshots.
 
     Args:
@@ -134,19 +138,25 @@ def measure(run_id: str, start: Mapping[int, RankSnapshot], end: Mapping[int, Ra
     world_size = int(info.get("world_size", len(end)))
     missing = sorted(set(range(world_size)) - (set(start) & set(end)))
     if missing:
-        raise MeasureError(f"run {run_id}: no metrics from rank(s) {_ranks(missing)} of {world_size}; "
-                           "every rank's /metrics must be scraped")
+        raise MeasureError(
+            f"run {run_id}: no metrics from rank(s) {_ranks(missing)} of {world_size}; "
+            "every rank's /metrics must be scraped"
+        )
     ranks, pooled = [], None
     data_wait = 0.0
     for r in range(world_size):
         s, e = start[r], end[r]
         steps = e.steps_total - s.steps_total
         if min(steps, e.labelled_tokens - s.labelled_tokens, e.samples - s.samples) < 0:
-            raise MeasureError(f"run {run_id}: rank {r}'s counters went backwards between the two "
-                               "snapshots (the process restarted); measure a run without restarts")
+            raise MeasureError(
+                f"run {run_id}: rank {r}'s counters went backwards between the two "
+                "snapshots (the process restarted); measure a run without restarts"
+            )
         if steps <= 0 or s.last_step_timestamp is None or e.last_step_timestamp is None:
-            raise MeasureError(f"run {run_id}: rank {r} completed no step after the warm-up "
-                               f"(step {s.step:.0f} at both snapshots); run more steps or lower --warmup-steps")
+            raise MeasureError(
+                f"run {run_id}: rank {r} completed no step after the warm-up "
+                f"(step {s.step:.0f} at both snapshots); run more steps or lower --warmup-steps"
+            )
         seconds = e.last_step_timestamp - s.last_step_timestamp
         if seconds <= 0:
             raise MeasureError(f"run {run_id}: rank {r}'s step clock did not advance")
@@ -157,8 +167,9 @@ def measure(run_id: str, start: Mapping[int, RankSnapshot], end: Mapping[int, Ra
             raise MeasureError(f"run {run_id}: rank {r}: {exc}") from None
         pooled = delta if pooled is None else _add(pooled, delta)
         data_wait += e.data_wait_seconds - s.data_wait_seconds
-        ranks.append(RankFigures(r, e.node, steps, tokens, e.samples - s.samples, seconds,
-                                 tokens / seconds, e.memory_peak_bytes))
+        ranks.append(
+            RankFigures(r, e.node, steps, tokens, e.samples - s.samples, seconds, tokens / seconds, e.memory_peak_bytes)
+        )
     global_tps = sum(rf.tokens_per_second for rf in ranks)
     assert pooled is not None  # world_size >= 1 ranks were pooled above
     p50: float | None
@@ -236,15 +247,17 @@ class ReportError(Exception):
     """The runs cannot be compared (different model or strategy)."""
 
 
-def scaling_efficiency(tokens_per_second: float, world_size: int,
-                       baseline_tokens_per_second: float, baseline_world_size: int) -> float | None:
+def scaling_efficiency(
+    tokens_per_second: float, world_size: int, baseline_tokens_per_second: float, baseline_world_size: int
+) -> float | None:
     """``tokens/s at N ÷ (N/N₀ × tokens/s at N₀)``; ``None`` when the baseline is 0."""
     ideal = world_size / baseline_world_size * baseline_tokens_per_second
     return tokens_per_second / ideal if ideal > 0 else None
 
 
-def build_report(mode: str, sizes: list[SizeFigures], warmup_steps: int,
-                 notes: list[str] | None = None) -> ScalingReport:
+def build_report(
+    mode: str, sizes: list[SizeFigures], warmup_steps: int, notes: list[str] | None = None
+) -> ScalingReport:
     """Sort ``sizes`` by world size, fill in each one's scaling efficiency, name the scaling.
 
     When several runs share the smallest world size, their mean tokens/s is the baseline.
@@ -259,8 +272,9 @@ def build_report(mode: str, sizes: list[SizeFigures], warmup_steps: int,
         values = {s.info.get(key) for s in sizes}
         if len(values) > 1:
             listed = ", ".join(f"{s.run_id}: {s.info.get(key)}" for s in sizes)
-            raise ReportError(f"the runs differ in {key} ({listed}); compare runs that share model "
-                              "and sharding strategy")
+            raise ReportError(
+                f"the runs differ in {key} ({listed}); compare runs that share model and sharding strategy"
+            )
     n0 = sizes[0].world_size
     baseline = statistics.fmean(s.global_tokens_per_second for s in sizes if s.world_size == n0)
     for s in sizes:
@@ -268,10 +282,17 @@ def build_report(mode: str, sizes: list[SizeFigures], warmup_steps: int,
     first = sizes[0].info
     sources = {s.memory_source for s in sizes}
     return ScalingReport(
-        mode=mode, scaling=_scaling_kind(sizes), baseline_world_size=n0, warmup_steps=warmup_steps,
-        sizes=sizes, model=first.get("model"), sharding_strategy=first.get("sharding_strategy"),
-        mixed_precision=first.get("mixed_precision"), device_type=first.get("device_type"),
-        memory_source=sources.pop() if len(sources) == 1 else None, notes=list(notes or []),
+        mode=mode,
+        scaling=_scaling_kind(sizes),
+        baseline_world_size=n0,
+        warmup_steps=warmup_steps,
+        sizes=sizes,
+        model=first.get("model"),
+        sharding_strategy=first.get("sharding_strategy"),
+        mixed_precision=first.get("mixed_precision"),
+        device_type=first.get("device_type"),
+        memory_source=sources.pop() if len(sources) == 1 else None,
+        notes=list(notes or []),
     )
 
 
@@ -285,8 +306,11 @@ def _scaling_kind(sizes: list[SizeFigures]) -> str:
 
 
 def _add(a: HistogramState, b: HistogramState) -> HistogramState:
-    return HistogramState(tuple((bound, n + m) for (bound, n), (_, m) in zip(a.buckets, b.buckets, strict=False)),
-                          a.sum + b.sum, a.count + b.count)
+    return HistogramState(
+        tuple((bound, n + m) for (bound, n), (_, m) in zip(a.buckets, b.buckets, strict=False)),
+        a.sum + b.sum,
+        a.count + b.count,
+    )
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float, float]:

@@ -50,8 +50,9 @@ def world_sizes(text: str) -> tuple[int, ...]:
     """
     parts = [p for p in text.replace(",", " ").split() if p]
     if not parts or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers of ranks; "
-                                         "pass e.g. --world-sizes 1,2,4")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of whole numbers of ranks; pass e.g. --world-sizes 1,2,4"
+        )
     sizes = sorted({int(p) for p in parts})
     if sizes[0] < 1:
         raise argparse.ArgumentTypeError("0 is not a number of ranks; pass sizes of 1 or more, e.g. 1,2,4")
@@ -63,6 +64,7 @@ def _positive_int(name: str) -> Callable[[str], int]:
         if not text.strip().isdigit() or int(text) < 1:
             raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number; pass {name} 1 or more")
         return int(text)
+
     return parse
 
 
@@ -103,34 +105,81 @@ class LocalPlan:
         trainer_args: further trainer flags, appended as given.
     """
 
-    world_sizes: tuple[int, ...] = field(default=(1, 2, 4), metadata=flag(
-        "--world-sizes", "ranks per run", metavar="N,N,...", parse=world_sizes, group=LOCAL_GROUP))
-    strong: bool = field(default=False, metadata=flag(
-        "--strong", "strong scaling: keep the global batch (--batch-size x smallest size) and split it; default "
-        "is weak scaling: --batch-size sequences per rank at every size", group=LOCAL_GROUP))
-    steps: int = field(default=40, metadata=flag(
-        "--steps", "steps per run", metavar="N", parse=_positive_int("--steps"), group=LOCAL_GROUP))
-    warmup_steps: int = field(default=5, metadata=flag(
-        "--warmup-steps", "steps left out of the figures at the start of each run; not the trainer's "
-        "learning-rate warm-up, which goes after -- like any trainer flag", metavar="N", parse=_count,
-        group=BOTH_GROUP))
-    batch_size: int = field(default=8, metadata=flag(
-        "--batch-size", "sequences per rank at the smallest size", metavar="N", parse=_positive_int("--batch-size"),
-        group=LOCAL_GROUP))
-    seq_len: int = field(default=256, metadata=flag(
-        "--seq-len", "tokens per sequence", metavar="N", parse=_positive_int("--seq-len"), group=LOCAL_GROUP))
-    preset: str = field(default="tiny", metadata=flag(
-        "--preset", "model preset; --model PATH etc. go after --", metavar="NAME", group=LOCAL_GROUP))
-    metrics_port: int = field(default=TRAINER_PORT_BASE, metadata=flag(
-        "--metrics-port", "base port of the ranks' /metrics", metavar="PORT", parse=_positive_int("--metrics-port"),
-        group=LOCAL_GROUP))
-    threads_per_rank: int = field(default=1, metadata=flag(
-        "--threads-per-rank", "OMP_NUM_THREADS of every rank at every size", metavar="N",
-        parse=_positive_int("--threads-per-rank"), env="OMP_NUM_THREADS", default_text="$OMP_NUM_THREADS or 1",
-        group=LOCAL_GROUP))
+    world_sizes: tuple[int, ...] = field(
+        default=(1, 2, 4),
+        metadata=flag("--world-sizes", "ranks per run", metavar="N,N,...", parse=world_sizes, group=LOCAL_GROUP),
+    )
+    strong: bool = field(
+        default=False,
+        metadata=flag(
+            "--strong",
+            "strong scaling: keep the global batch (--batch-size x smallest size) and split it; default "
+            "is weak scaling: --batch-size sequences per rank at every size",
+            group=LOCAL_GROUP,
+        ),
+    )
+    steps: int = field(
+        default=40,
+        metadata=flag("--steps", "steps per run", metavar="N", parse=_positive_int("--steps"), group=LOCAL_GROUP),
+    )
+    warmup_steps: int = field(
+        default=5,
+        metadata=flag(
+            "--warmup-steps",
+            "steps left out of the figures at the start of each run; not the trainer's "
+            "learning-rate warm-up, which goes after -- like any trainer flag",
+            metavar="N",
+            parse=_count,
+            group=BOTH_GROUP,
+        ),
+    )
+    batch_size: int = field(
+        default=8,
+        metadata=flag(
+            "--batch-size",
+            "sequences per rank at the smallest size",
+            metavar="N",
+            parse=_positive_int("--batch-size"),
+            group=LOCAL_GROUP,
+        ),
+    )
+    seq_len: int = field(
+        default=256,
+        metadata=flag(
+            "--seq-len", "tokens per sequence", metavar="N", parse=_positive_int("--seq-len"), group=LOCAL_GROUP
+        ),
+    )
+    preset: str = field(
+        default="tiny",
+        metadata=flag("--preset", "model preset; --model PATH etc. go after --", metavar="NAME", group=LOCAL_GROUP),
+    )
+    metrics_port: int = field(
+        default=TRAINER_PORT_BASE,
+        metadata=flag(
+            "--metrics-port",
+            "base port of the ranks' /metrics",
+            metavar="PORT",
+            parse=_positive_int("--metrics-port"),
+            group=LOCAL_GROUP,
+        ),
+    )
+    threads_per_rank: int = field(
+        default=1,
+        metadata=flag(
+            "--threads-per-rank",
+            "OMP_NUM_THREADS of every rank at every size",
+            metavar="N",
+            parse=_positive_int("--threads-per-rank"),
+            env="OMP_NUM_THREADS",
+            default_text="$OMP_NUM_THREADS or 1",
+            group=LOCAL_GROUP,
+        ),
+    )
     linger_seconds: float = 3.0
-    timeout_seconds: float = field(default=600.0, metadata=flag(
-        "--timeout", "longest one run may take", metavar="SECONDS", parse=_seconds, group=LOCAL_GROUP))
+    timeout_seconds: float = field(
+        default=600.0,
+        metadata=flag("--timeout", "longest one run may take", metavar="SECONDS", parse=_seconds, group=LOCAL_GROUP),
+    )
     trainer_args: tuple[str, ...] = ()
 
     def per_rank_batch(self, world_size: int) -> int:
@@ -145,10 +194,13 @@ class LocalPlan:
             return self.batch_size
         global_batch = self.batch_size * self.world_sizes[0]
         if global_batch % world_size:
-            raise UserError("--batch-size", f"--strong keeps a global batch of {global_batch} sequences "
-                              f"({self.batch_size} x {self.world_sizes[0]} ranks), which does not split "
-                              f"evenly over {world_size} ranks",
-                              "choose a --batch-size that makes it divisible by every world size")
+            raise UserError(
+                "--batch-size",
+                f"--strong keeps a global batch of {global_batch} sequences "
+                f"({self.batch_size} x {self.world_sizes[0]} ranks), which does not split "
+                f"evenly over {world_size} ranks",
+                "choose a --batch-size that makes it divisible by every world size",
+            )
         return global_batch // world_size
 
     def trainer_config(self, world_size: int, run_id: str, log_json: Path) -> TrainConfig:
@@ -169,11 +221,19 @@ class LocalPlan:
         )
 
         planned = TrainConfig(
-            model=ModelConfig(preset=self.preset), steps=self.steps,
+            model=ModelConfig(preset=self.preset),
+            steps=self.steps,
             data=DataConfig(seq_len=self.seq_len, batch_size=self.per_rank_batch(world_size)),
-            metrics=MetricsConfig(enabled=True, log_every=1, log_json=str(log_json), run_id=run_id,
-                                  address="127.0.0.1", port_base=self.metrics_port,
-                                  linger_seconds=self.linger_seconds))
+            metrics=MetricsConfig(
+                enabled=True,
+                log_every=1,
+                log_json=str(log_json),
+                run_id=run_id,
+                address="127.0.0.1",
+                port_base=self.metrics_port,
+                linger_seconds=self.linger_seconds,
+            ),
+        )
         given = parse_flags(build_parser("fsdp-observe scaling --"), list(self.trainer_args))
         return config_from_values(given, base=planned)
 
@@ -188,8 +248,11 @@ def check(plan: LocalPlan) -> None:
     from trainer.runspec.launch import prepare
 
     if plan.warmup_steps >= plan.steps:
-        raise UserError("--warmup-steps", f"{plan.warmup_steps} leaves none of the {plan.steps} steps to measure",
-                          "pass fewer warm-up steps or more --steps")
+        raise UserError(
+            "--warmup-steps",
+            f"{plan.warmup_steps} leaves none of the {plan.steps} steps to measure",
+            "pass fewer warm-up steps or more --steps",
+        )
     configs = {n: plan.trainer_config(n, "check", Path(os.devnull)) for n in plan.world_sizes}  # batches first
     for n, cfg in configs.items():
         prepare(cfg, n)
@@ -215,8 +278,9 @@ def run_all(plan: LocalPlan, out: Path, say: Callable[[str], None] = print) -> l
     return [run_size(plan, n, f"scaling-{stamp}-n{n}", out / "runs" / f"n{n}", say) for n in plan.world_sizes]
 
 
-def run_size(plan: LocalPlan, world_size: int, run_id: str, run_dir: Path,
-             say: Callable[[str], None] = print) -> SizeFigures:
+def run_size(
+    plan: LocalPlan, world_size: int, run_id: str, run_dir: Path, say: Callable[[str], None] = print
+) -> SizeFigures:
     """Run the job at ``world_size`` ranks and measure it from its own metrics.
 
     Raises:
@@ -231,13 +295,20 @@ def run_size(plan: LocalPlan, world_size: int, run_id: str, run_dir: Path,
     env["OMP_NUM_THREADS"] = str(plan.threads_per_rank)
     urls = [f"http://127.0.0.1:{plan.metrics_port + r}/metrics" for r in range(world_size)]
     batch = plan.per_rank_batch(world_size)
-    say(f"world size {world_size}: {plan.steps} steps, {batch} sequence{'s' if batch != 1 else ''} per rank "
-        f"(run {run_id}, log {log_path})")
+    say(
+        f"world size {world_size}: {plan.steps} steps, {batch} sequence{'s' if batch != 1 else ''} per rank "
+        f"(run {run_id}, log {log_path})"
+    )
     deadline = time.monotonic() + plan.timeout_seconds
     with open(log_path, "w") as log, httpx.Client(timeout=2.0) as client:
-        proc = subprocess.Popen(torchrun_command(plan.trainer_config(world_size, run_id, log_json), world_size),
-                                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            torchrun_command(plan.trainer_config(world_size, run_id, log_json), world_size),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             watch = _Watch(client, urls, proc, deadline, log_path)
             start = watch.until(lambda s: s.step >= plan.warmup_steps, interval=0.1)
@@ -302,8 +373,10 @@ class _Watch:
             if snapshot is not None and condition(snapshot):
                 return snapshot
             if self.proc.poll() is not None:
-                raise RunFailed(f"the run ended (status {self.proc.returncode}) before rank {rank} could be "
-                                f"measured; see {self.log_path}")
+                raise RunFailed(
+                    f"the run ended (status {self.proc.returncode}) before rank {rank} could be "
+                    f"measured; see {self.log_path}"
+                )
             if time.monotonic() > self.deadline:
                 raise RunFailed(f"rank {rank} was not measured within --timeout; see {self.log_path}")
             time.sleep(interval)

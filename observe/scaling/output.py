@@ -34,30 +34,59 @@ def format_ratio(value: float | None) -> str:
 def headline(report: ScalingReport) -> str:
     """One line naming what was measured."""
     first = report.sizes[0]
-    batch = (f"{first.per_rank_batch_size:g} sequences per rank" if report.scaling == "weak"
-             else f"global batch {first.global_batch_size:g} sequences" if report.scaling == "strong"
-             else "batch sizes differ between runs")
-    return (f"{report.model}, {report.sharding_strategy}, {report.mixed_precision} on {report.device_type}; "
-            f"{report.scaling} scaling ({batch}); first {report.warmup_steps} steps of each run excluded")
+    batch = (
+        f"{first.per_rank_batch_size:g} sequences per rank"
+        if report.scaling == "weak"
+        else f"global batch {first.global_batch_size:g} sequences"
+        if report.scaling == "strong"
+        else "batch sizes differ between runs"
+    )
+    return (
+        f"{report.model}, {report.sharding_strategy}, {report.mixed_precision} on {report.device_type}; "
+        f"{report.scaling} scaling ({batch}); first {report.warmup_steps} steps of each run excluded"
+    )
 
 
 def format_table(report: ScalingReport) -> str:
     """The report as an aligned text table with its definitions underneath."""
-    header = ("ranks", "nodes", "run", "steps", "global tokens/s", "tokens/s/rank", "efficiency",
-              "step p50", "step p95", "data wait", "peak mem/rank")
+    header = (
+        "ranks",
+        "nodes",
+        "run",
+        "steps",
+        "global tokens/s",
+        "tokens/s/rank",
+        "efficiency",
+        "step p50",
+        "step p95",
+        "data wait",
+        "peak mem/rank",
+    )
     rows = [header]
     for s in report.sizes:
-        rows.append((
-            str(s.world_size), str(s.nodes), s.run_id, f"{s.step_from + 1}-{s.step_to}",
-            f"{s.global_tokens_per_second:,.0f}", f"{s.tokens_per_second_per_rank:,.0f}",
-            format_ratio(s.scaling_efficiency), format_seconds(s.step_seconds_p50),
-            format_seconds(s.step_seconds_p95), format_ratio(s.data_wait_ratio),
-            format_bytes(s.memory_peak_bytes_max),
-        ))
+        rows.append(
+            (
+                str(s.world_size),
+                str(s.nodes),
+                s.run_id,
+                f"{s.step_from + 1}-{s.step_to}",
+                f"{s.global_tokens_per_second:,.0f}",
+                f"{s.tokens_per_second_per_rank:,.0f}",
+                format_ratio(s.scaling_efficiency),
+                format_seconds(s.step_seconds_p50),
+                format_seconds(s.step_seconds_p95),
+                format_ratio(s.data_wait_ratio),
+                format_bytes(s.memory_peak_bytes_max),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     left = {2}  # the run id reads best left-aligned
-    lines = ["  ".join(cell.ljust(w) if i in left else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths, strict=False))) for row in rows]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=False))
+        )
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     quantiles = {s.step_time_quantiles_from for s in report.sizes}
     lines += [

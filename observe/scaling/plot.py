@@ -52,10 +52,12 @@ def render(report: ScalingReport, path: Path) -> None:
 
     fig = Figure(figsize=(13, 6), dpi=110, layout="constrained")
     fig.suptitle(f"Scaling: {headline(report)}", fontsize=12)
-    footnote = [EFFICIENCY_DEFINITION + ".",
-                (f"memory: {report.memory_source}" if report.memory_source else "memory: not exported by these runs")
-                + f"; step time and throughput after the first {report.warmup_steps} steps of each run.",
-                *(line for note in report.notes for line in textwrap.wrap(f"note: {note}", 160))]
+    footnote = [
+        EFFICIENCY_DEFINITION + ".",
+        (f"memory: {report.memory_source}" if report.memory_source else "memory: not exported by these runs")
+        + f"; step time and throughput after the first {report.warmup_steps} steps of each run.",
+        *(line for note in report.notes for line in textwrap.wrap(f"note: {note}", 160)),
+    ]
     grid = fig.add_gridspec(2, 2, height_ratios=(1, 0.035 * len(footnote)))
     ax_tp, ax_eff = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     ax_note = fig.add_subplot(grid[1, :])
@@ -71,18 +73,27 @@ def render(report: ScalingReport, path: Path) -> None:
         ax.grid(True, which="major", alpha=0.3)
         ax.tick_params(labelsize=10)
         pad = 0.25 if ax.get_xscale() == "log" else 0.15 * (max(x) - min(x) or 1)
-        ax.set_xlim(min(x) / 2**pad if ax.get_xscale() == "log" else min(x) - pad,
-                    max(x) * 2**pad if ax.get_xscale() == "log" else max(x) + pad)
+        ax.set_xlim(
+            min(x) / 2**pad if ax.get_xscale() == "log" else min(x) - pad,
+            max(x) * 2**pad if ax.get_xscale() == "log" else max(x) + pad,
+        )
 
     # Dense, so the ideal line is right on a log2 axis too (N/N0 x T0 is not straight there).
     ideal_x = [min(x) * (max(x) / min(x)) ** (i / 64) for i in range(65)]
-    ax_tp.plot(ideal_x, [n / n0 * baseline for n in ideal_x], "--", color=_GREY, lw=1.5,
-               label=f"ideal: linear from N\N{SUBSCRIPT ZERO} = {n0} rank{'s' if n0 > 1 else ''}")
+    ax_tp.plot(
+        ideal_x,
+        [n / n0 * baseline for n in ideal_x],
+        "--",
+        color=_GREY,
+        lw=1.5,
+        label=f"ideal: linear from N\N{SUBSCRIPT ZERO} = {n0} rank{'s' if n0 > 1 else ''}",
+    )
     ax_tp.plot(x, tps, "o-", color=_BLUE, lw=2.2, ms=7, label="measured")
     for xi, yi, ei in zip(x, tps, eff, strict=False):
         if ei is not None:
-            ax_tp.annotate(f"{ei:.0f} %", (xi, yi), textcoords="offset points", xytext=(8, -14),
-                           fontsize=10, color=_BLUE)
+            ax_tp.annotate(
+                f"{ei:.0f} %", (xi, yi), textcoords="offset points", xytext=(8, -14), fontsize=10, color=_BLUE
+            )
     top = max(max(tps), max(x) / n0 * baseline)
     if ax_tp.get_xscale() == "log":
         # log-log: the ideal is a straight line and straight segments between points mean something
@@ -95,18 +106,27 @@ def render(report: ScalingReport, path: Path) -> None:
     else:
         ax_tp.set_ylim(0, top * 1.12)
     ax_tp.yaxis.set_major_formatter(_tokens_formatter(top))
-    ax_tp.set_ylabel("global throughput (labelled tokens/s"
-                     + (", log scale)" if ax_tp.get_yscale() == "log" else ")"), fontsize=11)
+    ax_tp.set_ylabel(
+        "global throughput (labelled tokens/s" + (", log scale)" if ax_tp.get_yscale() == "log" else ")"), fontsize=11
+    )
     ax_tp.set_title("Throughput (efficiency next to each point)", fontsize=11)
     ax_tp.legend(loc="upper left", fontsize=10, frameon=False)
 
     ax_eff.axhline(100, color=_GREY, ls="--", lw=1.2)
     eff_points = [(xi, ei) for xi, ei in zip(x, eff, strict=False) if ei is not None]
-    lines = ax_eff.plot([p[0] for p in eff_points], [p[1] for p in eff_points], "o-", color=_GREEN,
-                        lw=2.2, ms=7, label="scaling efficiency (left axis)")
+    lines = ax_eff.plot(
+        [p[0] for p in eff_points],
+        [p[1] for p in eff_points],
+        "o-",
+        color=_GREEN,
+        lw=2.2,
+        ms=7,
+        label="scaling efficiency (left axis)",
+    )
     for xi, ei in eff_points:
-        ax_eff.annotate(f"{ei:.0f} %", (xi, ei), textcoords="offset points", xytext=(7, 7), ha="left",
-                        fontsize=10, color=_GREEN)
+        ax_eff.annotate(
+            f"{ei:.0f} %", (xi, ei), textcoords="offset points", xytext=(7, 7), ha="left", fontsize=10, color=_GREEN
+        )
     ax_eff.set_ylim(0, max(110, max((p[1] for p in eff_points), default=100) * 1.15))
     ax_eff.set_ylabel("scaling efficiency (%)", fontsize=11, color=_GREEN)
     ax_eff.set_title("Scaling efficiency and peak memory per rank", fontsize=11)
@@ -115,13 +135,21 @@ def render(report: ScalingReport, path: Path) -> None:
     if len(memory) == len(sizes):
         unit, scale = _memory_unit(memory)
         ax_mem = ax_eff.twinx()
-        lines += ax_mem.plot(x, [m / scale for m in memory], "s:", color=_ORANGE, lw=2, ms=7,
-                             label=f"peak memory per rank, largest rank (right axis, {unit})")
+        lines += ax_mem.plot(
+            x,
+            [m / scale for m in memory],
+            "s:",
+            color=_ORANGE,
+            lw=2,
+            ms=7,
+            label=f"peak memory per rank, largest rank (right axis, {unit})",
+        )
         ax_mem.set_ylim(0, max(memory) / scale * 1.25)
         ax_mem.set_ylabel(f"peak memory per rank ({unit})", fontsize=11, color=_ORANGE)
         ax_mem.tick_params(labelsize=10)
     ax_eff.legend(lines, [str(line.get_label()) for line in lines], loc="lower left", fontsize=10, frameon=False)
 
-    ax_note.text(0, 0.5, "\n".join(footnote), fontsize=9.5, color="#333333", ha="left", va="center",
-                 transform=ax_note.transAxes)
+    ax_note.text(
+        0, 0.5, "\n".join(footnote), fontsize=9.5, color="#333333", ha="left", va="center", transform=ax_note.transAxes
+    )
     fig.savefig(path)

@@ -25,10 +25,17 @@ MEMORY_SOURCES: tuple[tuple[c.Metric, str], ...] = (
 
 #: Every sample name a snapshot reads; cluster mode queries exactly these.
 SNAPSHOT_SAMPLE_NAMES: tuple[str, ...] = (
-    c.TRAIN_INFO.name, c.TRAIN_STEP.name, c.TRAIN_PLANNED_STEPS.name, c.TRAIN_STEPS.name,
-    c.TRAIN_LAST_STEP_TIMESTAMP.name, c.TRAIN_LABELLED_TOKENS.name, c.TRAIN_SAMPLES.name,
-    c.TRAIN_STEP_SECONDS.name + "_bucket", c.TRAIN_STEP_SECONDS.name + "_sum",
-    c.TRAIN_STEP_SECONDS.name + "_count", c.TRAIN_DATA_WAIT_SECONDS.name + "_sum",
+    c.TRAIN_INFO.name,
+    c.TRAIN_STEP.name,
+    c.TRAIN_PLANNED_STEPS.name,
+    c.TRAIN_STEPS.name,
+    c.TRAIN_LAST_STEP_TIMESTAMP.name,
+    c.TRAIN_LABELLED_TOKENS.name,
+    c.TRAIN_SAMPLES.name,
+    c.TRAIN_STEP_SECONDS.name + "_bucket",
+    c.TRAIN_STEP_SECONDS.name + "_sum",
+    c.TRAIN_STEP_SECONDS.name + "_count",
+    c.TRAIN_DATA_WAIT_SECONDS.name + "_sum",
     *(metric.name for metric, _ in MEMORY_SOURCES),
 )
 
@@ -152,8 +159,16 @@ def _snapshot(rank: int, named: dict[str, list[Sample]]) -> RankSnapshot | None:
         return named[name][0].value
 
     hist = c.TRAIN_STEP_SECONDS.name
-    required = (c.TRAIN_STEP.name, c.TRAIN_STEPS.name, c.TRAIN_LABELLED_TOKENS.name, c.TRAIN_SAMPLES.name,
-                hist + "_bucket", hist + "_sum", hist + "_count", c.TRAIN_DATA_WAIT_SECONDS.name + "_sum")
+    required = (
+        c.TRAIN_STEP.name,
+        c.TRAIN_STEPS.name,
+        c.TRAIN_LABELLED_TOKENS.name,
+        c.TRAIN_SAMPLES.name,
+        hist + "_bucket",
+        hist + "_sum",
+        hist + "_count",
+        c.TRAIN_DATA_WAIT_SECONDS.name + "_sum",
+    )
     if any(name not in named for name in required):
         return None
     # One count per bound, even if a series arrived twice (two scrape jobs for one pod).

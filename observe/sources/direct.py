@@ -50,8 +50,10 @@ class Endpoint:
 
 
 #: A host name or IPv4 address (RFC 1123 labels), or an IPv6 address (urlsplit drops its brackets).
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?"
-                   r"|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.%A-Za-z]*")
+_HOST = re.compile(
+    r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?"
+    r"|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.%A-Za-z]*"
+)
 #: Names of this machine's loopback interface, one of which stands for all when URLs are compared.
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
 
@@ -111,14 +113,18 @@ class LossHistory:
         self._keys: dict[str, tuple[object, ...]] = {}
         self._points = points
 
-    def add(self, run_id: str, step: float | None, loss: float | None,
-            window: tuple[object, ...] | None = None) -> tuple[tuple[float, float], ...]:
+    def add(
+        self, run_id: str, step: float | None, loss: float | None, window: tuple[object, ...] | None = None
+    ) -> tuple[tuple[float, float], ...]:
         """Record the run's loss at ``step`` if ``window`` (default: the loss itself) is new since
         the last point and the step moved on; return the history, oldest first."""
         history = self._runs.setdefault(run_id, deque(maxlen=self._points))
         key = (loss,) if window is None else window
-        if step is not None and loss is not None and (not history or (history[-1][0] < step
-                                                                        and self._keys.get(run_id) != key)):
+        if (
+            step is not None
+            and loss is not None
+            and (not history or (history[-1][0] < step and self._keys.get(run_id) != key))
+        ):
             history.append((step, loss))
             self._keys[run_id] = key
         return tuple(history)
@@ -192,8 +198,14 @@ class DirectSource:
             process on the port) is an error line, never shown as the run.
     """
 
-    def __init__(self, agents: list[Endpoint], trainers: list[Endpoint], concurrency: int = 64,
-                 timeout: float = 1.5, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        agents: list[Endpoint],
+        trainers: list[Endpoint],
+        concurrency: int = 64,
+        timeout: float = 1.5,
+        run_id: str | None = None,
+    ) -> None:
         self.run_id = run_id
         self.fetcher = HttpFetcher(concurrency=concurrency, timeout=timeout)
         self._nodes: dict[str, NodeStatus] = {}
@@ -219,8 +231,10 @@ class DirectSource:
     @property
     def description(self) -> str:
         """``N agents, M trainer ranks``."""
-        return f"{len(self.agents)} agent{'s' * (len(self.agents) != 1)}, {len(self.trainers)} trainer endpoint" \
-               f"{'s' * (len(self.trainers) != 1)}"
+        return (
+            f"{len(self.agents)} agent{'s' * (len(self.agents) != 1)}, {len(self.trainers)} trainer endpoint"
+            f"{'s' * (len(self.trainers) != 1)}"
+        )
 
     async def cycle(self, focus: str | None, deadline: float) -> ClusterSnapshot:
         """Pull everything once, for at most ``deadline`` seconds; return what arrived.
@@ -232,16 +246,24 @@ class DirectSource:
         started = time.monotonic()
         end = started + deadline
         agents = ((e, focus is not None and focus in (e.node, self._nodes[e.url].name)) for e in self.agents)
-        jobs = itertools.chain((partial(self._pull_agent, e, full, end) for e, full in agents),
-                               (partial(self._pull_trainer, e, end) for e in self.trainers))
+        jobs = itertools.chain(
+            (partial(self._pull_agent, e, full, end) for e, full in agents),
+            (partial(self._pull_trainer, e, end) for e in self.trainers),
+        )
         await self._run_pool(jobs, len(self.agents) + len(self.trainers), end)
         ranks = [r for url in (e.url for e in self.trainers) for r in self._ranks.get(url, [])]
         errors = [f"trainer {url}: {reason}" for url, reason in self._trainer_errors.items()]
         nodes, duplicates = self._distinct_nodes()
         return ClusterSnapshot(
-            time_unix=time.time(), source=self.description, nodes=nodes,
-            runs=build_runs(ranks, self._history, self._rates), focus=focus, cycle_seconds=time.monotonic() - started,
-            errors=(*self.errors, *errors, *duplicates), trainers=len(self.trainers))
+            time_unix=time.time(),
+            source=self.description,
+            nodes=nodes,
+            runs=build_runs(ranks, self._history, self._rates),
+            focus=focus,
+            cycle_seconds=time.monotonic() - started,
+            errors=(*self.errors, *errors, *duplicates),
+            trainers=len(self.trainers),
+        )
 
     async def _run_pool(self, jobs: Iterator[Callable[[], Awaitable[None]]], count: int, end: float) -> None:
         """Run the ``count`` ``jobs`` with at most ``fetcher.concurrency`` at once, until the monotonic
@@ -254,6 +276,7 @@ class DirectSource:
         cancelled (its pull marks the endpoint ``slow``); a job not started by then is started
         already cancelled, so it marks its endpoint ``slow`` the same way.
         """
+
         async def worker() -> None:
             for job in jobs:
                 await job()
@@ -277,8 +300,9 @@ class DirectSource:
         for e in self.agents:
             status = self._nodes[e.url]
             if status.figures is not None and status.name in first_url:
-                duplicates.append(f"agent {e.url} answers as node {status.name}, the same as {first_url[status.name]}: "
-                                  "shown once")
+                duplicates.append(
+                    f"agent {e.url} answers as node {status.name}, the same as {first_url[status.name]}: shown once"
+                )
                 continue
             if status.figures is not None:
                 first_url[status.name] = e.url
@@ -291,8 +315,9 @@ class DirectSource:
         try:
             body = await self.fetcher.get(url, timeout=min(self.fetcher.timeout, end - time.monotonic()))
         except asyncio.CancelledError:
-            self._nodes[endpoint.url] = replace(previous, state="slow", error="no answer before the refresh deadline",
-                                                checked_unix=time.time())
+            self._nodes[endpoint.url] = replace(
+                previous, state="slow", error="no answer before the refresh deadline", checked_unix=time.time()
+            )
             raise
         except FetchError as exc:
             self._nodes[endpoint.url] = replace(previous, state=exc.kind, error=str(exc), checked_unix=time.time())
@@ -310,8 +335,10 @@ class DirectSource:
                 others = sorted({r.run_id for r in ranks} - {self.run_id})
                 ranks = [r for r in ranks if r.run_id == self.run_id]
                 if not ranks:
-                    raise FetchError("malformed", f"answers for run {others[0]!r}, not {self.run_id!r}: another "
-                                                  "process holds this port")
+                    raise FetchError(
+                        "malformed",
+                        f"answers for run {others[0]!r}, not {self.run_id!r}: another process holds this port",
+                    )
         except asyncio.CancelledError:
             self._mark_ranks(url, "slow", "no answer before the refresh deadline")
             raise
@@ -328,8 +355,10 @@ class DirectSource:
         """A failed pull: known ranks keep their last figures with the failure; a rank that said
         ``finished`` before is ``finished`` (its exporter's linger ended), not a failure."""
         if url in self._ranks:
-            self._ranks[url] = [replace(r, state="finished", error=None) if r.finished else
-                                replace(r, state=state, error=error) for r in self._ranks[url]]
+            self._ranks[url] = [
+                replace(r, state="finished", error=None) if r.finished else replace(r, state=state, error=error)
+                for r in self._ranks[url]
+            ]
         else:
             self._trainer_errors[url] = f"{state}: {error}"
 

@@ -92,8 +92,9 @@ class HttpFetcher:
             origin = self._origins[origin_key] = _Origin(parts.hostname, port, parts.scheme == "https")
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host = parts.netloc.rsplit("@", 1)[-1]
-        request = (f"GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: fsdp-observe-top\r\n"
-                   "Accept-Encoding: gzip\r\n\r\n").encode("ascii")
+        request = (
+            f"GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: fsdp-observe-top\r\nAccept-Encoding: gzip\r\n\r\n"
+        ).encode("ascii")
         self._requests[url] = (origin, request)
         return origin, request
 
@@ -128,8 +129,9 @@ class HttpFetcher:
     @staticmethod
     async def _connect(origin: _Origin) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:
-            return await asyncio.open_connection(origin.host, origin.port, limit=_HEAD_LIMIT,
-                                                 ssl=ssl.create_default_context() if origin.tls else None)
+            return await asyncio.open_connection(
+                origin.host, origin.port, limit=_HEAD_LIMIT, ssl=ssl.create_default_context() if origin.tls else None
+            )
         except OSError as exc:
             raise FetchError("unreachable", _describe(exc)) from None
 

@@ -42,8 +42,15 @@ def agent_endpoints(pods: list[dict]) -> list[Endpoint]:
         ip, node = _running(pod)
         if ip is None:
             continue
-        port = next((p.get("containerPort") for c in pod.get("spec", {}).get("containers", [])
-                     for p in c.get("ports") or [] if p.get("name") == names.AGENT_PORT_NAME), AGENT_PORT)
+        port = next(
+            (
+                p.get("containerPort")
+                for c in pod.get("spec", {}).get("containers", [])
+                for p in c.get("ports") or []
+                if p.get("name") == names.AGENT_PORT_NAME
+            ),
+            AGENT_PORT,
+        )
         out.append(Endpoint(f"http://{_host(ip)}:{port}", node))
     return sorted(out, key=lambda e: (e.node or "", e.url))
 
@@ -86,9 +93,17 @@ class KubeSource:
         UserError: the kubeconfig cannot be loaded (checked at once, before the UI starts).
     """
 
-    def __init__(self, namespace: str | None = None, agent_namespace: str | None = None, selector: str | None = None,
-                 kubeconfig: str | None = None, context: str | None = None, concurrency: int = 64,
-                 timeout: float = 1.5, rediscover_seconds: float = REDISCOVER_SECONDS) -> None:
+    def __init__(
+        self,
+        namespace: str | None = None,
+        agent_namespace: str | None = None,
+        selector: str | None = None,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        concurrency: int = 64,
+        timeout: float = 1.5,
+        rediscover_seconds: float = REDISCOVER_SECONDS,
+    ) -> None:
         try:
             cfg, default_namespace = load(kubeconfig, context)
         except (ConfigException, OSError, ValueError) as exc:
@@ -107,35 +122,48 @@ class KubeSource:
     @property
     def description(self) -> str:
         """``kubernetes SERVER: N agent pods, M trainer endpoints``."""
-        return (f"kubernetes {self.server}: {len(self.direct.agents)} agent pods ({self.agent_namespace}), "
-                f"{len(self.direct.trainers)} trainer endpoints ({self.namespace})")
+        return (
+            f"kubernetes {self.server}: {len(self.direct.agents)} agent pods ({self.agent_namespace}), "
+            f"{len(self.direct.trainers)} trainer endpoints ({self.namespace})"
+        )
 
     def discover(self) -> tuple[list[Endpoint], list[Endpoint], list[str]]:
         """List agent and trainer pods; ``(agents, trainers, errors)``. Errors are one line each."""
         results, errors = [], []
-        for what, namespace, selector in (("agent pods", self.agent_namespace, self.agent_selector),
-                                          ("trainer pods", self.namespace, self.trainer_selector)):
+        for what, namespace, selector in (
+            ("agent pods", self.agent_namespace, self.agent_selector),
+            ("trainer pods", self.namespace, self.trainer_selector),
+        ):
             try:
                 # With _preload_content=False the client returns the urllib3 response (raw JSON).
-                pods: Any = self.core.list_namespaced_pod(namespace, label_selector=selector,
-                                                          _request_timeout=LIST_TIMEOUT, _preload_content=False)
+                pods: Any = self.core.list_namespaced_pod(
+                    namespace, label_selector=selector, _request_timeout=LIST_TIMEOUT, _preload_content=False
+                )
                 results.append(json.loads(pods.data).get("items", []))
             except ApiException as exc:
-                errors.append(f"listing {what} in {namespace}: HTTP {exc.status} {exc.reason}"
-                              + (f" (ask for read access: fsdp-observe job access -n {namespace})"
-                                 if exc.status == 403 else ""))
+                errors.append(
+                    f"listing {what} in {namespace}: HTTP {exc.status} {exc.reason}"
+                    + (f" (ask for read access: fsdp-observe job access -n {namespace})" if exc.status == 403 else "")
+                )
                 results.append(None)
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-                errors.append(f"listing {what} in {namespace}: API server {self.server} unreachable "
-                              f"({str(exc).splitlines()[0][:100] if str(exc) else type(exc).__name__})")
+                errors.append(
+                    f"listing {what} in {namespace}: API server {self.server} unreachable "
+                    f"({str(exc).splitlines()[0][:100] if str(exc) else type(exc).__name__})"
+                )
                 results.append(None)
         agents = agent_endpoints(results[0]) if results[0] is not None else None
         trainers = trainer_endpoints(results[1]) if results[1] is not None else None
         if agents is not None and not agents:
-            errors.append(f"no running agent pods in {self.agent_namespace} with labels {self.agent_selector}: "
-                          "is the DaemonSet installed (kubectl apply -k daemonsets/)?")
-        return (agents if agents is not None else self.direct.agents,
-                trainers if trainers is not None else self.direct.trainers, errors)
+            errors.append(
+                f"no running agent pods in {self.agent_namespace} with labels {self.agent_selector}: "
+                "is the DaemonSet installed (kubectl apply -k daemonsets/)?"
+            )
+        return (
+            agents if agents is not None else self.direct.agents,
+            trainers if trainers is not None else self.direct.trainers,
+            errors,
+        )
 
     async def cycle(self, focus: str | None, deadline: float) -> ClusterSnapshot:
         """Discover (every ``rediscover_seconds``, in a worker thread), then pull like ``DirectSource``."""
@@ -150,9 +178,13 @@ class KubeSource:
             self._discovered_at, self._errors = time.monotonic(), tuple(errors)
         remaining = max(0.2, deadline - (time.monotonic() - started))
         snapshot = await self.direct.cycle(focus, remaining)
-        return replace(snapshot, source=self.description, errors=(*self._errors, *snapshot.errors),
-                       cycle_seconds=time.monotonic() - started,
-                       trainer_hint=f"no running trainer pods in {self.namespace} with labels {self.trainer_selector}")
+        return replace(
+            snapshot,
+            source=self.description,
+            errors=(*self._errors, *snapshot.errors),
+            cycle_seconds=time.monotonic() - started,
+            trainer_hint=f"no running trainer pods in {self.namespace} with labels {self.trainer_selector}",
+        )
 
     def close(self) -> None:
         """Close the pulls' connections."""

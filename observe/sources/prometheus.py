@@ -42,33 +42,52 @@ from observe.xid import lookup
 #: Node-level gauge -> (section, field) of the snapshot the source builds.
 _NODE: dict[str, tuple[str, str]] = {
     c.NODE_CPU_BUSY.name: ("cpu", "busy_ratio"),
-    c.NODE_MEMORY_TOTAL.name: ("memory", "total_bytes"), c.NODE_MEMORY_USED.name: ("memory", "used_bytes"),
+    c.NODE_MEMORY_TOTAL.name: ("memory", "total_bytes"),
+    c.NODE_MEMORY_USED.name: ("memory", "used_bytes"),
     c.NODE_MEMORY_AVAILABLE.name: ("memory", "available_bytes"),
-    c.NODE_SWAP_TOTAL.name: ("memory", "swap_total_bytes"), c.NODE_SWAP_USED.name: ("memory", "swap_used_bytes"),
-    c.NODE_LOAD1.name: ("host", "load1"), c.NODE_LOAD5.name: ("host", "load5"), c.NODE_LOAD15.name: ("host", "load15"),
-    c.NODE_UPTIME.name: ("host", "uptime_seconds"), c.NODE_THREADS.name: ("host", "threads"),
+    c.NODE_SWAP_TOTAL.name: ("memory", "swap_total_bytes"),
+    c.NODE_SWAP_USED.name: ("memory", "swap_used_bytes"),
+    c.NODE_LOAD1.name: ("host", "load1"),
+    c.NODE_LOAD5.name: ("host", "load5"),
+    c.NODE_LOAD15.name: ("host", "load15"),
+    c.NODE_UPTIME.name: ("host", "uptime_seconds"),
+    c.NODE_THREADS.name: ("host", "threads"),
 }
 _NODE_EXTRA = (c.NODE_PROCESSES.name, c.AGENT_LAST_COLLECTION.name, c.AGENT_UP.name)
 #: GPU gauge -> ``GpuInfo`` field.
 _GPU: dict[str, str] = {
-    c.GPU_UTILIZATION.name: "utilization_ratio", c.GPU_MEMORY_UTILIZATION.name: "memory_utilization_ratio",
-    c.GPU_MEMORY_TOTAL.name: "memory_total_bytes", c.GPU_MEMORY_USED.name: "memory_used_bytes",
-    c.GPU_TEMPERATURE.name: "temperature_celsius", c.GPU_POWER.name: "power_watts",
-    c.GPU_POWER_LIMIT.name: "power_limit_watts", c.GPU_SM_CLOCK.name: "sm_clock_hertz",
-    c.GPU_FAN_SPEED.name: "fan_speed_ratio", c.GPU_PCIE_RX.name: "pcie_rx_bytes_per_second",
+    c.GPU_UTILIZATION.name: "utilization_ratio",
+    c.GPU_MEMORY_UTILIZATION.name: "memory_utilization_ratio",
+    c.GPU_MEMORY_TOTAL.name: "memory_total_bytes",
+    c.GPU_MEMORY_USED.name: "memory_used_bytes",
+    c.GPU_TEMPERATURE.name: "temperature_celsius",
+    c.GPU_POWER.name: "power_watts",
+    c.GPU_POWER_LIMIT.name: "power_limit_watts",
+    c.GPU_SM_CLOCK.name: "sm_clock_hertz",
+    c.GPU_FAN_SPEED.name: "fan_speed_ratio",
+    c.GPU_PCIE_RX.name: "pcie_rx_bytes_per_second",
     c.GPU_PCIE_TX.name: "pcie_tx_bytes_per_second",
 }
 _GPU_EXTRA = (c.GPU_INFO.name, c.GPU_LOST.name, c.GPU_MIG_MODE.name, c.GPU_CLOCK_THROTTLE.name)
-_INT_FIELDS = {"total_bytes", "used_bytes", "available_bytes", "swap_total_bytes", "swap_used_bytes", "threads",
-               "memory_total_bytes", "memory_used_bytes"}
+_INT_FIELDS = {
+    "total_bytes",
+    "used_bytes",
+    "available_bytes",
+    "swap_total_bytes",
+    "swap_used_bytes",
+    "threads",
+    "memory_total_bytes",
+    "memory_used_bytes",
+}
 
 
 def _value(series: dict) -> float:
     return float(series["value"][1])
 
 
-def build_nodes(node_series: list[dict], gpu_series: list[dict], xid_series: list[dict], now: float
-                ) -> dict[str, NodeSnapshot]:
+def build_nodes(
+    node_series: list[dict], gpu_series: list[dict], xid_series: list[dict], now: float
+) -> dict[str, NodeSnapshot]:
     """Node snapshots (summary view) from instant-query results of agent series, by node name."""
     sections: dict[str, dict[str, dict]] = defaultdict(lambda: {"cpu": {}, "memory": {}, "host": {}})
     extra: dict[str, dict] = defaultdict(lambda: {"by_state": {}, "time": None, "sources": {}})
@@ -96,8 +115,11 @@ def build_nodes(node_series: list[dict], gpu_series: list[dict], xid_series: lis
         if name in _GPU:
             gpu[_GPU[name]] = int(value) if _GPU[name] in _INT_FIELDS else value
         elif name == c.GPU_INFO.name:
-            gpu.update(name=labels.get("name") or None, pci_bus=labels.get("pci_bus") or None,
-                       driver_version=labels.get("driver_version") or None)
+            gpu.update(
+                name=labels.get("name") or None,
+                pci_bus=labels.get("pci_bus") or None,
+                driver_version=labels.get("driver_version") or None,
+            )
         elif name == c.GPU_LOST.name:
             gpu["lost"] = value == 1
         elif name == c.GPU_MIG_MODE.name:
@@ -115,20 +137,40 @@ def build_nodes(node_series: list[dict], gpu_series: list[dict], xid_series: lis
             continue
         info, count = lookup(code), _value(s)
         gpu = labels.get("gpu", "")
-        xids[labels.get("node", "")].append(XidEvent(
-            xid=code, name=info.name, severity=labels.get("severity") or info.severity, action=info.action,
-            node=labels.get("node", ""), gpu=int(gpu) if gpu.isdigit() else None,
-            gpu_uuid=labels.get("gpu_uuid") or None, pci_bus=labels.get("pci_bus") or None, time_unix=now,
-            source="prometheus", message=f"{count:.0f} in the last hour ({c.GPU_XID_ERRORS.name})"))
+        xids[labels.get("node", "")].append(
+            XidEvent(
+                xid=code,
+                name=info.name,
+                severity=labels.get("severity") or info.severity,
+                action=info.action,
+                node=labels.get("node", ""),
+                gpu=int(gpu) if gpu.isdigit() else None,
+                gpu_uuid=labels.get("gpu_uuid") or None,
+                pci_bus=labels.get("pci_bus") or None,
+                time_unix=now,
+                source="prometheus",
+                message=f"{count:.0f} in the last hour ({c.GPU_XID_ERRORS.name})",
+            )
+        )
     nodes = {}
     for node in set(sections) | set(gpus):
         sec, ext = sections[node], extra[node]
-        host = HostStats(cpu=CpuStats(**sec["cpu"]), memory=MemoryStats(**sec["memory"]),
-                         processes=sum(ext["by_state"].values()), processes_by_state=ext["by_state"], **sec["host"])
+        host = HostStats(
+            cpu=CpuStats(**sec["cpu"]),
+            memory=MemoryStats(**sec["memory"]),
+            processes=sum(ext["by_state"].values()),
+            processes_by_state=ext["by_state"],
+            **sec["host"],
+        )
         nodes[node] = NodeSnapshot(
-            node=node, time_unix=ext["time"] or now, host=host,
-            gpus=tuple(GpuInfo(**gpus[node][i]) for i in sorted(gpus[node])), xid_events=tuple(xids[node]),
-            agent=AgentHealth(sources=ext["sources"]), view="summary")
+            node=node,
+            time_unix=ext["time"] or now,
+            host=host,
+            gpus=tuple(GpuInfo(**gpus[node][i]) for i in sorted(gpus[node])),
+            xid_events=tuple(xids[node]),
+            agent=AgentHealth(sources=ext["sources"]),
+            view="summary",
+        )
     return nodes
 
 
@@ -161,11 +203,23 @@ class PrometheusSource:
             snapshot = await asyncio.wait_for(asyncio.to_thread(self._read, focus), deadline)
         except (PrometheusError, asyncio.TimeoutError) as exc:
             reason = str(exc) or f"no answer within {deadline:.1f} s"
-            nodes = tuple(replace(n, state="unreachable" if isinstance(exc, PrometheusError) else "slow",
-                                  error=f"Prometheus: {reason}") for n in self._nodes.values())
-            return ClusterSnapshot(time_unix=time.time(), source=self.description, nodes=nodes, focus=focus,
-                                   cycle_seconds=time.monotonic() - started, errors=(f"prometheus: {reason}",),
-                                   trainers=None)
+            nodes = tuple(
+                replace(
+                    n,
+                    state="unreachable" if isinstance(exc, PrometheusError) else "slow",
+                    error=f"Prometheus: {reason}",
+                )
+                for n in self._nodes.values()
+            )
+            return ClusterSnapshot(
+                time_unix=time.time(),
+                source=self.description,
+                nodes=nodes,
+                focus=focus,
+                cycle_seconds=time.monotonic() - started,
+                errors=(f"prometheus: {reason}",),
+                trainers=None,
+            )
         return replace(snapshot, cycle_seconds=time.monotonic() - started)
 
     def _read(self, focus: str | None) -> ClusterSnapshot:
@@ -184,8 +238,11 @@ class PrometheusSource:
         for name in sorted(snapshots):
             status = node_status(name, "prometheus", snapshots[name], now, keep=name == focus)
             if status.state == "stale":
-                status = replace(status, error=f"no agent sample for {now - snapshots[name].time_unix:.0f} s "
-                                               f"(Prometheus stopped scraping it?)")
+                status = replace(
+                    status,
+                    error=f"no agent sample for {now - snapshots[name].time_unix:.0f} s "
+                    f"(Prometheus stopped scraping it?)",
+                )
             seen[name] = status
         for name, old in self._nodes.items():  # a node Prometheus no longer has: keep its last data, say so
             if name not in seen:
@@ -194,10 +251,15 @@ class PrometheusSource:
         samples = [Sample(s["metric"].get("__name__", ""), s["metric"], _value(s)) for s in trainer_series]
         ranks = self._keep_finished(ranks_from_samples(samples, "prometheus", now))
         runs = build_runs(ranks, self._history, self._rates)
-        runs = tuple(replace(run, loss_history=self._loss_history(run.run_id, now) or run.loss_history)
-                     for run in runs)
-        return ClusterSnapshot(time_unix=now, source=self.description, nodes=tuple(self._nodes.values()),
-                               runs=runs, focus=focus, trainers=None)
+        runs = tuple(replace(run, loss_history=self._loss_history(run.run_id, now) or run.loss_history) for run in runs)
+        return ClusterSnapshot(
+            time_unix=now,
+            source=self.description,
+            nodes=tuple(self._nodes.values()),
+            runs=runs,
+            focus=focus,
+            trainers=None,
+        )
 
     def _keep_finished(self, ranks: list[RankStatus]) -> list[RankStatus]:
         """``ranks`` plus every rank that said ``finished`` before and whose series are gone now
@@ -245,24 +307,43 @@ class PrometheusSource:
             if not pid.isdigit():
                 continue
             rss_bytes = int(resident[pid]) if pid in resident else None
-            processes.append(ProcessInfo(
-                pid=int(pid), ppid=int(labels.get("ppid") or 0), name=labels.get("name", ""), state="other",
-                user=labels.get("user") or None, cpu_cores=rates.get(pid), cpu_seconds=totals.get(pid),
-                memory_ratio=rss_bytes / total_memory if rss_bytes is not None and total_memory else None,
-                rss_bytes=rss_bytes, command=labels.get("command") or None, pod_uid=labels.get("pod_uid") or None,
-                container_id=labels.get("container_id") or None))
+            processes.append(
+                ProcessInfo(
+                    pid=int(pid),
+                    ppid=int(labels.get("ppid") or 0),
+                    name=labels.get("name", ""),
+                    state="other",
+                    user=labels.get("user") or None,
+                    cpu_cores=rates.get(pid),
+                    cpu_seconds=totals.get(pid),
+                    memory_ratio=rss_bytes / total_memory if rss_bytes is not None and total_memory else None,
+                    rss_bytes=rss_bytes,
+                    command=labels.get("command") or None,
+                    pod_uid=labels.get("pod_uid") or None,
+                    container_id=labels.get("container_id") or None,
+                )
+            )
         gpu_processes = []
         for s in gpu_mem:
             labels = s["metric"]
             if labels.get("pid", "").isdigit() and labels.get("gpu", "").isdigit():
-                gpu_processes.append(GpuProcess(gpu=int(labels["gpu"]), gpu_uuid=labels.get("gpu_uuid") or None,
-                                                pid=int(labels["pid"]), used_memory_bytes=int(_value(s))))
-        ratios = sorted((int(s["metric"].get("cpu", "0")), _value(s)) for s in cores
-                         if s["metric"].get("cpu", "").isdigit())
-        host = replace(summary.host, cpu_count=len(ratios) or summary.host.cpu_count,
-                       cpu=replace(summary.host.cpu, core_busy_ratios=tuple(v for _, v in ratios)))
-        return replace(summary, host=host, processes=tuple(processes), gpu_processes=tuple(gpu_processes),
-                       view="full")
+                gpu_processes.append(
+                    GpuProcess(
+                        gpu=int(labels["gpu"]),
+                        gpu_uuid=labels.get("gpu_uuid") or None,
+                        pid=int(labels["pid"]),
+                        used_memory_bytes=int(_value(s)),
+                    )
+                )
+        ratios = sorted(
+            (int(s["metric"].get("cpu", "0")), _value(s)) for s in cores if s["metric"].get("cpu", "").isdigit()
+        )
+        host = replace(
+            summary.host,
+            cpu_count=len(ratios) or summary.host.cpu_count,
+            cpu=replace(summary.host.cpu, core_busy_ratios=tuple(v for _, v in ratios)),
+        )
+        return replace(summary, host=host, processes=tuple(processes), gpu_processes=tuple(gpu_processes), view="full")
 
     def close(self) -> None:
         """Close the HTTP client."""

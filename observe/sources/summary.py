@@ -45,8 +45,9 @@ class _Gpu(Fields):
 
 
 def _xid(event: dict) -> XidEvent:
-    values: dict[str, Any] = {k: (float(v) if k in _FLOAT_FIELDS and type(v) is int else v)
-              for k, v in event.items() if k in _XID_FIELDS}
+    values: dict[str, Any] = {
+        k: (float(v) if k in _FLOAT_FIELDS and type(v) is int else v) for k, v in event.items() if k in _XID_FIELDS
+    }
     return XidEvent(**values)
 
 
@@ -79,17 +80,26 @@ def read_summary(body: bytes | str) -> NodeSnapshot:
     data = loads(body)
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
-        raise ValueError(f"snapshot schema_version {version!r} is not {SCHEMA_VERSION}; "
-                         "upgrade fsdp-observe on the reading side")
+        raise ValueError(
+            f"snapshot schema_version {version!r} is not {SCHEMA_VERSION}; upgrade fsdp-observe on the reading side"
+        )
     try:
         host = data.get("host") or {}
         agent = data.get("agent") or {}
         host["cpu"], host["memory"] = fields(Fields, host.get("cpu") or {}), fields(Fields, host.get("memory") or {})
         agent["notices"] = tuple(agent.get("notices") or ())
-        node = fields(Fields, {
-            "node": str(data["node"]), "time_unix": float(data["time_unix"]), "view": data.get("view", "full"),
-            "host": fields(Fields, host), "gpus": tuple(fields(_Gpu, g) for g in data.get("gpus") or ()),
-            "xid_events": tuple(_xid(e) for e in data.get("xid_events") or ()), "agent": fields(Fields, agent)})
+        node = fields(
+            Fields,
+            {
+                "node": str(data["node"]),
+                "time_unix": float(data["time_unix"]),
+                "view": data.get("view", "full"),
+                "host": fields(Fields, host),
+                "gpus": tuple(fields(_Gpu, g) for g in data.get("gpus") or ()),
+                "xid_events": tuple(_xid(e) for e in data.get("xid_events") or ()),
+                "agent": fields(Fields, agent),
+            },
+        )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"snapshot JSON has the wrong shape: {exc!r}") from None
     return cast(NodeSnapshot, node)  # read by attribute like one (``Fields``)

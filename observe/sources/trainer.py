@@ -31,6 +31,7 @@ GAUGES: dict[str, str] = {
 #: Every sample name the TUI reads from a trainer.
 SAMPLE_NAMES: frozenset[str] = frozenset({*GAUGES, c.TRAIN_INFO.name, c.TRAIN_PHASE.name})
 
+
 def parse_exposition(text: str) -> list[Sample]:
     """The samples of a trainer's ``/metrics`` text that the TUI reads (``SAMPLE_NAMES``).
 
@@ -61,12 +62,22 @@ def ranks_from_samples(samples: Iterable[Sample], source: str = "", now: float |
         key = (labels.get("run_id", ""), rank)
         status = ranks.get(key)
         if status is None:
-            status = RankStatus(rank=rank, run_id=key[0], node=labels.get("node", ""),
-                                local_rank=_int(labels.get("local_rank")), gpu_uuid=labels.get("gpu_uuid") or None,
-                                source=source, updated_unix=now)
+            status = RankStatus(
+                rank=rank,
+                run_id=key[0],
+                node=labels.get("node", ""),
+                local_rank=_int(labels.get("local_rank")),
+                gpu_uuid=labels.get("gpu_uuid") or None,
+                source=source,
+                updated_unix=now,
+            )
         if name == c.TRAIN_INFO.name:
-            status = replace(status, world_size=_int(labels.get("world_size")), model=labels.get("model") or None,
-                             device_type=labels.get("device_type") or None)
+            status = replace(
+                status,
+                world_size=_int(labels.get("world_size")),
+                model=labels.get("model") or None,
+                device_type=labels.get("device_type") or None,
+            )
         elif name == c.TRAIN_PHASE.name:
             if value == 1 and labels.get("phase"):
                 status = replace(status, phase=labels["phase"])

@@ -40,8 +40,14 @@ STRAGGLER_RATIO = 0.05
 XID_WINDOW_SECONDS = 3600.0
 #: Severity classes from worst to mildest (``observe.xid.SEVERITIES`` minus ``unknown``, which is
 #: ranked with ``gpu_reset``: an unknown code deserves a look).
-SEVERITY_RANK: dict[str, int] = {"node_reboot": 0, "gpu_reset": 1, "unknown": 1, "nvlink_fabric": 2,
-                                 "application": 3, "informational": 4}
+SEVERITY_RANK: dict[str, int] = {
+    "node_reboot": 0,
+    "gpu_reset": 1,
+    "unknown": 1,
+    "nvlink_fabric": 2,
+    "application": 3,
+    "informational": 4,
+}
 assert set(SEVERITY_RANK) == set(SEVERITIES)
 
 
@@ -132,8 +138,11 @@ def figure_fields(snapshot: NodeSnapshot, now: float) -> dict[str, Any]:
     gpus = snapshot.gpus
     readable = [g for g in gpus if not g.lost]
     utils = [g.utilization_ratio for g in readable if g.utilization_ratio is not None]
-    mem = [(g.memory_used_bytes, g.memory_total_bytes) for g in readable
-           if g.memory_used_bytes is not None and g.memory_total_bytes]
+    mem = [
+        (g.memory_used_bytes, g.memory_total_bytes)
+        for g in readable
+        if g.memory_used_bytes is not None and g.memory_total_bytes
+    ]
     temps = [(g.temperature_celsius, g.index) for g in readable if g.temperature_celsius is not None]
     power = [g.power_watts for g in readable if g.power_watts is not None]
     hottest = max(temps) if temps else (None, None)
@@ -142,18 +151,29 @@ def figure_fields(snapshot: NodeSnapshot, now: float) -> dict[str, Any]:
     per_gpu, unattributed = gpu_severities(gpus, recent)
     memory_ratios = tuple(None if g.lost else ratio(g.memory_used_bytes, g.memory_total_bytes) for g in gpus)
     return dict(
-        cpu_ratio=snapshot.host.cpu.busy_ratio, memory_ratio=ratio(memory.used_bytes, memory.total_bytes),
-        gpus=len(gpus), gpus_lost=len(gpus) - len(readable), mig=any(g.mig_enabled for g in readable),
-        gpu_util_mean=sum(utils) / len(utils) if utils else None, gpu_util_max=max(utils) if utils else None,
+        cpu_ratio=snapshot.host.cpu.busy_ratio,
+        memory_ratio=ratio(memory.used_bytes, memory.total_bytes),
+        gpus=len(gpus),
+        gpus_lost=len(gpus) - len(readable),
+        mig=any(g.mig_enabled for g in readable),
+        gpu_util_mean=sum(utils) / len(utils) if utils else None,
+        gpu_util_max=max(utils) if utils else None,
         gpu_memory_ratio=ratio(sum(u for u, _ in mem), sum(t for _, t in mem)) if mem else None,
-        hottest_celsius=hottest[0], hottest_gpu=hottest[1], power_watts=sum(power) if power else None,
-        xids_recent=len(recent), xid_severity=worst_severity(x.severity for x in recent),
-        util_gpus=len(utils), memory_gpus=len(mem), temperature_gpus=len(temps), power_gpus=len(power),
+        hottest_celsius=hottest[0],
+        hottest_gpu=hottest[1],
+        power_watts=sum(power) if power else None,
+        xids_recent=len(recent),
+        xid_severity=worst_severity(x.severity for x in recent),
+        util_gpus=len(utils),
+        memory_gpus=len(mem),
+        temperature_gpus=len(temps),
+        power_gpus=len(power),
         gpu_indexes=tuple(g.index for g in gpus),
         gpu_util_ratios=tuple(None if g.lost else g.utilization_ratio for g in gpus),
         gpu_memory_ratios=memory_ratios,
         gpu_temperatures=tuple(None if g.lost else g.temperature_celsius for g in gpus),
-        gpu_lost=tuple(g.lost for g in gpus), gpu_xid_severities=per_gpu,
+        gpu_lost=tuple(g.lost for g in gpus),
+        gpu_xid_severities=per_gpu,
         xid_unattributed_severity=unattributed,
         gpu_uuids={g.uuid: g.index for g in gpus if g.uuid},
         gpus_stale=sum(1 for g in gpus if g.stale and not g.lost),
@@ -178,8 +198,7 @@ def k8s_health(health: NodeHealth | None) -> dict[str, str]:
     return {}
 
 
-def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]
-                   ) -> tuple[tuple[str | None, ...], str | None]:
+def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]) -> tuple[tuple[str | None, ...], str | None]:
     """``(per GPU in gpus order, unattributed)``: the worst severity class of ``events`` on each
     GPU (an event is tied to a GPU by its index, else by its PCI bus), and the worst of the events
     tied to none of them."""
@@ -270,11 +289,18 @@ def node_status(name: str, source: str, snapshot: NodeSnapshot, now: float, keep
     snapshot is older than ``STALE_AFTER_SECONDS``; the whole snapshot is kept only when ``keep``."""
     age = now - snapshot.time_unix
     stale = age > STALE_AFTER_SECONDS
-    return NodeStatus(name=snapshot.node or name, source=source, state="stale" if stale else "ok",
-                      error=f"the agent's snapshot is {age:.0f} s old (collector stuck?)" if stale else None,
-                      time_unix=snapshot.time_unix, xid_events=snapshot.xid_events,
-                      notices=snapshot.agent.notices, snapshot=snapshot if keep else None, checked_unix=now,
-                      **figure_fields(snapshot, now))
+    return NodeStatus(
+        name=snapshot.node or name,
+        source=source,
+        state="stale" if stale else "ok",
+        error=f"the agent's snapshot is {age:.0f} s old (collector stuck?)" if stale else None,
+        time_unix=snapshot.time_unix,
+        xid_events=snapshot.xid_events,
+        notices=snapshot.agent.notices,
+        snapshot=snapshot if keep else None,
+        checked_unix=now,
+        **figure_fields(snapshot, now),
+    )
 
 
 @dataclass(frozen=True)

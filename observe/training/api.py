@@ -160,13 +160,28 @@ class TrainingMetrics:
         UserError: the port cannot be bound for another reason.
     """
 
-    def __init__(self, planned_steps: int | None = None, model: Any = None, *, seq_len: int | None = None,
-                 optimizer: Any = None, log_every: int | None = None, global_loss: bool = False,
-                 run_id: str | None = None, info: dict[str, str] | None = None, port_base: int | None = None,
-                 address: str | None = None, serve: bool = True, port_fallback: bool = True,
-                 port_setting: str = "FSDP_OBSERVE_PORT_BASE", linger_seconds: float | None = None,
-                 phase: str | None = None, device: Any = None,
-                 instrumentation: str = "api", on_window: Callable[[WindowReport], None] | None = None) -> None:
+    def __init__(
+        self,
+        planned_steps: int | None = None,
+        model: Any = None,
+        *,
+        seq_len: int | None = None,
+        optimizer: Any = None,
+        log_every: int | None = None,
+        global_loss: bool = False,
+        run_id: str | None = None,
+        info: dict[str, str] | None = None,
+        port_base: int | None = None,
+        address: str | None = None,
+        serve: bool = True,
+        port_fallback: bool = True,
+        port_setting: str = "FSDP_OBSERVE_PORT_BASE",
+        linger_seconds: float | None = None,
+        phase: str | None = None,
+        device: Any = None,
+        instrumentation: str = "api",
+        on_window: Callable[[WindowReport], None] | None = None,
+    ) -> None:
         if instrumentation not in c.INSTRUMENTATIONS:
             raise ValueError(f"unknown instrumentation {instrumentation!r}; known: {', '.join(c.INSTRUMENTATIONS)}")
         self.rank_env: RankEnv = read_rank_env()
@@ -177,8 +192,9 @@ class TrainingMetrics:
         #: The linger at ``close``: a fixed time when given (argument or ``FSDP_OBSERVE_LINGER_SECONDS``),
         #: else until every recent scraper scraped once more, at most ``DEFAULT_LINGER_SECONDS``.
         self.linger_until_scraped = linger_seconds is None and os.environ.get(LINGER_ENV) is None
-        self.linger_seconds = env_float(LINGER_ENV, DEFAULT_LINGER_SECONDS) if linger_seconds is None \
-            else linger_seconds
+        self.linger_seconds = (
+            env_float(LINGER_ENV, DEFAULT_LINGER_SECONDS) if linger_seconds is None else linger_seconds
+        )
         self.run_id = resolve_run_id(run_id, env)
         self.on_window = on_window
         self._device = device
@@ -188,21 +204,37 @@ class TrainingMetrics:
         labels = {"run_id": self.run_id, "rank": str(env.rank), "local_rank": str(env.local_rank), "node": env.node}
         if gpu_uuid:
             labels["gpu_uuid"] = gpu_uuid
-        facts = {"world_size": str(env.world_size), "device_type": "cuda" if gpu_uuid or device_name else "cpu",
-                 "instrumentation": instrumentation}
+        facts = {
+            "world_size": str(env.world_size),
+            "device_type": "cuda" if gpu_uuid or device_name else "cpu",
+            "instrumentation": instrumentation,
+        }
         if model is not None:
             facts["model"] = model_name(model)
         facts.update(info or {})
         started = process_start_time()
-        self.phases = PhaseClock(phase or ("restarting" if env.restarts else "loading_weights"),
-                                 already=time.time() - started)
+        self.phases = PhaseClock(
+            phase or ("restarting" if env.restarts else "loading_weights"), already=time.time() - started
+        )
         self.goodput = Goodput(run_started=started)
         self.collector = TrainerMetrics(
-            labels, facts, planned_steps, None, peak_flops(device_name), export_global=global_loss and env.rank == 0,
-            phases=self.phases, goodput=self.goodput, restarts=env.restarts, tracks_checkpoints=False)
+            labels,
+            facts,
+            planned_steps,
+            None,
+            peak_flops(device_name),
+            export_global=global_loss and env.rank == 0,
+            phases=self.phases,
+            goodput=self.goodput,
+            restarts=env.restarts,
+            tracks_checkpoints=False,
+        )
         if env.no_local_rank:
-            self.problem("no_local_rank", f"no LOCAL_RANK in the environment: local_rank and the port come from "
-                                          f"the global rank {env.rank}; launch with torchrun for per-node ports")
+            self.problem(
+                "no_local_rank",
+                f"no LOCAL_RANK in the environment: local_rank and the port come from "
+                f"the global rank {env.rank}; launch with torchrun for per-node ports",
+            )
         if model is not None and seq_len is not None:
             self._set_flops_per_token(seq_len)
         # the open step and window (host numbers; device parts in Accumulators)
@@ -252,8 +284,11 @@ class TrainingMetrics:
             if not fallback:
                 raise
             self.served = serve(self.collector, addr, 0, field=setting)
-            self.problem("port_taken", f"port {port} is taken: serving on {addr}:{self.served.port} instead, "
-                                       f"where no PodMonitor looks; set FSDP_OBSERVE_PORT_BASE to a free base")
+            self.problem(
+                "port_taken",
+                f"port {port} is taken: serving on {addr}:{self.served.port} instead, "
+                f"where no PodMonitor looks; set FSDP_OBSERVE_PORT_BASE to a free base",
+            )
 
     @property
     def port(self) -> int | None:
@@ -292,8 +327,9 @@ class TrainingMetrics:
             self.record_batch(batch, started, time.perf_counter())
             yield batch
 
-    def record_batch(self, batch: Any, started: float, ended: float, counts: tuple[Any, Any, Any] | None = None,
-                     count: bool = True) -> None:
+    def record_batch(
+        self, batch: Any, started: float, ended: float, counts: tuple[Any, Any, Any] | None = None, count: bool = True
+    ) -> None:
         """One batch fetched between ``started`` and ``ended`` (``time.perf_counter``) for the
         open step: its data wait and, unless ``count`` is false, its samples and labelled tokens
         (``counts``, else ``count_batch(batch)``). For entry points; ``batches()`` calls it."""
@@ -403,13 +439,15 @@ class TrainingMetrics:
         if self._data_wait is not None:
             self._window_data_wait = (self._window_data_wait or 0.0) + self._data_wait
         lr = self._learning_rate
-        self.collector.on_step(self.step_index, seconds, self._data_wait, tokens_host, self._samples,
-                               None if is_tensor(lr) else lr)
+        self.collector.on_step(
+            self.step_index, seconds, self._data_wait, tokens_host, self._samples, None if is_tensor(lr) else lr
+        )
         self._window_steps += 1
         self._step_started, self._data_wait, self._samples = None, None, None
         self._batch_tokens, self._loss_tokens = None, None
-        if self.windows_at_log_steps and is_log_step(self.step_index, self.log_every,
-                                                     self.collector.planned_steps or 0):
+        if self.windows_at_log_steps and is_log_step(
+            self.step_index, self.log_every, self.collector.planned_steps or 0
+        ):
             self.close_window(now)
 
     def close_window(self, now: float | None = None) -> WindowReport | None:
@@ -421,8 +459,14 @@ class TrainingMetrics:
         now = time.perf_counter() if now is None else now
         seconds = now - (self._window_started if self._window_started is not None else now)
         loss_sum, loss_weight, device_tokens, grad_norm, lr = read_all(
-            [self._loss_sum, self._loss_weight, self._window_tokens_device, self._grad_norm,
-             self._learning_rate if is_tensor(self._learning_rate) else None])
+            [
+                self._loss_sum,
+                self._loss_weight,
+                self._window_tokens_device,
+                self._grad_norm,
+                self._learning_rate if is_tensor(self._learning_rate) else None,
+            ]
+        )
         tokens: int | None = None
         if self._window_tokens_known:
             extra = int(round(device_tokens or 0.0))
@@ -437,14 +481,19 @@ class TrainingMetrics:
         has_loss = not (self._loss_sum.empty and self._loss_weight.empty)
         global_tps = None
         if self.global_loss:
-            loss_sum, loss_weight, global_tps = self._all_reduce([loss_sum or 0.0, loss_weight or 0.0,
-                                                                 stats.tokens_per_second or 0.0])
+            loss_sum, loss_weight, global_tps = self._all_reduce(
+                [loss_sum or 0.0, loss_weight or 0.0, stats.tokens_per_second or 0.0]
+            )
         loss = (loss_sum or 0.0) / loss_weight if has_loss and loss_weight else None
         if lr is not None:
             self.collector.learning_rate = lr
-        self.collector.on_window(stats, loss if loss is not None else self.collector.loss,
-                                 grad_norm if grad_norm is not None else self.collector.grad_norm,
-                                 global_tps, self._device_memory())
+        self.collector.on_window(
+            stats,
+            loss if loss is not None else self.collector.loss,
+            grad_norm if grad_norm is not None else self.collector.grad_norm,
+            global_tps,
+            self._device_memory(),
+        )
         self._window_started, self._window_steps, self._window_data_wait = now, 0, None
         self._window_tokens, self._window_tokens_device, self._window_tokens_known = Accumulator(), Accumulator(), False
         self._loss_sum.reset()
@@ -454,9 +503,14 @@ class TrainingMetrics:
             self.on_window(report)
         return report
 
-    def record_window(self, loss: float | None = None, grad_norm: float | None = None,
-                      learning_rate: float | None = None, tokens: int | None = None,
-                      tokens_source: str | None = None) -> None:
+    def record_window(
+        self,
+        loss: float | None = None,
+        grad_norm: float | None = None,
+        learning_rate: float | None = None,
+        tokens: int | None = None,
+        tokens_source: str | None = None,
+    ) -> None:
         """Close the window with figures a framework already reduced (Hugging Face's ``on_log``):
         they replace what was accumulated; ``tokens`` this rank processed in the window are
         counted (``tokens_source`` names how). For entry points."""
@@ -508,8 +562,12 @@ class TrainingMetrics:
             stats = torch.cuda.memory_stats()
         except Exception:  # noqa: BLE001 - a driver problem must not stop training: memory stays absent
             return None
-        return DeviceMemory(stats.get("allocated_bytes.all.current", 0), stats.get("reserved_bytes.all.current", 0),
-                            stats.get("allocated_bytes.all.peak", 0), stats.get("num_alloc_retries", 0))
+        return DeviceMemory(
+            stats.get("allocated_bytes.all.current", 0),
+            stats.get("reserved_bytes.all.current", 0),
+            stats.get("allocated_bytes.all.peak", 0),
+            stats.get("num_alloc_retries", 0),
+        )
 
     # -- phases, checkpoints, validation ------------------------------------------------------------
 
@@ -542,12 +600,19 @@ class TrainingMetrics:
     def checkpoint_saved(self, seconds: float, step: int | None = None, saved_at: float | None = None) -> None:
         """Record a checkpoint save of ``step`` (default: the current step) that took ``seconds``."""
         self.collector.tracks_checkpoints = True
-        self.collector.on_checkpoint_saved(self.step_index if step is None else step, seconds,
-                                           time.time() if saved_at is None else saved_at)
+        self.collector.on_checkpoint_saved(
+            self.step_index if step is None else step, seconds, time.time() if saved_at is None else saved_at
+        )
         self._checkpoint_recorded = True
 
-    def checkpoint_loaded(self, step: int, seconds: float, saved_at: float, run_started: float | None = None,
-                          productive_seconds: float | None = None) -> None:
+    def checkpoint_loaded(
+        self,
+        step: int,
+        seconds: float,
+        saved_at: float,
+        run_started: float | None = None,
+        productive_seconds: float | None = None,
+    ) -> None:
         """Record resuming from the checkpoint of ``step``: steps continue from there; goodput
         continues from the run's first start and the productive time banked with it."""
         self.collector.tracks_checkpoints = True
@@ -586,8 +651,12 @@ class TrainingMetrics:
         if not bootstrap.hooks_installed:
             self.close()
 
-    def close(self, linger_seconds: float | None = None, sleep: Callable[[float], Any] = time.sleep,
-              on_wait: Callable[[int], None] | None = None) -> None:
+    def close(
+        self,
+        linger_seconds: float | None = None,
+        sleep: Callable[[float], Any] = time.sleep,
+        on_wait: Callable[[int], None] | None = None,
+    ) -> None:
         """Close the last window, enter ``finished``, keep serving for the final scrapes, then stop
         serving. Idempotent.
 

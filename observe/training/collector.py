@@ -79,10 +79,19 @@ class TrainerMetrics(Collector):
             are exported (empty until the first one) rather than absent.
     """
 
-    def __init__(self, labels: dict[str, str], info: dict[str, str], planned_steps: int | None,
-                 flops_per_token: int | None, peak_flops: float | None, export_global: bool,
-                 phases: PhaseClock | None = None, goodput: Goodput | None = None, restarts: int = 0,
-                 tracks_checkpoints: bool = True) -> None:
+    def __init__(
+        self,
+        labels: dict[str, str],
+        info: dict[str, str],
+        planned_steps: int | None,
+        flops_per_token: int | None,
+        peak_flops: float | None,
+        export_global: bool,
+        phases: PhaseClock | None = None,
+        goodput: Goodput | None = None,
+        restarts: int = 0,
+        tracks_checkpoints: bool = True,
+    ) -> None:
         self.labels = dict(labels)
         self.info = dict(info)
         self.planned_steps = planned_steps
@@ -117,8 +126,15 @@ class TrainerMetrics(Collector):
 
     # -- updates from the training loop (host values only) ------------------------------------
 
-    def on_step(self, step: int, step_seconds: float, data_wait_seconds: float | None,
-                labelled_tokens: int | None, samples: int | None, learning_rate: float | None) -> None:
+    def on_step(
+        self,
+        step: int,
+        step_seconds: float,
+        data_wait_seconds: float | None,
+        labelled_tokens: int | None,
+        samples: int | None,
+        learning_rate: float | None,
+    ) -> None:
         """Record one completed optimizer step. Host floats and ints only; ``None`` = not known
         for this step (the series stays absent until some step knows it)."""
         self.steps_total += 1
@@ -140,8 +156,14 @@ class TrainerMetrics(Collector):
         """Count labelled tokens that were known only later (read from the device on a log step)."""
         self.labelled_tokens_total = (self.labelled_tokens_total or 0) + tokens
 
-    def on_window(self, window: WindowStats, loss: float | None, grad_norm: float | None,
-                  global_tokens_per_second: float | None, memory: DeviceMemory | None) -> None:
+    def on_window(
+        self,
+        window: WindowStats,
+        loss: float | None,
+        grad_norm: float | None,
+        global_tokens_per_second: float | None,
+        memory: DeviceMemory | None,
+    ) -> None:
         """Record the figures of a closed log window (after the log step's all-reduce)."""
         self.window = window
         self.loss = loss
@@ -179,8 +201,12 @@ class TrainerMetrics(Collector):
         try:
             families = list(self._families())
         except Exception:  # noqa: BLE001 - metrics never crash training (DESIGN.md, failure rules)
-            self._once.report("exporter", "metrics exporter failed; training continues (logged once)",
-                              level=logging.ERROR, exc_info=True)
+            self._once.report(
+                "exporter",
+                "metrics exporter failed; training continues (logged once)",
+                level=logging.ERROR,
+                exc_info=True,
+            )
             families = []
         families.append(self._counter(c.TRAIN_EXPORTER_ERRORS, self.exporter_errors))
         return iter(families)
@@ -233,13 +259,15 @@ class TrainerMetrics(Collector):
             optional[c.TRAIN_DEVICE_MEMORY_ALLOCATED] = self.memory.allocated
             optional[c.TRAIN_DEVICE_MEMORY_RESERVED] = self.memory.reserved
             optional[c.TRAIN_DEVICE_MEMORY_PEAK] = self.memory.peak_allocated
-        optional.update({
-            c.TRAIN_GOODPUT: None if self.goodput is None else self.goodput.ratio(),
-            c.TRAIN_LAST_CHECKPOINT_STEP: self.last_checkpoint_step,
-            c.TRAIN_LAST_CHECKPOINT_TIMESTAMP: self.last_checkpoint_timestamp,
-            c.TRAIN_VALIDATION_LOSS: self.validation_loss,
-            c.TRAIN_VALIDATION_PERPLEXITY: self.validation_perplexity,
-        })
+        optional.update(
+            {
+                c.TRAIN_GOODPUT: None if self.goodput is None else self.goodput.ratio(),
+                c.TRAIN_LAST_CHECKPOINT_STEP: self.last_checkpoint_step,
+                c.TRAIN_LAST_CHECKPOINT_TIMESTAMP: self.last_checkpoint_timestamp,
+                c.TRAIN_VALIDATION_LOSS: self.validation_loss,
+                c.TRAIN_VALIDATION_PERPLEXITY: self.validation_perplexity,
+            }
+        )
         for metric, value in optional.items():
             if value is not None:  # absent, never 0, when unknown
                 yield self._gauge(metric, value)

@@ -64,9 +64,13 @@ class FsdpObserveCallback(TrainerCallback):
         if current is not None and current.instrumentation == "hf" and not current.closed:
             self.metrics = current
         else:
-            self.metrics = TrainingMetrics(planned_steps=state.max_steps or None, model=model,
-                                           log_every=_log_every(args, state), instrumentation="hf",
-                                           **self.metrics_kwargs)
+            self.metrics = TrainingMetrics(
+                planned_steps=state.max_steps or None,
+                model=model,
+                log_every=_log_every(args, state),
+                instrumentation="hf",
+                **self.metrics_kwargs,
+            )
         self.metrics.windows_at_log_steps = False  # windows end at on_log, as Hugging Face's do
         self.metrics.step_index = int(state.global_step or 0)
         self._last_event = time.perf_counter()
@@ -115,12 +119,17 @@ class FsdpObserveCallback(TrainerCallback):
         m.set_info(loss_source="hf_logged")
         if logs.get("grad_norm") is not None:
             m.set_info(grad_norm_source="hf_logged")
-        m.record_window(loss=float(logs["loss"]), grad_norm=_float(logs.get("grad_norm")),
-                        learning_rate=_float(logs.get("learning_rate")), tokens=tokens,
-                        tokens_source="hf_input_tokens")
+        m.record_window(
+            loss=float(logs["loss"]),
+            grad_norm=_float(logs.get("grad_norm")),
+            learning_rate=_float(logs.get("learning_rate")),
+            tokens=tokens,
+            tokens_source="hf_input_tokens",
+        )
 
-    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None,
-                    **kwargs: Any) -> None:
+    def on_evaluate(
+        self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         """The validation loss; then checkpointing if a save follows, else back to training."""
         m = self.metrics
         if m is None:

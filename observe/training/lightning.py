@@ -68,12 +68,17 @@ class FsdpObserveCallback(Callback):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Serve the rank's endpoint."""
-        planned = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 \
-            else trainer.estimated_stepping_batches
+        planned = (
+            trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else trainer.estimated_stepping_batches
+        )
         planned = int(planned) if planned is not None and math.isfinite(planned) else None
-        self.metrics = TrainingMetrics(planned_steps=planned, model=pl_module,
-                                       log_every=max(1, int(trainer.log_every_n_steps or 1)),
-                                       instrumentation="lightning", **self.metrics_kwargs)
+        self.metrics = TrainingMetrics(
+            planned_steps=planned,
+            model=pl_module,
+            log_every=max(1, int(trainer.log_every_n_steps or 1)),
+            instrumentation="lightning",
+            **self.metrics_kwargs,
+        )
         self.metrics.step_index = int(trainer.global_step)
         self._last_batch_end = time.perf_counter()
 

@@ -87,8 +87,9 @@ class Goodput:
         clock: wall clock in Unix seconds (injectable for tests).
     """
 
-    def __init__(self, run_started: float, productive_seconds: float = 0.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, run_started: float, productive_seconds: float = 0.0, clock: Callable[[], float] = time.time
+    ) -> None:
         self.run_started = run_started
         self.productive_seconds = productive_seconds
         self._clock = clock

@@ -90,10 +90,16 @@ def read_rank_env(env: dict[str, str] | None = None) -> RankEnv:
     world = world if world is not None else 1
     local_world = _int(e, "LOCAL_WORLD_SIZE") or world
     elastic = e.get("TORCHELASTIC_RUN_ID") or None
-    return RankEnv(rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
-                   node=e.get("NODE_NAME") or socket.gethostname(),
-                   restarts=_int(e, "TORCHELASTIC_RESTART_COUNT") or 0,
-                   elastic_run_id=None if elastic == "none" else elastic, no_local_rank=no_local_rank)
+    return RankEnv(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=local_world,
+        node=e.get("NODE_NAME") or socket.gethostname(),
+        restarts=_int(e, "TORCHELASTIC_RESTART_COUNT") or 0,
+        elastic_run_id=None if elastic == "none" else elastic,
+        no_local_rank=no_local_rank,
+    )
 
 
 def resolve_run_id(given: str | None, rank_env: RankEnv, env: dict[str, str] | None = None) -> str:

@@ -57,9 +57,11 @@ class ScrapeLog:
 
     def wrap(self, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
         """The WSGI ``app`` recording each request before it is answered."""
+
         def recorded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             self.record(str(environ.get("REMOTE_ADDR", "")), str(environ.get("HTTP_USER_AGENT", "")))
             return app(environ, start_response)
+
         return recorded
 
 
@@ -73,9 +75,15 @@ class Served:
     _httpd: Any
     scrapes: ScrapeLog = field(default_factory=ScrapeLog)
 
-    def linger(self, ended: float, seconds: float, until_scraped: bool = True,
-               sleep: Callable[[float], Any] = time.sleep, clock: Callable[[], float] = time.monotonic,
-               on_wait: Callable[[int], None] | None = None) -> str:
+    def linger(
+        self,
+        ended: float,
+        seconds: float,
+        until_scraped: bool = True,
+        sleep: Callable[[float], Any] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        on_wait: Callable[[int], None] | None = None,
+    ) -> str:
         """Keep serving after the run ended at ``ended`` (``time.monotonic()``).
 
         Args:
@@ -117,8 +125,9 @@ class Served:
         self._httpd.server_close()
 
 
-def serve(metrics: Collector, address: str, port: int, field: str = "--metrics-port",
-          address_field: str | None = None) -> Served:
+def serve(
+    metrics: Collector, address: str, port: int, field: str = "--metrics-port", address_field: str | None = None
+) -> Served:
     """Serve ``metrics`` (and this process's CPU/RSS) as Prometheus text on ``address:port``.
 
     Uses a fresh ``CollectorRegistry`` (never the global one) and prometheus_client's threaded
@@ -135,8 +144,9 @@ def serve(metrics: Collector, address: str, port: int, field: str = "--metrics-p
     try:
         httpd, _ = start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
-        raise bind_error(field, address, port, exc, f"stop what holds it or pass {field} with a free base port",
-                         address_field) from None
+        raise bind_error(
+            field, address, port, exc, f"stop what holds it or pass {field} with a free base port", address_field
+        ) from None
     scrapes = ScrapeLog()
     app = httpd.get_app()
     assert app is not None  # start_http_server made its server with prometheus_client's WSGI app

@@ -66,8 +66,13 @@ class TopApp(App):
         Binding("4", "show('grid')", "grid", group=SCREENS),
     ]
 
-    def __init__(self, source: Source, interval: float | None = None, poll: bool = True,
-                 should_stop: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        source: Source,
+        interval: float | None = None,
+        poll: bool = True,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
         super().__init__()
         strips.install()  # no frame's drawing left behind as cyclic garbage (observe.tui.strips)
         self.should_stop = should_stop
@@ -105,7 +110,7 @@ class TopApp(App):
             try:
                 update(snapshot)
             except NoMatches:  # the screen was just pushed and is still composing: it draws
-                pass           # app.snapshot itself when it mounts
+                pass  # app.snapshot itself when it mounts
 
         if self.refreshes <= FREEZE_REFRESHES:
             self.call_after_refresh(self._freeze_startup_objects)
@@ -202,7 +207,8 @@ class TopApp(App):
             self.push_screen(self.kept(kinds[name]))
 
 
-def make_app(source: Source, interval: float | None = None, poll: bool = True,
-             should_stop: Callable[[], bool] | None = None) -> TopApp:
+def make_app(
+    source: Source, interval: float | None = None, poll: bool = True, should_stop: Callable[[], bool] | None = None
+) -> TopApp:
     """The ``fsdp-observe top`` application over ``source`` (see ``TopApp``)."""
     return TopApp(source, interval=interval, poll=poll, should_stop=should_stop)

@@ -15,6 +15,8 @@ NA = "N/A"
 def now() -> float:
     """The current Unix time (one place, so tests can pin the clock the screens show)."""
     return time.time()
+
+
 _BINARY = ("B", "K", "M", "G", "T", "P")
 
 

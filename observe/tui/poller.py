@@ -97,8 +97,10 @@ class GpuHistory:
         """``(utilisation, memory share)`` history of one GPU, oldest first (``None`` where unreadable)."""
         with self._lock:
             util, memory = self._util.get((node, gpu), ()), self._memory.get((node, gpu), ())
-            return (tuple(None if math.isnan(v) else v for v in util),
-                    tuple(None if math.isnan(v) else v for v in memory))
+            return (
+                tuple(None if math.isnan(v) else v for v in util),
+                tuple(None if math.isnan(v) else v for v in memory),
+            )
 
 
 #: Seconds after handing a snapshot over that the paced full collection runs: the UI has drawn
@@ -160,8 +162,13 @@ class Poller:
             refresh (``CollectorPacing``); the app's own poller does, a poller in a test need not.
     """
 
-    def __init__(self, source: Source, deliver: Callable[[ClusterSnapshot], None],
-                 interval: float | None = None, pace_collector: bool = False) -> None:
+    def __init__(
+        self,
+        source: Source,
+        deliver: Callable[[ClusterSnapshot], None],
+        interval: float | None = None,
+        pace_collector: bool = False,
+    ) -> None:
         self.pacing = CollectorPacing() if pace_collector else None
         self.source = source
         self.deliver = deliver
@@ -226,9 +233,12 @@ class Poller:
             except Exception as exc:
                 log.exception("refresh failed")
                 snapshot = ClusterSnapshot(
-                    time_unix=time.time(), source=getattr(self.source, "description", ""),
-                    nodes=previous.nodes if previous else (), runs=previous.runs if previous else (),
-                    errors=(f"refresh failed: {type(exc).__name__}: {exc}",))
+                    time_unix=time.time(),
+                    source=getattr(self.source, "description", ""),
+                    nodes=previous.nodes if previous else (),
+                    runs=previous.runs if previous else (),
+                    errors=(f"refresh failed: {type(exc).__name__}: {exc}",),
+                )
             previous = snapshot
             self.cycles += 1
             if self.fixed_interval is None:

@@ -26,9 +26,21 @@ def test_no_label_named_job_and_all_label_names_valid() -> None:
 
 
 def test_gauges_with_units_say_so_in_the_name() -> None:
-    unitless = {"fsdp_node_load1", "fsdp_node_load5", "fsdp_node_load15", "fsdp_node_processes", "fsdp_node_threads",
-                "fsdp_node_gpus", "fsdp_gpu_lost", "fsdp_gpu_reading_stale", "fsdp_gpu_mig_mode", "fsdp_gpu_clock_throttle_reason",
-                "fsdp_node_agent_source_up", "fsdp_gpu_info", "fsdp_node_process_info"}
+    unitless = {
+        "fsdp_node_load1",
+        "fsdp_node_load5",
+        "fsdp_node_load15",
+        "fsdp_node_processes",
+        "fsdp_node_threads",
+        "fsdp_node_gpus",
+        "fsdp_gpu_lost",
+        "fsdp_gpu_reading_stale",
+        "fsdp_gpu_mig_mode",
+        "fsdp_gpu_clock_throttle_reason",
+        "fsdp_node_agent_source_up",
+        "fsdp_gpu_info",
+        "fsdp_node_process_info",
+    }
     for m in c.AGENT_METRICS:
         if m.name not in unitless:
             assert m.name.endswith(UNITS), m.name

@@ -20,8 +20,10 @@ def one_error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
 
 def test_taken_port(capsys, taken_port: int) -> None:
     line = one_error_line(capsys, ["--address", "127.0.0.1", "--port", str(taken_port)])
-    assert line == (f"error: --port: port {taken_port} on 127.0.0.1 is already in use; "
-                    "stop what holds it or pass --port with a free port")
+    assert line == (
+        f"error: --port: port {taken_port} on 127.0.0.1 is already in use; "
+        "stop what holds it or pass --port with a free port"
+    )
 
 
 def test_unreadable_kernel_log(capsys, unreadable_path: Path) -> None:
@@ -34,12 +36,18 @@ def test_missing_kernel_log(capsys, tmp_path: Path) -> None:
     assert "No such file" in one_error_line(capsys, ["--kernel-log", str(tmp_path / "nope")])
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--interval", "0"], "--interval"), (["--interval", "99999"], "--interval"),
-    (["--port", "70000"], "--port"), (["--max-processes", "-1"], "--max-processes"),
-    (["--process-series", "-5"], "--process-series"), (["--proc-root", "/nonexistent"], "--proc-root"),
-    (["--node", ""], "--node"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--interval", "0"], "--interval"),
+        (["--interval", "99999"], "--interval"),
+        (["--port", "70000"], "--port"),
+        (["--max-processes", "-1"], "--max-processes"),
+        (["--process-series", "-5"], "--process-series"),
+        (["--proc-root", "/nonexistent"], "--proc-root"),
+        (["--node", ""], "--node"),
+    ],
+)
 def test_bad_values(capsys, argv: list[str], flag: str) -> None:
     line = one_error_line(capsys, argv)
     assert line.startswith(f"error: {flag}: ") and "; " in line

@@ -31,17 +31,27 @@ def test_start_agent_reports_the_agents_own_error(tmp_path: Path, taken_port: in
 
 
 def snapshot(**kw) -> NodeSnapshot:
-    host = HostStats(cpu_count=2, cpu=CpuStats(0.25), memory=MemoryStats(total_bytes=8 << 30, used_bytes=2 << 30),
-                     load1=0.5, processes=80)
-    return NodeSnapshot(node="n", time_unix=1, host=host, agent=AgentHealth(collections=3, sources={"kernel_log": "ok"}),
-                        **kw)
+    host = HostStats(
+        cpu_count=2,
+        cpu=CpuStats(0.25),
+        memory=MemoryStats(total_bytes=8 << 30, used_bytes=2 << 30),
+        load1=0.5,
+        processes=80,
+    )
+    return NodeSnapshot(
+        node="n", time_unix=1, host=host, agent=AgentHealth(collections=3, sources={"kernel_log": "ok"}), **kw
+    )
 
 
 def test_summary_rows_without_gpus() -> None:
     rows = dict(agent_rows(snapshot(), "http://127.0.0.1:9401"))
-    assert rows == {"node agent": "http://127.0.0.1:9401/metrics, 3 collections",
-                    "agent: CPU": "25% busy of 2 CPUs, load 0.50, 80 processes",
-                    "agent: memory": "2.0 of 8.0 GiB used", "agent: GPUs": "no GPUs", "agent: XID errors": "0"}
+    assert rows == {
+        "node agent": "http://127.0.0.1:9401/metrics, 3 collections",
+        "agent: CPU": "25% busy of 2 CPUs, load 0.50, 80 processes",
+        "agent: memory": "2.0 of 8.0 GiB used",
+        "agent: GPUs": "no GPUs",
+        "agent: XID errors": "0",
+    }
 
 
 def test_summary_rows_with_gpus_and_xids() -> None:
@@ -53,7 +63,6 @@ def test_summary_rows_with_gpus_and_xids() -> None:
 
 def test_summary_when_the_agent_cannot_be_read() -> None:
     assert agent_rows(None, "u") == [("node agent", "u (no snapshot could be read)")]
-
 
 
 @pytest.mark.e2e  # starts the real agent process

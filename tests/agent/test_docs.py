@@ -15,8 +15,12 @@ DOC = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
 
 def test_every_snapshot_field_is_documented() -> None:
     classes = [obj for obj in vars(model).values() if dataclasses.is_dataclass(obj)]
-    missing = [f"{cls.__name__}.{f.name}" for cls in classes for f in dataclasses.fields(cls)
-               if not re.search(rf"`{f.name}`|\b{f.name}\b", DOC)]
+    missing = [
+        f"{cls.__name__}.{f.name}"
+        for cls in classes
+        for f in dataclasses.fields(cls)
+        if not re.search(rf"`{f.name}`|\b{f.name}\b", DOC)
+    ]
     assert not missing
 
 

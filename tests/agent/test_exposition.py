@@ -20,8 +20,9 @@ from observe.agent.procs import ProcessTable
 from observe.model import AgentHealth, GpuInfo, NodeSnapshot, XidCount
 from tests.support.cases import CASES, EXPOSITION_CASES
 
-LABEL_NAME_CASE = "a label *name* built from outside text (such as a field name `Source: Fan`): " \
-                  "sanitise to `[a-zA-Z_][a-zA-Z0-9_]*`"
+LABEL_NAME_CASE = (
+    "a label *name* built from outside text (such as a field name `Source: Fan`): sanitise to `[a-zA-Z_][a-zA-Z0-9_]*`"
+)
 
 
 def test_every_value_in_the_case_file_is_covered() -> None:
@@ -38,8 +39,12 @@ def test_hostile_command_lines_survive_metrics_and_json(sleepers) -> None:
     snapshot = NodeSnapshot(node="n", time_unix=1.0, processes=processes)
 
     text = render(snapshot, process_series=len(processes), command_label=True).decode()
-    info = {s.labels["pid"]: s.labels for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name == c.NODE_PROCESS_INFO.name}
+    info = {
+        s.labels["pid"]: s.labels
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == c.NODE_PROCESS_INFO.name
+    }
     assert {int(pid): labels["command"] for pid, labels in info.items()} == pids
 
     decoded = json.loads(snapshot.to_json())
@@ -47,8 +52,17 @@ def test_hostile_command_lines_survive_metrics_and_json(sleepers) -> None:
     assert NodeSnapshot.from_json(snapshot.to_json()) == snapshot
 
 
-@pytest.mark.parametrize("text, name", [("Source: Fan", "Source_Fan"), ("9lives", "_9lives"), ("", "_"),
-                                        ("__reserved", "reserved"), ("gpu-uuid", "gpu_uuid"), ("ünï", "n")])
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        ("Source: Fan", "Source_Fan"),
+        ("9lives", "_9lives"),
+        ("", "_"),
+        ("__reserved", "reserved"),
+        ("gpu-uuid", "gpu_uuid"),
+        ("ünï", "n"),
+    ],
+)
 def test_label_names_from_outside_text_are_sanitised(text: str, name: str) -> None:
     assert label_name(text) == name
     assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name)
@@ -65,23 +79,45 @@ def test_unreadable_values_are_absent_never_zero() -> None:
 
 
 def test_every_gpu_series_carries_node_gpu_and_uuid() -> None:
-    gpu = GpuInfo(index=2, uuid="GPU-2", name="H100", pci_bus="0000:3b:00", utilization_ratio=0.5,
-                  ecc_corrected_total=1, throttle_reasons=("gpu_idle",), mig_enabled=False)
-    snapshot = NodeSnapshot(node="node-7", time_unix=1.0, gpus=(gpu,),
-                            xid_counts=(XidCount(xid=79, severity="node_reboot", count=2, pci_bus="0000:3b:00",
-                                                 gpu=2, gpu_uuid="GPU-2"),))
+    gpu = GpuInfo(
+        index=2,
+        uuid="GPU-2",
+        name="H100",
+        pci_bus="0000:3b:00",
+        utilization_ratio=0.5,
+        ecc_corrected_total=1,
+        throttle_reasons=("gpu_idle",),
+        mig_enabled=False,
+    )
+    snapshot = NodeSnapshot(
+        node="node-7",
+        time_unix=1.0,
+        gpus=(gpu,),
+        xid_counts=(XidCount(xid=79, severity="node_reboot", count=2, pci_bus="0000:3b:00", gpu=2, gpu_uuid="GPU-2"),),
+    )
     samples = [s for s in parsed(snapshot) if s.name.startswith("fsdp_gpu_")]
-    assert samples and all(s.labels["node"] == "node-7" and s.labels["gpu"] == "2" and s.labels["gpu_uuid"] == "GPU-2"
-                           for s in samples)
+    assert samples and all(
+        s.labels["node"] == "node-7" and s.labels["gpu"] == "2" and s.labels["gpu_uuid"] == "GPU-2" for s in samples
+    )
     xid = [s for s in samples if s.name == "fsdp_gpu_xid_errors_total"]
     assert [(s.labels["xid"], s.labels["severity"], s.labels["pci_bus"], s.value) for s in xid] == [
-        ("79", "node_reboot", "0000:3b:00", 2)]
+        ("79", "node_reboot", "0000:3b:00", 2)
+    ]
 
 
 def test_agent_health_is_exported() -> None:
-    snapshot = NodeSnapshot(node="n", time_unix=5.0, agent=AgentHealth(
-        collection_seconds=0.004, collections=3, cpu_seconds=1.5, sources={"procfs": "ok", "nvml": "no driver", "kernel_log": "ok"},
-        errors={"xid_parse": 1}, dropped={"temperature": 2}))
+    snapshot = NodeSnapshot(
+        node="n",
+        time_unix=5.0,
+        agent=AgentHealth(
+            collection_seconds=0.004,
+            collections=3,
+            cpu_seconds=1.5,
+            sources={"procfs": "ok", "nvml": "no driver", "kernel_log": "ok"},
+            errors={"xid_parse": 1},
+            dropped={"temperature": 2},
+        ),
+    )
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in parsed(snapshot)}
     assert got[("fsdp_node_agent_errors_total", (("kind", "xid_parse"), ("node", "n")))] == 1
     assert got[("fsdp_node_agent_dropped_readings_total", (("kind", "temperature"), ("node", "n")))] == 2
@@ -95,13 +131,19 @@ def test_agent_health_is_exported() -> None:
 def test_only_the_requested_number_of_processes_get_series() -> None:
     from observe.model import GpuProcess, ProcessInfo
 
-    procs = tuple(ProcessInfo(pid=p, ppid=1, name="w", state="sleeping", cpu_seconds=1.0, rss_bytes=1)
-                  for p in range(10, 20))
-    snapshot = NodeSnapshot(node="n", time_unix=1.0, processes=procs,
-                            gpu_processes=(GpuProcess(gpu=0, gpu_uuid="GPU-0", pid=19),))
+    procs = tuple(
+        ProcessInfo(pid=p, ppid=1, name="w", state="sleeping", cpu_seconds=1.0, rss_bytes=1) for p in range(10, 20)
+    )
+    snapshot = NodeSnapshot(
+        node="n", time_unix=1.0, processes=procs, gpu_processes=(GpuProcess(gpu=0, gpu_uuid="GPU-0", pid=19),)
+    )
     text = render(snapshot, process_series=3).decode()
-    pids = {s.labels["pid"] for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name == c.NODE_PROCESS_INFO.name}
+    pids = {
+        s.labels["pid"]
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == c.NODE_PROCESS_INFO.name
+    }
     assert pids == {"10", "11", "12", "19"}  # the 3 busiest, plus the GPU process
 
 
@@ -117,8 +159,9 @@ def test_command_lines_are_not_label_values_unless_asked(sleepers) -> None:
 
     def command(**kw) -> str | None:
         text = render(snapshot, process_series=1, **kw).decode()
-        (sample,) = [s for f in text_string_to_metric_families(text) for s in f.samples
-                     if s.name == c.NODE_PROCESS_INFO.name]
+        (sample,) = [
+            s for f in text_string_to_metric_families(text) for s in f.samples if s.name == c.NODE_PROCESS_INFO.name
+        ]
         assert sample.labels["pid"] == str(pid) and sample.labels["name"] == "sleeper"
         return sample.labels.get("command")
 
@@ -130,5 +173,6 @@ def test_command_lines_are_not_label_values_unless_asked(sleepers) -> None:
 
 def test_the_agent_flag_turns_the_command_label_on() -> None:
     from observe.cli.agent import build_parser
+
     assert build_parser().parse_args([]).command_label is False
     assert build_parser().parse_args(["--command-label"]).command_label is True

@@ -42,15 +42,17 @@ def test_a_hung_call_on_one_gpu_marks_it_stale_and_the_others_keep_updating(fake
     assert value(series(later), "fsdp_gpu_reading_age_seconds", gpu="0") == 0
 
 
-def test_a_stale_gpu_is_read_again_once_its_call_returns(fake_nvml, tmp_path: Path,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_stale_gpu_is_read_again_once_its_call_returns(
+    fake_nvml, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with running_sampler(tmp_path, nvml_timeout_seconds=0.2) as sampler, caplog.at_level(logging.WARNING):
         sampler.sample()
         fake_nvml.set("sleep@1 1500")
         assert sampler.sample().gpus[1].stale
         fake_nvml.set("temp 61")  # the driver answers again; the sleeping call finishes within 1.5 s
-        snap = wait_for(lambda: (s := sampler.sample()) and not s.gpus[1].stale and s, timeout=10,
-                        what="GPU 1 read again")
+        snap = wait_for(
+            lambda: (s := sampler.sample()) and not s.gpus[1].stale and s, timeout=10, what="GPU 1 read again"
+        )
         assert snap.gpus[1].temperature_celsius == 61 and snap.gpus[1].reading_age_seconds == 0
         assert sum("did not finish within" in r.getMessage() for r in caplog.records) == 1
 
@@ -79,21 +81,27 @@ def test_when_nvml_cannot_say_the_bus_the_drivers_proc_entry_does(fake_nvml, tmp
     finally:
         collector.stop()
     assert [(g.index, g.lost, g.pci_bus) for g in infos] == [
-        (0, False, "0000:10:00"), (1, False, "0000:20:00"), (2, False, "0000:30:00"), (3, True, "0000:40:00")]
+        (0, False, "0000:10:00"),
+        (1, False, "0000:20:00"),
+        (2, False, "0000:30:00"),
+        (3, True, "0000:40:00"),
+    ]
 
 
 def test_an_xid_for_a_gpu_lost_at_start_is_matched_to_it_by_pci_bus(fake_nvml, tmp_path: Path) -> None:
     kernel_log = tmp_path / "kern.log"
-    kernel_log.write_text("NVRM: Xid (PCI:0000:40:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    kernel_log.write_text(
+        "NVRM: Xid (PCI:0000:40:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+    )
     fake_nvml.set("lost@3 1\npci_when_lost@3 1")
     with running_sampler(tmp_path, kernel_log=str(kernel_log)) as sampler:
         snap = wait_for(lambda: (s := sampler.sample()).xid_counts and s, what="the XID 79")
     assert [(x.xid, x.gpu, x.pci_bus) for x in snap.xid_counts] == [(79, 3, "0000:40:00")]
 
 
-def test_a_gpu_back_after_a_reset_is_read_again_without_a_restart(fake_nvml, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch,
-                                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_a_gpu_back_after_a_reset_is_read_again_without_a_restart(
+    fake_nvml, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(gpu_module, "REPROBE_SECONDS", 0.2)
     with running_sampler(tmp_path) as sampler, caplog.at_level(logging.WARNING):
         assert not sampler.sample().gpus[1].lost
@@ -103,8 +111,9 @@ def test_a_gpu_back_after_a_reset_is_read_again_without_a_restart(fake_nvml, tmp
         assert sampler.sample().gpus[1].lost  # asked again: still lost
         fake_nvml.set("temp 70")  # reset: the GPU answers again
         time.sleep(0.3)
-        back = wait_for(lambda: (s := sampler.sample()) and not s.gpus[1].lost and s, timeout=5,
-                        what="GPU 1 back after the reset")
+        back = wait_for(
+            lambda: (s := sampler.sample()) and not s.gpus[1].lost and s, timeout=5, what="GPU 1 back after the reset"
+        )
     gpu = back.gpus[1]
     assert gpu.temperature_celsius == 70 and gpu.uuid == "GPU-fa4e0000-0000-4000-8000-000000000001"
     assert value(series(back), "fsdp_gpu_lost", gpu="1") == 0

@@ -32,6 +32,7 @@ def codes(store: XidStore) -> list[int]:
 
 # --- file mode ----------------------------------------------------------------------------------
 
+
 def test_a_run_without_newlines_is_cut_and_costs_linear_time(tmp_path: Path) -> None:
     """32 MB without a newline, then an XID: the XID is seen within seconds and the run is one
     cut line (the old follower re-split the whole pending buffer on every 64 KB read: 40 MB
@@ -57,6 +58,7 @@ def test_a_run_without_newlines_is_cut_and_costs_linear_time(tmp_path: Path) -> 
 def test_a_cut_line_keeps_its_start() -> None:
     """An XID line longer than the cap still yields its XID (the report is at the line's start)."""
     import tempfile
+
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
         f.write(XID.format(code=79).rstrip("\n") + "y" * (3 * MAX_LINE_BYTES) + "\nnext\n")
     try:
@@ -75,7 +77,9 @@ def test_a_cut_line_keeps_its_start() -> None:
 def test_copytruncate_refilled_past_the_old_position_before_a_poll_loses_nothing(tmp_path: Path) -> None:
     log = tmp_path / "kern.log"
     log.write_text("".join(f"[{i}.0] usb: line {i}\n" for i in range(200)) + XID.format(code=13))
-    watcher, store = watch(path=str(log), )
+    watcher, store = watch(
+        path=str(log),
+    )
     watcher.poll_seconds = 1.0  # room to truncate and refill between two checks
     assert watcher.start()
     try:
@@ -148,6 +152,7 @@ def test_the_sampler_shows_a_broken_log_as_a_source_that_is_down(tmp_path: Path)
 
 # --- syslog(2) --------------------------------------------------------------------------------------
 
+
 class Ring:
     """A crafted kernel ring buffer: ``read_all(n)`` returns its newest ``n`` bytes, as syslog(2) does."""
 
@@ -155,7 +160,7 @@ class Ring:
         self.capacity, self.text, self.reads = capacity, b"", []
 
     def log(self, *lines: str) -> None:
-        self.text = (self.text + "".join(f"{line}\n" for line in lines).encode())[-self.capacity:]
+        self.text = (self.text + "".join(f"{line}\n" for line in lines).encode())[-self.capacity :]
         cut = self.text.find(b"\n") + 1 if len(self.text) == self.capacity else 0
         self.text = self.text[cut:]  # the ring drops whole records
 
@@ -168,8 +173,10 @@ def test_the_ring_reader_returns_each_line_once() -> None:
     ring = Ring()
     ring.log("<6>[    1.000000] boot", "<3>[    2.500000] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, x")
     reader = KernelRing(ring.read_all, buffer_bytes=ring.capacity)
-    assert reader.new_lines() == [b"<6>[    1.000000] boot",
-                                  b"<3>[    2.500000] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, x"]
+    assert reader.new_lines() == [
+        b"<6>[    1.000000] boot",
+        b"<3>[    2.500000] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, x",
+    ]
     assert reader.new_lines() == []
     ring.log("<6>[    3.000000] later")
     assert reader.new_lines() == [b"<6>[    3.000000] later"]
@@ -194,8 +201,10 @@ def test_the_watcher_reads_xids_through_syslog_and_dates_them_from_boot() -> Non
     watcher, store = watch(ring=KernelRing(ring.read_all, buffer_bytes=ring.capacity), boot_time=1000.0)
     assert watcher.start() and watcher.source == "syslog(2)"
     try:
-        ring.log("<3>[   42.250000] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
-                 "GPU has fallen off the bus.")
+        ring.log(
+            "<3>[   42.250000] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+            "GPU has fallen off the bus."
+        )
         event = wait_for(lambda: store.view()[0], what="the XID from the ring")[0]
         time.sleep(0.2)
     finally:
@@ -228,6 +237,7 @@ def test_a_refused_syslog_call_falls_back_to_nvml_with_the_capability_named(capl
     watcher, _ = watch(syslog=True)
     watcher._ring = None
     import observe.agent.xid_watch as xw
+
     original = xw.KernelRing
     xw.KernelRing = Refused  # type: ignore[misc]
     try:

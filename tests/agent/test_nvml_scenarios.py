@@ -45,8 +45,11 @@ def test_healthy_gpus_export_every_field(fake_nvml, tmp_path: Path) -> None:
         snap = sampler.sample()
     assert [g.index for g in snap.gpus] == [0, 1, 2, 3]
     g = snap.gpus[0]
-    assert (g.uuid, g.pci_bus, g.driver_version) == ("GPU-fa4e0000-0000-4000-8000-000000000000", "0000:10:00",
-                                                     "550.54.15-fake")
+    assert (g.uuid, g.pci_bus, g.driver_version) == (
+        "GPU-fa4e0000-0000-4000-8000-000000000000",
+        "0000:10:00",
+        "550.54.15-fake",
+    )
     assert (g.utilization_ratio, g.memory_utilization_ratio, g.temperature_celsius) == (0.75, 0.30, 45)
     assert (g.memory_total_bytes, g.memory_used_bytes, g.memory_reserved_bytes) == (80 << 30, 10 << 30, 512 << 20)
     assert (g.power_watts, g.power_limit_watts, g.sm_clock_hertz, g.memory_clock_hertz) == (350, 700, 1.98e9, 2.619e9)
@@ -86,8 +89,9 @@ def test_2_memory_not_supported_means_absent_totals_and_no_ratio(fake_nvml, tmp_
     assert value(parsed, "fsdp_gpu_process_memory_bytes", gpu="0", pid="4242") == 1 << 30
 
 
-def test_3_a_lost_gpu_is_marked_lost_and_the_others_go_on(fake_nvml, tmp_path: Path,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_3_a_lost_gpu_is_marked_lost_and_the_others_go_on(
+    fake_nvml, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with running_sampler(tmp_path) as sampler, caplog.at_level(logging.WARNING):
         first = sampler.sample()
         fake_nvml.set("lost@3 1")
@@ -99,8 +103,12 @@ def test_3_a_lost_gpu_is_marked_lost_and_the_others_go_on(fake_nvml, tmp_path: P
         assert [g.temperature_celsius for g in snap.gpus[:3]] == [45, 45, 45]
         parsed = series(snap)
         assert value(parsed, "fsdp_gpu_lost", gpu="3") == 1 and value(parsed, "fsdp_gpu_lost", gpu="0") == 0
-        assert names_for_gpu(parsed, 3) == {"fsdp_gpu_info", "fsdp_gpu_lost", "fsdp_gpu_reading_stale",
-                                            "fsdp_gpu_reading_age_seconds"}
+        assert names_for_gpu(parsed, 3) == {
+            "fsdp_gpu_info",
+            "fsdp_gpu_lost",
+            "fsdp_gpu_reading_stale",
+            "fsdp_gpu_reading_age_seconds",
+        }
         assert value(parsed, "fsdp_gpu_reading_stale", gpu="3") == 0 and lost.reading_age_seconds > 0
     assert len([r for r in caplog.records if "is lost" in r.getMessage()]) == 1  # once, not once per cycle
 
@@ -120,8 +128,9 @@ def test_5_implausible_or_stale_utilisation_samples_are_dropped(fake_nvml, tmp_p
     fake_nvml.set("proc 0 4245 1048576\nproc 0 4246 1048576\nsample 0 4245 1000 40 10\nsample 0 4246 1000 101 10")
     with running_sampler(tmp_path) as sampler:
         first = sampler.sample()
-        fake_nvml.set("proc 0 4245 1048576\nproc 0 4246 1048576\n"
-                      "sample 0 4245 900 50 10\nsample 0 4246 2000 255 10")  # older than read; > 100 %
+        fake_nvml.set(
+            "proc 0 4245 1048576\nproc 0 4246 1048576\nsample 0 4245 900 50 10\nsample 0 4246 2000 255 10"
+        )  # older than read; > 100 %
         second = sampler.sample()
     assert {p.pid: p.sm_utilization_ratio for p in first.gpu_processes} == {4245: 0.4, 4246: None}
     assert {p.pid: p.sm_utilization_ratio for p in second.gpu_processes} == {4245: None, 4246: None}
@@ -153,7 +162,9 @@ def test_7_mig_shows_na_utilisation_and_lists_instances(fake_nvml, tmp_path: Pat
     g = snap.gpus[0]
     assert g.mig_enabled is True and g.utilization_ratio is None  # N/A (MIG), not 0
     assert [(m.index, m.gpu_instance_id, m.memory_total_bytes, m.memory_used_bytes) for m in g.mig_instances] == [
-        (0, 1, 40 << 30, 1 << 30), (1, 2, 40 << 30, 2 << 30)]
+        (0, 1, 40 << 30, 1 << 30),
+        (1, 2, 40 << 30, 2 << 30),
+    ]
     assert g.mig_instances[0].uuid == "MIG-fa4e0000-0000-4000-8000-000000000000"
     parsed = series(snap)
     assert value(parsed, "fsdp_gpu_utilization_ratio", gpu="0") is None
@@ -176,7 +187,11 @@ def test_8_gpu_process_outside_the_pid_namespace_is_kept(fake_nvml, tmp_path: Pa
     rows = {p.pid: p for p in snap.gpu_processes}
     outside = rows[elsewhere]
     assert (outside.used_memory_bytes, outside.user, outside.command, outside.in_host_pid_namespace) == (
-        3 << 30, None, None, False)
+        3 << 30,
+        None,
+        None,
+        False,
+    )
     inside = rows[here.pid]
     assert inside.in_host_pid_namespace and inside.user is not None
     assert inside.command == "python train.py --hf_token <redacted>"
@@ -198,8 +213,9 @@ def test_9_no_driver_means_host_data_only(fake_nvml, tmp_path: Path, caplog: pyt
     assert len([r for r in caplog.records if "no GPUs" in r.getMessage()]) == 1
 
 
-def test_10_a_missing_function_is_logged_once_and_stays_absent(fake_nvml, tmp_path: Path,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_10_a_missing_function_is_logged_once_and_stays_absent(
+    fake_nvml, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # In this process the stand-in answers FUNCTION_NOT_FOUND; the e2e test runs a library built
     # without the symbols, as an old driver ships it.
     fake_nvml.set("fan nf")

@@ -15,9 +15,19 @@ from observe.agent.procs import ProcessTable, parse_cgroup
 from tests.support.processes import wait_for
 
 
-def make_proc(root: Path, pid: int, comm: str = "worker", state: str = "S", ppid: int = 1, utime: int = 10,
-              stime: int = 5, threads: int = 3, rss_pages: int = 256, cmdline: bytes = b"worker\0--flag\0",
-              cgroup: str = "0::/\n") -> Path:
+def make_proc(
+    root: Path,
+    pid: int,
+    comm: str = "worker",
+    state: str = "S",
+    ppid: int = 1,
+    utime: int = 10,
+    stime: int = 5,
+    threads: int = 3,
+    rss_pages: int = 256,
+    cmdline: bytes = b"worker\0--flag\0",
+    cgroup: str = "0::/\n",
+) -> Path:
     """A ``/proc/<pid>`` directory with the files the table reads (fields at their proc(5) positions)."""
     d = root / str(pid)
     d.mkdir(parents=True, exist_ok=True)
@@ -82,8 +92,9 @@ def test_a_process_that_exits_is_dropped_without_errors(sleepers, caplog: pytest
     table.close()
 
 
-def test_exit_between_listing_and_reading_is_survived_and_reported_once(tmp_path: Path,
-                                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_exit_between_listing_and_reading_is_survived_and_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     make_proc(tmp_path, 100)
     (tmp_path / "101").mkdir()  # listed, but its files are gone: the process exited mid-read
     (tmp_path / "102").mkdir()
@@ -97,8 +108,9 @@ def test_exit_between_listing_and_reading_is_survived_and_reported_once(tmp_path
 
 
 @pytest.mark.parametrize("keep_open", [True, False])
-def test_an_unreadable_entry_is_counted_and_reported_once(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                          keep_open: bool) -> None:
+def test_an_unreadable_entry_is_counted_and_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, keep_open: bool
+) -> None:
     make_proc(tmp_path, 100)
     (tmp_path / "200").mkdir()
     (tmp_path / "200" / "stat").mkdir()  # reading it fails (EISDIR), for root as for anyone
@@ -120,8 +132,18 @@ def test_a_garbled_stat_is_a_parse_error(tmp_path: Path) -> None:
 
 
 def test_fixture_fields_land_where_proc5_puts_them(tmp_path: Path) -> None:
-    make_proc(tmp_path, 42, comm="odd ) name (x", state="D", ppid=7, utime=300, stime=100, threads=9,
-              rss_pages=1000, cmdline=b"python\0train.py\0--password=opensesame\0")
+    make_proc(
+        tmp_path,
+        42,
+        comm="odd ) name (x",
+        state="D",
+        ppid=7,
+        utime=300,
+        stime=100,
+        threads=9,
+        rss_pages=1000,
+        cmdline=b"python\0train.py\0--password=opensesame\0",
+    )
     table = ProcessTable(str(tmp_path))
     table.refresh(0.0)
     info = table.info(42, memory_total_bytes=None)
@@ -163,21 +185,31 @@ def test_kernel_threads_show_their_name_in_brackets(tmp_path: Path) -> None:
 
 def test_processes_show_their_pod_and_container(tmp_path: Path) -> None:
     uid, cid = "0f2c9a44-52a3-4b8e-9c41-3e2d7f1a6b90", "a" * 64
-    make_proc(tmp_path, 5, cgroup=f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-                                  f"{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n")
+    make_proc(
+        tmp_path,
+        5,
+        cgroup=f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n",
+    )
     table = ProcessTable(str(tmp_path))
     table.refresh(0.0)
     info = table.info(5, None)
     assert (info.pod_uid, info.container_id) == (uid, cid)
 
 
-@pytest.mark.parametrize("text, pod, container", [
-    ("12:memory:/kubepods/burstable/pod0f2c9a44-52a3-4b8e-9c41-3e2d7f1a6b90/" + "b" * 64 + "\n",
-     "0f2c9a44-52a3-4b8e-9c41-3e2d7f1a6b90", "b" * 64),
-    ("0::/system.slice/docker-" + "c" * 64 + ".scope\n", None, "c" * 64),
-    ("0::/user.slice/user-1000.slice/session-2.scope\n", None, None),
-    ("", None, None),
-])
+@pytest.mark.parametrize(
+    "text, pod, container",
+    [
+        (
+            "12:memory:/kubepods/burstable/pod0f2c9a44-52a3-4b8e-9c41-3e2d7f1a6b90/" + "b" * 64 + "\n",
+            "0f2c9a44-52a3-4b8e-9c41-3e2d7f1a6b90",
+            "b" * 64,
+        ),
+        ("0::/system.slice/docker-" + "c" * 64 + ".scope\n", None, "c" * 64),
+        ("0::/user.slice/user-1000.slice/session-2.scope\n", None, None),
+        ("", None, None),
+    ],
+)
 def test_cgroup_layouts(text: str, pod: str | None, container: str | None) -> None:
     assert parse_cgroup(text) == (pod, container)
 

@@ -29,10 +29,24 @@ ROWS = redaction_rows()
 EXTRA_ROWS = redaction_extra_rows()
 #: The classes issue 17 lists as leaking (reviews/reliability.md, area 2), each needing a row.
 ISSUE_CLASSES = {
-    "shell-string assignment", "short flag", "glued short flag", "value starting with -", "camelCase name",
-    "dotted camelCase name", "connection string", "JSON", "curl -u user:password", "URL token without colon",
-    "URL password with @", "login positional", "bare AWS secret key", "PEM block", "PEM block after a secret flag",
-    "Slack webhook", "high-entropy token", "bidi control",
+    "shell-string assignment",
+    "short flag",
+    "glued short flag",
+    "value starting with -",
+    "camelCase name",
+    "dotted camelCase name",
+    "connection string",
+    "JSON",
+    "curl -u user:password",
+    "URL token without colon",
+    "URL password with @",
+    "login positional",
+    "bare AWS secret key",
+    "PEM block",
+    "PEM block after a secret flag",
+    "Slack webhook",
+    "high-entropy token",
+    "bidi control",
 }
 
 
@@ -71,27 +85,52 @@ def test_redaction_cases_from_real_processes(sleepers) -> None:
     table.close()
 
 
-@pytest.mark.parametrize("name, secret", [
-    ("--hf_token", True), ("--token", True), ("HF_TOKEN", True), ("aws_secret_access_key", True),
-    ("--api-key", True), ("--password", True), ("X-Amz-Signature", True),
-    ("--token-budget", False), ("--max_tokens", False), ("--tokenizer", False), ("--keyboard", False),
-    ("--secret-file", False), ("AWS_ACCESS_KEY_ID", False), ("--monkey", False),
-    ("--hfToken", True), ("--authToken", True), ("-Djavax.net.ssl.keyStorePassword", True), ("AccountKey", True),
-    ("APIKey", True), ("--dbpassword", True), ("--clientsecret", True), ("--db-pass", True),
-    ("--maxTokens", False), ("--hotkey", False), ("--passwordFile", False), ("--tokenizerName", False),
-])
+@pytest.mark.parametrize(
+    "name, secret",
+    [
+        ("--hf_token", True),
+        ("--token", True),
+        ("HF_TOKEN", True),
+        ("aws_secret_access_key", True),
+        ("--api-key", True),
+        ("--password", True),
+        ("X-Amz-Signature", True),
+        ("--token-budget", False),
+        ("--max_tokens", False),
+        ("--tokenizer", False),
+        ("--keyboard", False),
+        ("--secret-file", False),
+        ("AWS_ACCESS_KEY_ID", False),
+        ("--monkey", False),
+        ("--hfToken", True),
+        ("--authToken", True),
+        ("-Djavax.net.ssl.keyStorePassword", True),
+        ("AccountKey", True),
+        ("APIKey", True),
+        ("--dbpassword", True),
+        ("--clientsecret", True),
+        ("--db-pass", True),
+        ("--maxTokens", False),
+        ("--hotkey", False),
+        ("--passwordFile", False),
+        ("--tokenizerName", False),
+    ],
+)
 def test_only_the_last_word_of_a_name_decides(name: str, secret: bool) -> None:
     assert is_secret_name(name) is secret
 
 
-@pytest.mark.parametrize("arg, expected", [
-    ("https://x/y?token=abc&page=2", f"https://x/y?token={REDACTED}&page=2"),
-    ("Authorization: Bearer abcdefghijkl", f"Authorization: {REDACTED}"),
-    ("ghp_" + "a" * 36, REDACTED),
-    ("AKIAIOSFODNN7EXAMPLE", REDACTED),
-    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.sig", REDACTED),
-    ("--lr=1e-4", "--lr=1e-4"),
-])
+@pytest.mark.parametrize(
+    "arg, expected",
+    [
+        ("https://x/y?token=abc&page=2", f"https://x/y?token={REDACTED}&page=2"),
+        ("Authorization: Bearer abcdefghijkl", f"Authorization: {REDACTED}"),
+        ("ghp_" + "a" * 36, REDACTED),
+        ("AKIAIOSFODNN7EXAMPLE", REDACTED),
+        ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.sig", REDACTED),
+        ("--lr=1e-4", "--lr=1e-4"),
+    ],
+)
 def test_secrets_anywhere_in_an_argument(arg: str, expected: str) -> None:
     assert safe_command(b"prog\0" + arg.encode()) == f"prog {expected}"
 
@@ -149,20 +188,31 @@ def test_random_tokens_are_caught_without_a_name() -> None:
         assert safe_command(f"prog\0--input\0{t}\0".encode()) == f"prog --input {REDACTED}"
 
 
-@pytest.mark.parametrize("name", [
-    "LlamaFinetuneExperiments2024", "meta-llama/Llama-2-70b-hf", "llama2-7b-fsdp-3f9a1c2e",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "test_redaction_cases_from_real_processes",
-    "3f2a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a", "fa4e0000-0000-4000-8000-000000000000",
-    "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF", "Qwen2.5-72B-Instruct-GPTQ-Int4",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "LlamaFinetuneExperiments2024",
+        "meta-llama/Llama-2-70b-hf",
+        "llama2-7b-fsdp-3f9a1c2e",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "test_redaction_cases_from_real_processes",
+        "3f2a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a",
+        "fa4e0000-0000-4000-8000-000000000000",
+        "expandable_segments:True",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "Qwen2.5-72B-Instruct-GPTQ-Int4",
+    ],
+)
 def test_names_ids_and_hashes_are_not_taken_for_secrets(name: str) -> None:
     assert safe_command(f"prog\0{name}\0".encode()) == f"prog {name}"
 
 
 def test_a_shell_string_keeps_its_layout_around_what_it_redacts() -> None:
     script = "set -e;  export HF_TOKEN='a b c' ; curl -u bob:pw https://x  |  tee log"
-    assert safe_command(f"bash\0-c\0{script}\0".encode()) == \
-        f"bash -c set -e;  export HF_TOKEN={REDACTED} ; curl -u bob:{REDACTED} https://x  |  tee log"
+    assert (
+        safe_command(f"bash\0-c\0{script}\0".encode())
+        == f"bash -c set -e;  export HF_TOKEN={REDACTED} ; curl -u bob:{REDACTED} https://x  |  tee log"
+    )
 
 
 def test_no_pattern_backtracks_on_the_longest_argument() -> None:
@@ -170,8 +220,16 @@ def test_no_pattern_backtracks_on_the_longest_argument() -> None:
     128 KiB) of each adversarial shape finishes. Linear work here is about 0.1-0.3 s; a pattern
     that backtracks quadratically would take minutes, so the bound is loose enough for any load."""
     n = 128 * 1024
-    for arg in ("a=" * (n // 2), "-----BEGIN X-----" + "y" * n, "https://" + "@" * n, "'" * n,
-                '{"password": "' + "z" * n, "x " * (n // 2), "--token " * (n // 8), "a;" * (n // 2)):
+    for arg in (
+        "a=" * (n // 2),
+        "-----BEGIN X-----" + "y" * n,
+        "https://" + "@" * n,
+        "'" * n,
+        '{"password": "' + "z" * n,
+        "x " * (n // 2),
+        "--token " * (n // 8),
+        "a;" * (n // 2),
+    ):
         started = time.perf_counter()
         safe_command(b"prog\0" + arg[:n].encode())
         assert time.perf_counter() - started < 20.0, arg[:20]

@@ -43,8 +43,9 @@ def test_endpoints(agent: Agent) -> None:
 
 def test_gzip_when_the_scraper_accepts_it(agent: Agent) -> None:
     plain = httpx.get(url(agent, "/metrics"), headers={"Accept-Encoding": "identity"})
-    raw = httpx.Client().send(httpx.Request("GET", url(agent, "/metrics"), headers={"Accept-Encoding": "gzip"}),
-                              stream=True)
+    raw = httpx.Client().send(
+        httpx.Request("GET", url(agent, "/metrics"), headers={"Accept-Encoding": "gzip"}), stream=True
+    )
     body = raw.read()  # httpx decodes gzip; the header says it was compressed
     assert raw.headers["content-encoding"] == "gzip" and body == plain.content
     assert gzip.decompress(agent.latest.current.metrics_gzip()) == plain.content
@@ -52,8 +53,12 @@ def test_gzip_when_the_scraper_accepts_it(agent: Agent) -> None:
 
 def test_requests_never_collect(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    for target, name in ((agent.sampler.table, "refresh"), (agent.sampler.gpus, "collect"),
-                         (agent.sampler.host, "cpu"), (agent.sampler, "sample")):
+    for target, name in (
+        (agent.sampler.table, "refresh"),
+        (agent.sampler.gpus, "collect"),
+        (agent.sampler.host, "cpu"),
+        (agent.sampler, "sample"),
+    ):
         original = getattr(target, name)
         monkeypatch.setattr(target, name, lambda *a, _o=original, _n=name, **k: calls.append(_n) or _o(*a, **k))
     with httpx.Client() as client:

@@ -95,8 +95,9 @@ def test_connections_beyond_the_cap_get_503_at_once_and_the_rest_are_served(agen
     assert agent.latest.current.snapshot.agent.errors.get("http_rejected", 0) >= 1
 
 
-def test_a_client_dripping_bytes_is_cut_off_at_the_request_deadline(agent: Agent,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_client_dripping_bytes_is_cut_off_at_the_request_deadline(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One byte every 0.2 s never trips a per-read timeout; the total deadline closes it."""
     monkeypatch.setattr(server_module, "REQUEST_SECONDS", 1.0)
     s = connect(agent.port)
@@ -126,7 +127,8 @@ def test_a_kept_alive_connection_is_still_served_within_its_deadline(agent: Agen
 
 
 def test_clients_that_go_away_are_counted_and_logged_once_without_tracebacks(
-        agent: Agent, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture) -> None:
+    agent: Agent, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="observe.agent.server")
     for _ in range(50):
         s = connect(agent.port)
@@ -143,12 +145,26 @@ def test_clients_that_go_away_are_counted_and_logged_once_without_tracebacks(
     assert "Traceback" not in capfd.readouterr().err
 
 
-@pytest.mark.parametrize("header, gzip_ok", [
-    ("gzip", True), ("gzip, deflate, br", True), ("GZIP;q=0.5", True), ("x-gzip", True), ("*", True),
-    ("gzip;q=0", False), ("gzip; q=0.0, identity", False), ("x-nogzip-please", False), ("identity", False),
-    ("", False), (None, False), ("*;q=0", False), ("gzip;q=0, *", False), ("gzip;q=abc", False),
-    ("deflate, *;q=0.1", True),
-])
+@pytest.mark.parametrize(
+    "header, gzip_ok",
+    [
+        ("gzip", True),
+        ("gzip, deflate, br", True),
+        ("GZIP;q=0.5", True),
+        ("x-gzip", True),
+        ("*", True),
+        ("gzip;q=0", False),
+        ("gzip; q=0.0, identity", False),
+        ("x-nogzip-please", False),
+        ("identity", False),
+        ("", False),
+        (None, False),
+        ("*;q=0", False),
+        ("gzip;q=0, *", False),
+        ("gzip;q=abc", False),
+        ("deflate, *;q=0.1", True),
+    ],
+)
 def test_accept_encoding_is_read_with_its_q_values(header: str | None, gzip_ok: bool) -> None:
     assert accepts_gzip(header) is gzip_ok
 

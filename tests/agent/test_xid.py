@@ -40,8 +40,12 @@ def test_events_carry_catalogue_meaning_node_and_raw_line() -> None:
 
 
 def test_malformed_lines_count_as_parse_errors_and_never_stop_the_parser() -> None:
-    lines = ["NVRM: Xid (PCI:0000:3b:00): ", "NVRM: Xid (garbage", "NVRM: Xid (43, pid: 5678): nonsense",
-             "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE"]
+    lines = [
+        "NVRM: Xid (PCI:0000:3b:00): ",
+        "NVRM: Xid (garbage",
+        "NVRM: Xid (43, pid: 5678): nonsense",
+        "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE",
+    ]
     events, parser = parse_all(lines)
     assert [e.xid for e in events] == [48]
     assert parser.parse_errors == 3
@@ -55,11 +59,13 @@ def test_same_xid_twice_gives_two_events() -> None:
 
 def test_the_two_lines_of_one_fall_off_the_bus_count_once() -> None:
     # Current drivers print both an "Xid ... 79" line and a "GPU ... has fallen off the bus" line.
-    events, _ = parse_all([
-        "NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
-        "NVRM: GPU 0000:86:00.0: GPU has fallen off the bus.",
-        "NVRM: GPU 0000:86:00.0: GPU serial number is 1650000000001.",
-    ])
+    events, _ = parse_all(
+        [
+            "NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+            "NVRM: GPU 0000:86:00.0: GPU has fallen off the bus.",
+            "NVRM: GPU 0000:86:00.0: GPU serial number is 1650000000001.",
+        ]
+    )
     assert [(e.xid, e.pci_bus) for e in events] == [(79, "0000:86:00")]
 
 
@@ -71,15 +77,17 @@ def test_two_xid_79_lines_are_two_events() -> None:
 
 def test_kmsg_record_is_dated_from_boot_time() -> None:
     parser = KernelLogParser()
-    event = parser.feed("3,20511,5678901234,-;NVRM: Xid (PCI:0000:3b:00): 63, pid=1220, Row Remapper: x",
-                        now=1.0, boot_time=1_700_000_000.0)
+    event = parser.feed(
+        "3,20511,5678901234,-;NVRM: Xid (PCI:0000:3b:00): 63, pid=1220, Row Remapper: x",
+        now=1.0,
+        boot_time=1_700_000_000.0,
+    )
     assert event.time_unix == pytest.approx(1_700_000_000.0 + 5678.901234)
     assert event.pid == 1220 and event.process is None
 
 
 def test_lines_without_a_usable_date_take_the_reading_time() -> None:
-    event = KernelLogParser().feed("[ 8123.004512] NVRM: Xid (PCI:0000:bb:00): 119, pid=1, name=t, Timeout",
-                                   now=42.0)
+    event = KernelLogParser().feed("[ 8123.004512] NVRM: Xid (PCI:0000:bb:00): 119, pid=1, name=t, Timeout", now=42.0)
     assert event.time_unix == 42.0
 
 
@@ -94,10 +102,25 @@ def test_catalogue_entries_are_complete_and_classified() -> None:
         assert info.code == code
         assert info.severity in SEVERITIES and info.severity != "unknown"
         assert info.name and info.action
-    expected = {8: "application", 13: "application", 31: "application", 43: "application", 45: "informational",
-                48: "gpu_reset", 63: "gpu_reset", 64: "gpu_reset", 74: "nvlink_fabric", 79: "node_reboot",
-                92: "informational", 94: "application", 95: "gpu_reset", 119: "gpu_reset", 120: "gpu_reset",
-                144: "nvlink_fabric", 150: "nvlink_fabric"}
+    expected = {
+        8: "application",
+        13: "application",
+        31: "application",
+        43: "application",
+        45: "informational",
+        48: "gpu_reset",
+        63: "gpu_reset",
+        64: "gpu_reset",
+        74: "nvlink_fabric",
+        79: "node_reboot",
+        92: "informational",
+        94: "application",
+        95: "gpu_reset",
+        119: "gpu_reset",
+        120: "gpu_reset",
+        144: "nvlink_fabric",
+        150: "nvlink_fabric",
+    }
     assert {code: CATALOGUE[code].severity for code in expected} == expected
 
 
@@ -106,11 +129,20 @@ def test_unknown_and_unused_codes_read_as_unknown() -> None:
         assert lookup(code).severity == "unknown"
 
 
-@pytest.mark.parametrize("action, severity", [("None", "informational"), ("GPU Reset", "gpu_reset"),
-                                              ("Node Reboot", "node_reboot"), ("Drain P2P", "nvlink_fabric"),
-                                              ("Drain and Reset", "gpu_reset"), ("Something New", "informational")])
+@pytest.mark.parametrize(
+    "action, severity",
+    [
+        ("None", "informational"),
+        ("GPU Reset", "gpu_reset"),
+        ("Node Reboot", "node_reboot"),
+        ("Drain P2P", "nvlink_fabric"),
+        ("Drain and Reset", "gpu_reset"),
+        ("Something New", "informational"),
+    ],
+)
 def test_xid_154_takes_its_severity_from_the_recovery_action(action: str, severity: str) -> None:
     event = KernelLogParser().feed(
-        f"NVRM: Xid (PCI:0011:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 ({action})")
+        f"NVRM: Xid (PCI:0011:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 ({action})"
+    )
     assert (event.recovery_action, event.severity) == (action, severity)
     assert event.action.startswith(f"The driver now requires: {action}.")

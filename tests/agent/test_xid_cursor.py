@@ -33,11 +33,18 @@ def kmsg_record(seq: int, code: int, bus: str = "3b") -> str:
 class Run:
     """One start of the watcher with a cursor, as the sampler wires them."""
 
-    def __init__(self, state: Path, source: Path, follow_file: bool, boot_id: str | None = BOOT,
-                 ring: KernelRing | None = None) -> None:
+    def __init__(
+        self, state: Path, source: Path, follow_file: bool, boot_id: str | None = BOOT, ring: KernelRing | None = None
+    ) -> None:
         self.store = XidStore()
-        self.cursor = XidCursor(str(state), "syslog(2)" if ring else str(source), follow_file, boot_id,
-                                snapshot=lambda: self.store.view()[1:], min_interval=0.0)
+        self.cursor = XidCursor(
+            str(state),
+            "syslog(2)" if ring else str(source),
+            follow_file,
+            boot_id,
+            snapshot=lambda: self.store.view()[1:],
+            min_interval=0.0,
+        )
         restored = self.cursor.load(wait_seconds=0.2)
         self.why = restored.why
         self.taken_over = {code: n for (_, code, _), n in restored.counts.items()}
@@ -86,8 +93,11 @@ def syslog_line(stamp: str, code: int, bus: str = "3b") -> bytes:
 
 def test_syslog_restart_in_the_same_boot_skips_lines_up_to_the_saved_timestamp(tmp_path: Path) -> None:
     """syslog(2) lines have no sequence number: their timestamp, and how many before had the same."""
-    buffer = bytearray(syslog_line(" 8123.004512", 48) + syslog_line(" 8123.004512", 79, "86")
-                       + b"<6>[ 8124.000001] usb 1-4: new high-speed USB device\n")
+    buffer = bytearray(
+        syslog_line(" 8123.004512", 48)
+        + syslog_line(" 8123.004512", 79, "86")
+        + b"<6>[ 8124.000001] usb 1-4: new high-speed USB device\n"
+    )
 
     def ring() -> KernelRing:
         return KernelRing(read_all=lambda n: bytes(buffer[-n:]), buffer_bytes=1 << 16)
@@ -170,13 +180,18 @@ def test_the_state_file_is_plain_and_holds_nothing_secret(tmp_path: Path) -> Non
     assert "python" not in path.read_text()  # no process names, messages or raw lines
 
 
-@pytest.mark.parametrize("content, why", [
-    ("{not json", "state unreadable"),
-    ("[]", "state has the wrong shape"),
-    (json.dumps({"version": 1, "source": "SOURCE", "counts": 3}), "state has the wrong shape"),
-    (json.dumps({"version": 1, "source": "/var/log/other.log", "counts": []}),
-     "state was for '/var/log/other.log', not 'SOURCE'"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("{not json", "state unreadable"),
+        ("[]", "state has the wrong shape"),
+        (json.dumps({"version": 1, "source": "SOURCE", "counts": 3}), "state has the wrong shape"),
+        (
+            json.dumps({"version": 1, "source": "/var/log/other.log", "counts": []}),
+            "state was for '/var/log/other.log', not 'SOURCE'",
+        ),
+    ],
+)
 def test_a_broken_or_foreign_state_file_means_counting_afresh(tmp_path: Path, content: str, why: str) -> None:
     log = tmp_path / "kern.log"
     log.write_text(xid_line(48))
@@ -189,8 +204,9 @@ def test_a_broken_or_foreign_state_file_means_counting_afresh(tmp_path: Path, co
     assert json.loads((tmp_path / "state" / STATE_FILE).read_text())["counts"] == [["0000:3b:00", 48, "gpu_reset", 1]]
 
 
-def test_a_second_agent_on_the_node_keeps_no_state_and_says_so_once(tmp_path: Path,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_a_second_agent_on_the_node_keeps_no_state_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     log = tmp_path / "kern.log"
     log.write_text(xid_line(48))
     first = Run(tmp_path / "state", log, follow_file=True)
@@ -200,7 +216,8 @@ def test_a_second_agent_on_the_node_keeps_no_state_and_says_so_once(tmp_path: Pa
         assert not second.cursor.enabled
         assert [r.getMessage() for r in caplog.records if "XID state" in r.getMessage()] == [
             f"XID state: another agent holds {tmp_path / 'state' / STATE_FILE}; a restart of this agent counts the "
-            f"kernel log's XIDs again (reported once)"]
+            f"kernel log's XIDs again (reported once)"
+        ]
         wait_for(lambda: second.counts() == {48: 1} and first.counts() == {48: 1}, what="both count")
     finally:
         second.stop()

@@ -42,7 +42,8 @@ def test_follows_a_file_as_it_grows(tmp_path: Path) -> None:
     finally:
         watcher.stop()
     assert [(e.xid, e.pci_bus, e.gpu_uuid) for e in events(store)] == [
-        (x["xid"], x["pci_bus"], x["gpu_uuid"]) for x in EXPECTED]
+        (x["xid"], x["pci_bus"], x["gpu_uuid"]) for x in EXPECTED
+    ]
 
 
 def test_reopens_a_rotated_or_truncated_file(tmp_path: Path) -> None:
@@ -66,9 +67,11 @@ def test_reopens_a_rotated_or_truncated_file(tmp_path: Path) -> None:
 def test_reads_kmsg_records_and_dates_them(tmp_path: Path) -> None:
     # a regular file holding /dev/kmsg records stands in for the device (same record format)
     kmsg = tmp_path / "kmsg"
-    kmsg.write_text("6,1,100,-;usb 1-4: new device\n"
-                    "3,2,5000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
-                    " SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n")
+    kmsg.write_text(
+        "6,1,100,-;usb 1-4: new device\n"
+        "3,2,5000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+        " SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n"
+    )
     watcher, store = watch(kmsg=str(kmsg), boot_time=1000.0)
     assert watcher.start()
     try:
@@ -78,8 +81,9 @@ def test_reads_kmsg_records_and_dates_them(tmp_path: Path) -> None:
     assert (event.xid, event.time_unix, len(events(store))) == (79, 1005.0, 1)
 
 
-def test_an_unreadable_kernel_log_is_survived_and_reported_once(unreadable_path: Path,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unreadable_kernel_log_is_survived_and_reported_once(
+    unreadable_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     watcher, _ = watch(kmsg=str(unreadable_path))
     with caplog.at_level(logging.WARNING):
         assert watcher.start() is False

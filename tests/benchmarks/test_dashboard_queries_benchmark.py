@@ -16,8 +16,10 @@ import pytest
 from benchmarks.simulated_cluster import Cluster, series_total, write_span
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dashboard_queries.py"
-pytestmark = pytest.mark.skipif(shutil.which("promtool") is None or shutil.which("prometheus") is None,
-                                reason="apt-get install prometheus (CI installs it)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("promtool") is None or shutil.which("prometheus") is None,
+    reason="apt-get install prometheus (CI installs it)",
+)
 
 
 def test_the_simulated_cluster_is_what_the_estimate_says_and_promtool_reads_it(tmp_path: Path) -> None:
@@ -26,8 +28,12 @@ def test_the_simulated_cluster_is_what_the_estimate_says_and_promtool_reads_it(t
     samples = write_span(cluster, out, 0, 600)
     text = out.getvalue()
     (tmp_path / "in.om").write_text(text)
-    done = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "in.om"),
-                           str(tmp_path / "tsdb")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "in.om"), str(tmp_path / "tsdb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     row = done.stdout.strip().splitlines()[-1].split()  # ULID, min, max, duration, samples, chunks, series, size
     assert int(row[4]) == samples == 40 * series_total(cluster)
@@ -37,9 +43,28 @@ def test_the_simulated_cluster_is_what_the_estimate_says_and_promtool_reads_it(t
 
 def test_a_tiny_run_times_every_panel_and_rule(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "result.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--nodes", "1", "--hours", "0.25", "--cores", "4",
-                           "--repeat", "1", "--out", str(out), "--workdir", str(tmp_path / "work")],
-                          capture_output=True, text=True, env=subprocess_env, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--nodes",
+            "1",
+            "--hours",
+            "0.25",
+            "--cores",
+            "4",
+            "--repeat",
+            "1",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
     kinds = {r["kind"] for r in report["results"]}

@@ -28,14 +28,17 @@ SCRIPT = Path(g.__file__)
 #: What ``nvidia-smi --query-gpu=<g.SMI_FIELDS> --format=csv,noheader,nounits`` prints for the stand-in's
 #: GPU 0 with its defaults (fake_nvml.c: 80 GiB, 10 GiB used, 512 MiB reserved, 75 % / 30 %, 45 °C,
 #: 350 W of 700 W, 1980 / 2619 MHz, fan 40 %, ECC 2 / 0, clock event reason 0x4 = SW power cap).
-STANDIN_SMI = ("GPU-fa4e0000-0000-4000-8000-000000000000, Fake H100 80GB HBM3 (test stand-in), 00000000:10:00.0, "
-               "550.54.15-fake, 81920, 10240, 512, 75, 30, 0, 5, 45, 350.12, 700.00, 1980, 2619, 40, 2, 0, Disabled, "
-               "Not Active, Not Active, Active, Not Active, Not Active, Not Active, Not Active, Not Active, Not Active\n")
+STANDIN_SMI = (
+    "GPU-fa4e0000-0000-4000-8000-000000000000, Fake H100 80GB HBM3 (test stand-in), 00000000:10:00.0, "
+    "550.54.15-fake, 81920, 10240, 512, 75, 30, 0, 5, 45, 350.12, 700.00, 1980, 2619, 40, 2, 0, Disabled, "
+    "Not Active, Not Active, Active, Not Active, Not Active, Not Active, Not Active, Not Active, Not Active\n"
+)
 
 
 def test_without_cuda_it_refuses_in_one_line(subprocess_env) -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=subprocess_env,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, env=subprocess_env, timeout=120
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
     assert line.startswith("error: gpu_check: torch ") and "CPU-only build" in line and "Traceback" not in line
@@ -48,15 +51,37 @@ def test_the_docstring_says_it_has_not_run_on_a_gpu() -> None:
 
 
 def test_nvidia_smi_cells_parse_as_nvidia_smi_writes_them() -> None:
-    fields = ["name", "fan.speed", "power.draw", "mig.mode.current", "clocks_throttle_reasons.sw_power_cap",
-              "utilization.encoder"]
-    rows = g.parse_smi_csv("NVIDIA H100 80GB HBM3, [N/A], 72.45, [N/A], Not Active, [Not Supported]\n"
-                           "NVIDIA H200, 30, 650.00, Enabled, Active, 0\n\n", fields)
+    fields = [
+        "name",
+        "fan.speed",
+        "power.draw",
+        "mig.mode.current",
+        "clocks_throttle_reasons.sw_power_cap",
+        "utilization.encoder",
+    ]
+    rows = g.parse_smi_csv(
+        "NVIDIA H100 80GB HBM3, [N/A], 72.45, [N/A], Not Active, [Not Supported]\n"
+        "NVIDIA H200, 30, 650.00, Enabled, Active, 0\n\n",
+        fields,
+    )
     assert rows == [
-        {"name": "NVIDIA H100 80GB HBM3", "fan.speed": None, "power.draw": 72.45, "mig.mode.current": None,
-         "clocks_throttle_reasons.sw_power_cap": 0.0, "utilization.encoder": None},
-        {"name": "NVIDIA H200", "fan.speed": 30.0, "power.draw": 650.0, "mig.mode.current": 1.0,
-         "clocks_throttle_reasons.sw_power_cap": 1.0, "utilization.encoder": 0.0}]
+        {
+            "name": "NVIDIA H100 80GB HBM3",
+            "fan.speed": None,
+            "power.draw": 72.45,
+            "mig.mode.current": None,
+            "clocks_throttle_reasons.sw_power_cap": 0.0,
+            "utilization.encoder": None,
+        },
+        {
+            "name": "NVIDIA H200",
+            "fan.speed": 30.0,
+            "power.draw": 650.0,
+            "mig.mode.current": 1.0,
+            "clocks_throttle_reasons.sw_power_cap": 1.0,
+            "utilization.encoder": 0.0,
+        },
+    ]
     with pytest.raises(g.CheckError, match="line 1 has 2 columns for 6 fields"):
         g.parse_smi_csv("a, b\n", fields)
 
@@ -69,13 +94,18 @@ def standin_agent(native, tmp_path: Path, subprocess_env):
     fake = FakeNvml(native.fake_nvml, tmp_path / "nvml.conf")
     fake.set("gpus 1")
     port = free_port()
-    agent = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--port", str(port), "--interval", "0.5"],
-                             env=fake.env(subprocess_env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "observe.cli", "agent", "--port", str(port), "--interval", "0.5"],
+        env=fake.env(subprocess_env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         g.wait_for(f"http://127.0.0.1:{port}/healthz", 60)
         deadline = time.monotonic() + 30
-        while "fsdp_gpu_ecc_errors_total{" not in (text := httpx.get(f"http://127.0.0.1:{port}/metrics",
-                                                                      timeout=10).text):
+        while "fsdp_gpu_ecc_errors_total{" not in (
+            text := httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        ):
             assert time.monotonic() < deadline, "the agent exported no GPU reading"
             time.sleep(0.2)
         yield text
@@ -125,5 +155,6 @@ def test_device_memory_plausibility() -> None:
     gib = 2**30
     assert g.memory_plausible(20 * gib, 24 * gib, 30 * gib, 80 * gib, 1.24e9) == []
     assert g.memory_plausible(25 * gib, 24 * gib, 30 * gib, 80 * gib, 1.24e9) == [
-        f"allocated {25 * gib:.3g} B is not in (0, reserved {24 * gib:.3g} B]"]
+        f"allocated {25 * gib:.3g} B is not in (0, reserved {24 * gib:.3g} B]"
+    ]
     assert "below 0.8 x 16 B" in g.memory_plausible(1 * gib, 2 * gib, 2 * gib, 80 * gib, 1.24e9)[0]

@@ -13,10 +13,11 @@ LOG_STEPS = {0, 4, 9, 14, 19}  # steps 1, 5, 10, 15, 20 of 20 with a log window 
 
 
 def test_the_probe_counts_reads_on_log_steps_only(subprocess_env) -> None:
-    code = (f"import sys, json; sys.path[:0] = [{str(SCRIPT.parent)!r}, {str(SCRIPT.parents[1])!r}]; "
-            "import own_loop_overhead as b; print(json.dumps(b.probe_reads()))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env,
-                          timeout=300)
+    code = (
+        f"import sys, json; sys.path[:0] = [{str(SCRIPT.parent)!r}, {str(SCRIPT.parents[1])!r}]; "
+        "import own_loop_overhead as b; print(json.dumps(b.probe_reads()))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     reads = json.loads(proc.stdout.strip().splitlines()[-1])
     for path in ("api", "auto"):
@@ -26,8 +27,13 @@ def test_the_probe_counts_reads_on_log_steps_only(subprocess_env) -> None:
 
 def test_a_tiny_run_writes_the_table_and_json(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "own.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--pairs", "1", "--steps", "12", "--workloads", "loop",
-                           "--out", str(out)], capture_output=True, text=True, env=subprocess_env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--pairs", "1", "--steps", "12", "--workloads", "loop", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     loop = report["workloads"]["loop"]

@@ -14,8 +14,13 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "redaction_false_p
 
 def test_false_positive_rates_stay_low_and_random_tokens_are_caught(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "fp.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--samples", "300", "--out", str(out)], capture_output=True,
-                          text=True, env=subprocess_env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--samples", "300", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     fp = {c["corpus"]: c for c in report["false_positives"]}

@@ -19,12 +19,19 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "strategies.py"
 
 def test_quick_mode_runs_and_writes_json(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "strategies.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out)], capture_output=True, text=True,
-                          env=subprocess_env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     assert [(r["strategy"], r["activation_checkpointing"]) for r in report["rows"]] == [
-        ("FULL_SHARD", "none"), ("FULL_SHARD", "full")]
+        ("FULL_SHARD", "none"),
+        ("FULL_SHARD", "full"),
+    ]
     for row in report["rows"]:
         assert len(row["peak_rss_bytes_per_rank"]) == 2 and min(row["peak_rss_bytes_per_rank"]) > 0
         assert row["step_seconds_median"] > 0 and row["mfu"] is None and row["device_peak_bytes_per_rank"] is None
@@ -32,11 +39,16 @@ def test_quick_mode_runs_and_writes_json(tmp_path: Path, subprocess_env) -> None
 
 
 def test_cuda_mode_commands_validate_without_a_gpu(subprocess_env) -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--cuda", "--dry-run"], capture_output=True, text=True,
-                          env=subprocess_env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cuda", "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     commands = [line.split() for line in proc.stdout.splitlines() if "torch.distributed.run" in line]
     assert len(commands) == 8 and all("--nproc-per-node=8" in c for c in commands)
-    configs = [TrainConfig.from_argv(c[c.index("--no-python") + 2:]) for c in commands]
+    configs = [TrainConfig.from_argv(c[c.index("--no-python") + 2 :]) for c in commands]
     assert all(c.model.preset == "llama3.2-1b" and c.parallel.mixed_precision == "bf16" for c in configs)
     assert sum(c.parallel.replicate_degree == 2 for c in configs) == 2  # HYBRID_SHARD as 2 x 4

@@ -35,8 +35,12 @@ def templates(obj: object) -> list[str]:
 def render(template: str, tmp_path: Path) -> subprocess.CompletedProcess:
     glob = tmp_path / "t.tmpl"
     glob.write_text('{{ define "t" }}' + template + "{{ end }}")
-    return subprocess.run([AMTOOL, "template", "render", f"--template.glob={glob}", '--template.text={{ template "t" . }}'],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [AMTOOL, "template", "render", f"--template.glob={glob}", '--template.text={{ template "t" . }}'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_receivers_example_merges_and_amtool_accepts_it(tmp_path: Path) -> None:
@@ -66,11 +70,20 @@ def test_the_kube_prometheus_stack_example_builds_and_fits_the_crd(tmp_path: Pat
     validate_against(resource, schema)
     assert unknown_fields(resource, schema) == []
     generated = alertmanager.crd_spec(Settings())
-    assert resource["spec"]["route"] == generated["route"] and resource["spec"]["inhibitRules"] == generated[
-        "inhibitRules"]  # the patch touched only the receivers
+    assert (
+        resource["spec"]["route"] == generated["route"]
+        and resource["spec"]["inhibitRules"] == generated["inhibitRules"]
+    )  # the patch touched only the receivers
     assert [r["name"] for r in resource["spec"]["receivers"]] == [r["name"] for r in generated["receivers"]]
-    refs = [ref for r in resource["spec"]["receivers"] for configs in r.values() if isinstance(configs, list)
-            for c in configs for ref in (c.get("apiURL"), c.get("routingKey"), c.get("urlSecret")) if ref]
+    refs = [
+        ref
+        for r in resource["spec"]["receivers"]
+        for configs in r.values()
+        if isinstance(configs, list)
+        for c in configs
+        for ref in (c.get("apiURL"), c.get("routingKey"), c.get("urlSecret"))
+        if ref
+    ]
     assert len(refs) == 3 and {ref["name"] for ref in refs} == {"fsdp-observe-alerting"}  # Secret references
     for template in templates(resource["spec"]["receivers"]):
         done = render(template, tmp_path)

@@ -25,17 +25,28 @@ from observe.monitoring.settings import Settings
 from tests.support.crd_yaml import load as load_crd
 
 AMTOOL = shutil.which("amtool")
-pytestmark = pytest.mark.skipif(AMTOOL is None, reason="amtool is missing: apt-get install prometheus-alertmanager "
-                                                       "(CI installs it)")
+pytestmark = pytest.mark.skipif(
+    AMTOOL is None, reason="amtool is missing: apt-get install prometheus-alertmanager (CI installs it)"
+)
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "tests" / "schemas" / "monitoring.coreos.com_alertmanagerconfigs.yaml"
 #: One receiver per class, so every route is told apart.
-DISTINCT = Settings(receiver_node_reboot="reboot-pager", receiver_gpu_reset="reset-pager",
-                    receiver_nvlink_fabric="fabric-pager", receiver_application="app-tickets",
-                    receiver_unknown="catalogue-tickets", receiver_training="ml-oncall", receiver_default="sink")
-CLASS_ALERTS = {"node_reboot": "FsdpGpuXidNodeReboot", "gpu_reset": "FsdpGpuXidGpuReset",
-                "nvlink_fabric": "FsdpGpuXidNvlinkFabric", "application": "FsdpGpuXidApplicationBurst",
-                "unknown": "FsdpGpuXidUnknown"}
+DISTINCT = Settings(
+    receiver_node_reboot="reboot-pager",
+    receiver_gpu_reset="reset-pager",
+    receiver_nvlink_fabric="fabric-pager",
+    receiver_application="app-tickets",
+    receiver_unknown="catalogue-tickets",
+    receiver_training="ml-oncall",
+    receiver_default="sink",
+)
+CLASS_ALERTS = {
+    "node_reboot": "FsdpGpuXidNodeReboot",
+    "gpu_reset": "FsdpGpuXidGpuReset",
+    "nvlink_fabric": "FsdpGpuXidNvlinkFabric",
+    "application": "FsdpGpuXidApplicationBurst",
+    "unknown": "FsdpGpuXidUnknown",
+}
 
 
 def amtool(*args: str) -> subprocess.CompletedProcess:
@@ -113,25 +124,46 @@ def test_grouping_and_intervals_come_from_the_settings() -> None:
 def test_inhibitions() -> None:
     inhibit = alertmanager.config()["inhibit_rules"]
     assert inhibit == [
-        {"source_matchers": ['xid_class="node_reboot"'], "target_matchers": ['xid_class=~"gpu_reset|application"'],
-         "equal": ["node"]},
-        {"source_matchers": ['alertname="FsdpGpuLost"'], "target_matchers": ['xid_class=~".+"'],
-         "equal": ["node", "gpu_uuid"]},
-        {"source_matchers": ['alertname="FsdpGpuLost"'], "target_matchers": ['alertname="FsdpGpuReadingStale"'],
-         "equal": ["node", "gpu_uuid"]},
+        {
+            "source_matchers": ['xid_class="node_reboot"'],
+            "target_matchers": ['xid_class=~"gpu_reset|application"'],
+            "equal": ["node"],
+        },
+        {
+            "source_matchers": ['alertname="FsdpGpuLost"'],
+            "target_matchers": ['xid_class=~".+"'],
+            "equal": ["node", "gpu_uuid"],
+        },
+        {
+            "source_matchers": ['alertname="FsdpGpuLost"'],
+            "target_matchers": ['alertname="FsdpGpuReadingStale"'],
+            "equal": ["node", "gpu_uuid"],
+        },
     ]
 
 
 # --- receivers --------------------------------------------------------------------------------
 
 RECEIVERS = [
-    {"name": "fsdp-observe-gpu-page", "pagerduty_configs": [
-        {"routing_key_file": "/etc/alertmanager/secrets/pagerduty-routing-key", "severity": "critical"}]},
-    {"name": "fsdp-observe-gpu-ticket", "slack_configs": [
-        {"api_url_file": "/etc/alertmanager/secrets/slack-webhook-url", "channel": "#gpu-health"}]},
-    {"name": "fsdp-observe-training", "webhook_configs": [
-        {"url": "http://alert-bridge.monitoring.svc:8080/alerts",
-         "http_config": {"authorization": {"credentials_file": "/etc/alertmanager/secrets/bridge-token"}}}]},
+    {
+        "name": "fsdp-observe-gpu-page",
+        "pagerduty_configs": [
+            {"routing_key_file": "/etc/alertmanager/secrets/pagerduty-routing-key", "severity": "critical"}
+        ],
+    },
+    {
+        "name": "fsdp-observe-gpu-ticket",
+        "slack_configs": [{"api_url_file": "/etc/alertmanager/secrets/slack-webhook-url", "channel": "#gpu-health"}],
+    },
+    {
+        "name": "fsdp-observe-training",
+        "webhook_configs": [
+            {
+                "url": "http://alert-bridge.monitoring.svc:8080/alerts",
+                "http_config": {"authorization": {"credentials_file": "/etc/alertmanager/secrets/bridge-token"}},
+            }
+        ],
+    },
 ]
 
 
@@ -144,17 +176,31 @@ def test_receivers_merge_by_name_and_amtool_accepts_the_result(tmp_path: Path) -
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("receivers, message", [
-    ([{"name": "fsdp-observe-gpu-pager"}],
-     "--receivers: fsdp-observe-gpu-pager: no route sends to this receiver; did you mean fsdp-observe-gpu-page?"),
-    ([{"name": "fsdp-observe-gpu-ticket", "slack_configs": [{"api_url": "https://hooks.slack.com/services/T/B/x"}]}],
-     "--receivers: fsdp-observe-gpu-ticket: api_url: a secret written into the configuration; put it in a file "
-     "readable by Alertmanager and use api_url_file"),
-    ([{"name": "fsdp-observe-gpu-page", "pagerduty_configs": [{"routing_key": "R0UT1NGK3Y"}]}],
-     "--receivers: fsdp-observe-gpu-page: routing_key: a secret written into the configuration; put it in a file "
-     "readable by Alertmanager and use routing_key_file"),
-    ({"fsdp-observe-gpu-page": {}}, "--receivers: expected a list of receivers, each a mapping with a name"),
-])
+@pytest.mark.parametrize(
+    "receivers, message",
+    [
+        (
+            [{"name": "fsdp-observe-gpu-pager"}],
+            "--receivers: fsdp-observe-gpu-pager: no route sends to this receiver; did you mean fsdp-observe-gpu-page?",
+        ),
+        (
+            [
+                {
+                    "name": "fsdp-observe-gpu-ticket",
+                    "slack_configs": [{"api_url": "https://hooks.slack.com/services/T/B/x"}],
+                }
+            ],
+            "--receivers: fsdp-observe-gpu-ticket: api_url: a secret written into the configuration; put it in a file "
+            "readable by Alertmanager and use api_url_file",
+        ),
+        (
+            [{"name": "fsdp-observe-gpu-page", "pagerduty_configs": [{"routing_key": "R0UT1NGK3Y"}]}],
+            "--receivers: fsdp-observe-gpu-page: routing_key: a secret written into the configuration; put it in a file "
+            "readable by Alertmanager and use routing_key_file",
+        ),
+        ({"fsdp-observe-gpu-page": {}}, "--receivers: expected a list of receivers, each a mapping with a name"),
+    ],
+)
 def test_bad_receivers_are_one_user_error(receivers: Any, message: str) -> None:
     with pytest.raises(UserError) as err:
         alertmanager.with_receivers(alertmanager.config(), receivers)
@@ -171,17 +217,28 @@ def test_the_cli_writes_the_merged_file_and_refuses_an_inline_secret(tmp_path: P
     written = yaml.safe_load((out / alertmanager.CONFIG_FILE).read_text())
     assert written["receivers"] == alertmanager.with_receivers(alertmanager.config(), RECEIVERS)["receivers"]
     assert amtool("check-config", str(out / alertmanager.CONFIG_FILE)).returncode == 0
-    receivers.write_text(yaml.safe_dump([{"name": "fsdp-observe-training", "webhook_configs": [
-        {"url": "http://x", "http_config": {"bearer_token": "s3cr3t"}}]}]))
+    receivers.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "fsdp-observe-training",
+                    "webhook_configs": [{"url": "http://x", "http_config": {"bearer_token": "s3cr3t"}}],
+                }
+            ]
+        )
+    )
     before = (out / alertmanager.CONFIG_FILE).read_text()
     bad = subprocess.run([*cmd, "--receivers", str(receivers)], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr == ("error: --receivers: fsdp-observe-training: bearer_token: a secret written into the "
-                          "configuration; put it in a file readable by Alertmanager and use bearer_token_file\n")
+    assert bad.stderr == (
+        "error: --receivers: fsdp-observe-training: bearer_token: a secret written into the "
+        "configuration; put it in a file readable by Alertmanager and use bearer_token_file\n"
+    )
     assert (out / alertmanager.CONFIG_FILE).read_text() == before  # nothing written
 
 
 # --- the AlertmanagerConfig ------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def crd_schema() -> dict:
@@ -231,16 +288,21 @@ def operator_translation(resource: dict, namespace: str = "fsdp-observe", on_nam
     (``pkg/alertmanager/amcfg.go``): receivers prefixed ``<namespace>/<name>/``, its top route a
     continued child of a ``null`` root, and a ``namespace`` matcher under OnNamespace."""
     prefix = f"{namespace}/{resource['metadata']['name']}/"
-    keys = {"groupBy": "group_by", "groupWait": "group_wait", "groupInterval": "group_interval",
-            "repeatInterval": "repeat_interval"}
+    keys = {
+        "groupBy": "group_by",
+        "groupWait": "group_wait",
+        "groupInterval": "group_interval",
+        "repeatInterval": "repeat_interval",
+    }
 
     def matchers(items: list[dict]) -> list[str]:
         return [f'{m["name"]}{m.get("matchType", "=")}"{m["value"]}"' for m in items]
 
     def route(r: dict, top: bool = False) -> dict:
         out: dict[str, Any] = {"receiver": prefix + r["receiver"]}
-        out["matchers"] = matchers(r.get("matchers", [])) + ([f'namespace="{namespace}"'] if top and on_namespace
-                                                             else [])
+        out["matchers"] = matchers(r.get("matchers", [])) + (
+            [f'namespace="{namespace}"'] if top and on_namespace else []
+        )
         out.update({keys[k]: v for k, v in r.items() if k in keys})
         if top:
             out["continue"] = True
@@ -252,9 +314,14 @@ def operator_translation(resource: dict, namespace: str = "fsdp-observe", on_nam
     scope = [f'namespace="{namespace}"'] if on_namespace else []
     return {
         "route": {"receiver": "null", "routes": [route(spec["route"], top=True)]},
-        "inhibit_rules": [{"source_matchers": matchers(i["sourceMatch"]) + scope,
-                           "target_matchers": matchers(i["targetMatch"]) + scope, "equal": i["equal"]}
-                          for i in spec["inhibitRules"]],
+        "inhibit_rules": [
+            {
+                "source_matchers": matchers(i["sourceMatch"]) + scope,
+                "target_matchers": matchers(i["targetMatch"]) + scope,
+                "equal": i["equal"],
+            }
+            for i in spec["inhibitRules"]
+        ],
         "receivers": [{"name": "null"}, *({"name": prefix + r["name"]} for r in spec["receivers"])],
     }
 

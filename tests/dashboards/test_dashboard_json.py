@@ -24,8 +24,14 @@ BOARDS = dashboards()
 PANEL_TYPES = {"row", "timeseries", "heatmap", "table", "stat", "state-timeline"}
 BUILTINS = {"__rate_interval", "__range", "__interval"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-WALKTHROUGH = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_SM_CLOCK",
-               "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
+WALKTHROUGH = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
 
 
 def panels(board: dict) -> list[dict]:
@@ -46,8 +52,12 @@ def known_names() -> set[str]:
 
 
 def metric_names(expr: str) -> set[str]:
-    return set(re.findall(r"\b(fsdp_[a-z0-9_]+|DCGM_[A-Z0-9_]+|node_(?:cpu|network|disk|uname|memory|load)[a-z0-9_]*|[a-z_]+:[a-z0-9_]+:[a-z0-9_]+)\b",
-                          expr))
+    return set(
+        re.findall(
+            r"\b(fsdp_[a-z0-9_]+|DCGM_[A-Z0-9_]+|node_(?:cpu|network|disk|uname|memory|load)[a-z0-9_]*|[a-z_]+:[a-z0-9_]+:[a-z0-9_]+)\b",
+            expr,
+        )
+    )
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
@@ -81,6 +91,7 @@ def test_no_datasource_uid_is_hard_coded() -> None:
         elif isinstance(value, list):
             for i, item in enumerate(value):
                 walk(item, f"{where}[{i}]")
+
     for name, board in BOARDS.items():
         walk(board, name)
         (ds,) = [v for v in board["templating"]["list"] if v["type"] == "datasource"]
@@ -116,6 +127,7 @@ def test_every_variable_used_is_defined_and_every_metric_is_known(name: str) -> 
 def test_the_variables_each_dashboard_offers() -> None:
     def names(board: dict) -> list[str]:
         return [v["name"] for v in board["templating"]["list"]]
+
     assert names(BOARDS["training-run.json"]) == ["datasource", "namespace", "run_id", "node"]
     assert names(BOARDS["gpu-health.json"]) == ["datasource", "node", "gpu"]
     assert names(BOARDS["nodes.json"]) == ["datasource", "node", "core_node"]
@@ -157,15 +169,22 @@ def test_the_gpu_health_dashboard_charts_what_stock_dcgm_exporters_export() -> N
     for title in ("Lost GPUs", "Clock throttle reasons"):
         assert panel("gpu-health.json", title)["type"] == "state-timeline"
     processes = panel("gpu-health.json", "GPU processes (the 10 largest)")
-    assert {"fsdp_gpu_process_memory_bytes", "fsdp_gpu_process_sm_utilization_ratio", "fsdp_node_process_info"} <= \
-        set().union(*(metric_names(t["expr"]) for t in processes["targets"]))
+    assert {
+        "fsdp_gpu_process_memory_bytes",
+        "fsdp_gpu_process_sm_utilization_ratio",
+        "fsdp_node_process_info",
+    } <= set().union(*(metric_names(t["expr"]) for t in processes["targets"]))
     (table,) = [p for p in panels(board) if p["title"] == "XID errors by GPU and code (agent)"]
-    mappings = {o["matcher"]["options"]: o["properties"][0]["value"] for o in table["fieldConfig"]["overrides"]
-                if o["properties"][0]["id"] == "mappings"}
+    mappings = {
+        o["matcher"]["options"]: o["properties"][0]["value"]
+        for o in table["fieldConfig"]["overrides"]
+        if o["properties"][0]["id"] == "mappings"
+    }
     for column, attribute in ((XID_MEANING, "name"), (XID_ACTION, "action")):
         by_code, fallback = mappings[column]
         assert {int(k): v["text"] for k, v in by_code["options"].items()} == {
-            code: getattr(info, attribute) for code, info in xid.CATALOGUE.items()}
+            code: getattr(info, attribute) for code, info in xid.CATALOGUE.items()
+        }
         assert fallback["type"] == "regex"
         assert fallback["options"]["result"]["text"] == getattr(xid.lookup(-1), attribute)
     last = panel("gpu-health.json", "Last XID per GPU (dcgm-exporter, sticky)")["targets"][0]["expr"]
@@ -178,18 +197,41 @@ def test_the_nodes_dashboard_is_useful_before_the_agent_is_deployed() -> None:
         assert name in text, name
     busiest = panel("nodes.json", "Busiest processes (the 10 of all selected nodes)")
     (organize,) = [t for t in busiest["transformations"] if t["id"] == "organize"]
-    assert list(organize["options"]["includeByName"]) == ["node", "pid", "user", "name", "command", "Value #A",
-                                                          "Value #B"]  # no target labels as columns
+    assert list(organize["options"]["includeByName"]) == [
+        "node",
+        "pid",
+        "user",
+        "name",
+        "command",
+        "Value #A",
+        "Value #B",
+    ]  # no target labels as columns
 
 
 def test_the_training_dashboard_has_every_asked_for_panel() -> None:
     titles = {p["title"] for p in panels(BOARDS["training-run.json"])}
-    assert {"Loss", "Global tokens/s", "Tokens/s: the 10 slowest ranks and the median", "Step-time distribution (all ranks)",
-            "Mean step time of the 10 slowest ranks, by rank", "Worst 10 ranks", "Step time vs the run's median rank",
-            "Data-wait share: the 10 highest ranks", "Device memory across ranks",
-            "Allocation retries: the 10 ranks retrying most", "Gradient norm", "Learning rate", "Restarts",
-            "Checkpoints", "Wall time by phase", "Phase of each run", "Goodput", "Scaling efficiency",
-            "SM clock of the run's GPUs", "XIDs on the run's GPUs"} <= titles
+    assert {
+        "Loss",
+        "Global tokens/s",
+        "Tokens/s: the 10 slowest ranks and the median",
+        "Step-time distribution (all ranks)",
+        "Mean step time of the 10 slowest ranks, by rank",
+        "Worst 10 ranks",
+        "Step time vs the run's median rank",
+        "Data-wait share: the 10 highest ranks",
+        "Device memory across ranks",
+        "Allocation retries: the 10 ranks retrying most",
+        "Gradient norm",
+        "Learning rate",
+        "Restarts",
+        "Checkpoints",
+        "Wall time by phase",
+        "Phase of each run",
+        "Goodput",
+        "Scaling efficiency",
+        "SM clock of the run's GPUs",
+        "XIDs on the run's GPUs",
+    } <= titles
     scaling = panel("training-run.json", "Scaling efficiency")
     assert all(t["instant"] and "$__range" in t["expr"] for t in scaling["targets"])
     units = {o["matcher"]["options"]: o["properties"][0]["value"] for o in scaling["fieldConfig"]["overrides"]}
@@ -214,8 +256,10 @@ def test_no_panel_turns_missing_data_into_a_reassuring_value() -> None:
             for t in p["targets"]:
                 assert "vector(0)" not in t["expr"], (name, p["title"])  # a 0 without any source series
     lost = panel("gpu-health.json", "Lost GPUs (agent)")["targets"][0]["expr"]
-    assert lost == "count(fsdp_gpu_lost{node=~\"$node\",gpu=~\"$gpu\"} == 1) or on () " \
-                   "(0 * count(fsdp_gpu_lost{node=~\"$node\",gpu=~\"$gpu\"}))"
+    assert (
+        lost == 'count(fsdp_gpu_lost{node=~"$node",gpu=~"$gpu"} == 1) or on () '
+        '(0 * count(fsdp_gpu_lost{node=~"$node",gpu=~"$gpu"}))'
+    )
 
 
 def test_threshold_lines_sit_inside_the_axis_at_normal_values() -> None:
@@ -232,17 +276,24 @@ def test_threshold_lines_sit_inside_the_axis_at_normal_values() -> None:
 def test_per_rank_and_per_gpu_panels_draw_a_bounded_set_of_series() -> None:
     """At 8,192 ranks a panel drawing every rank freezes the browser: those panels pick the worst
     N over the range once (``@ end()``) or aggregate."""
-    per_series = ("fsdp_train_tokens_per_second", "fsdp_train_mfu_ratio", "rank:fsdp_train_step_seconds:mean5m",
-                  "fsdp_train_window_step_seconds", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-                  "fsdp_gpu_temperature_celsius")
+    per_series = (
+        "fsdp_train_tokens_per_second",
+        "fsdp_train_mfu_ratio",
+        "rank:fsdp_train_step_seconds:mean5m",
+        "fsdp_train_window_step_seconds",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "fsdp_gpu_temperature_celsius",
+    )
     for name, board in BOARDS.items():
         for p in panels(board):
             if p["type"] not in ("timeseries", "heatmap", "state-timeline"):
                 continue
             for t in p["targets"]:
                 if any(m in t["expr"] for m in per_series):
-                    assert "@ end()" in t["expr"] or re.match(r"^(min|max|sum|count|avg|quantile)( by \(|\(| \()",
-                                                               t["expr"]), (name, p["title"], t["expr"])
+                    assert "@ end()" in t["expr"] or re.match(
+                        r"^(min|max|sum|count|avg|quantile)( by \(|\(| \()", t["expr"]
+                    ), (name, p["title"], t["expr"])
 
 
 def test_the_dcgm_dialect_setting_reaches_every_dcgm_query() -> None:
@@ -268,9 +319,15 @@ def test_the_rules_name_only_known_metrics_and_follow_the_recording_rule_convent
                 if "Xid" in rule["alert"]:  # Alertmanager routes XIDs on these
                     assert "xid_class" in rule["labels"] or '"xid_class"' in rule["expr"], rule["alert"]
                     assert all(label in rule["expr"] for label in ("node", "gpu", "gpu_uuid", "pci_bus", "xid"))
-                extra = ({"xid_name", "recommended_action"} if "Xid" in rule["alert"] else
-                         {"recommended_action"} if rule["alert"] in ("FsdpGpuLost", "FsdpGpuReadingStale") else
-                         {"likely_cause"} if rule["alert"] == "FsdpTrainingStalled" else set())
+                extra = (
+                    {"xid_name", "recommended_action"}
+                    if "Xid" in rule["alert"]
+                    else {"recommended_action"}
+                    if rule["alert"] in ("FsdpGpuLost", "FsdpGpuReadingStale")
+                    else {"likely_cause"}
+                    if rule["alert"] == "FsdpTrainingStalled"
+                    else set()
+                )
                 assert set(rule["annotations"]) == {"summary", "description", "runbook_url", *extra}
                 assert rule["annotations"]["runbook_url"].endswith("#" + rule["alert"].lower())
                 text = rule["annotations"]["description"]
@@ -285,8 +342,12 @@ def test_xid_alert_classes_come_from_the_catalogue() -> None:
     assert {48, 79, 74, 95, 119} <= critical and not critical & {13, 31, 43, 45, 92}
     assert critical | set(rules.codes("application", "informational")) == set(xid.CATALOGUE)
     for settings, label in ((Settings(), "err_code"), (Settings(dcgm_xid_count=True), "xid")):
-        (dcgm,) = [r for g in rules.rule_file(settings)["groups"] for r in g["rules"]
-                   if r.get("alert") == "FsdpDcgmXidCritical"]
+        (dcgm,) = [
+            r
+            for g in rules.rule_file(settings)["groups"]
+            for r in g["rules"]
+            if r.get("alert") == "FsdpDcgmXidCritical"
+        ]
         listed = set(map(int, re.search(label + r'=~"([0-9|]+)"', dcgm["expr"]).group(1).split("|")))
         assert listed == critical
     # A stock exporter has no windowed count: by default only the last-XID field is read.

@@ -38,9 +38,14 @@ def test_mig_instances_have_no_gpu_utilisation_and_the_main_branch_says_hostname
     mig = series(f"dcgm-{d.RELEASE}-mig.prom")
     assert {m for m, _ in mig} & d.NOT_FOR_MIG == set()
     assert {labels["GPU_I_ID"] for _, labels in mig} == {"1", "2"}
-    assert all("hostname" in labels and "Hostname" not in labels for _, labels in series("dcgm-main-d5e5f51-hostname.prom"))
+    assert all(
+        "hostname" in labels and "Hostname" not in labels for _, labels in series("dcgm-main-d5e5f51-hostname.prom")
+    )
 
 
 def test_the_windowed_xid_count_only_where_switched_on() -> None:
     counted = [labels for m, labels in series(f"dcgm-{d.RELEASE}-xid-count.prom") if m == d.XID_COUNT]
-    assert {(labels.get("xid"), labels["window_size_in_ms"]) for labels in counted} == {(None, "300000"), ("31", "300000")}
+    assert {(labels.get("xid"), labels["window_size_in_ms"]) for labels in counted} == {
+        (None, "300000"),
+        ("31", "300000"),
+    }

@@ -32,7 +32,9 @@ def test_every_setting_is_documented_with_its_default() -> None:
     for f in dataclasses.fields(Settings):
         assert f.name in rows, f.name
         value = getattr(Settings(), f.name)
-        shown = str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+        shown = (
+            str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+        )
         assert rows[f.name] == shown, f.name
 
 
@@ -53,8 +55,13 @@ def test_every_panel_a_runbook_or_an_alert_names_exists() -> None:
     for settings in variants:
         for board in dashboards(settings).values():
             titles.setdefault(board["title"], set()).update(p["title"] for p in board["panels"])
-    texts = [DOC] + [rule["annotations"]["description"] for settings in variants
-                     for g in rules.rule_file(settings)["groups"] for rule in g["rules"] if "alert" in rule]
+    texts = [DOC] + [
+        rule["annotations"]["description"]
+        for settings in variants
+        for g in rules.rule_file(settings)["groups"]
+        for rule in g["rules"]
+        if "alert" in rule
+    ]
     named = [ref for text in texts for ref in PANEL_REFERENCE.findall(text)]
     assert len(named) >= 10  # the runbooks point into the dashboards
     named = [(board, " ".join(panel.split())) for board, panel in named]  # a reference may wrap

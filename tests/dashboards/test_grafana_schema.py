@@ -35,8 +35,13 @@ from observe.monitoring.settings import Settings  # noqa: E402
 from tests.support.grafana_schema import GRAFANA_VERSION, schema_of  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-PANEL_PLUGINS = {"timeseries": timeseries, "stat": stat, "table": table, "heatmap": heatmap,
-                 "state-timeline": statetimeline}
+PANEL_PLUGINS = {
+    "timeseries": timeseries,
+    "stat": stat,
+    "table": table,
+    "heatmap": heatmap,
+    "state-timeline": statetimeline,
+}
 
 #: (schema, JSON path suffix of an object, key): keys the generated schemas mark required although
 #: Grafana fills them from the panel plugin's defaults when a dashboard leaves them out (as its
@@ -71,8 +76,10 @@ def check(instance: Any, cls: type, where: str) -> list[str]:
         path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         if error.validator == "required":
             missing = error.message.split("'")[1]
-            if any(schema in (name, "*") and path.endswith(suffix) and key == missing
-                   for schema, suffix, key in OVER_REQUIRED):
+            if any(
+                schema in (name, "*") and path.endswith(suffix) and key == missing
+                for schema, suffix, key in OVER_REQUIRED
+            ):
                 continue
         errors.append(f"{where} [{name}] {path}: {error.message}")
     return errors
@@ -109,8 +116,9 @@ def test_the_committed_dashboard_validates_against_grafana_11_6(name: str) -> No
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.parametrize("settings", [Settings(dcgm_hostname_label="hostname", dcgm_xid_count=True, top_n=3)],
-                         ids=["other-settings"])
+@pytest.mark.parametrize(
+    "settings", [Settings(dcgm_hostname_label="hostname", dcgm_xid_count=True, top_n=3)], ids=["other-settings"]
+)
 def test_dashboards_of_other_settings_validate_too(settings: Settings) -> None:
     errors = [e for board in boards.dashboards(settings).values() for e in dashboard_errors(board)]
     assert not errors, "\n".join(errors)

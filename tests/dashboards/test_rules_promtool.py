@@ -21,8 +21,9 @@ from observe.monitoring import rules
 from observe.monitoring.settings import Settings
 
 PROMTOOL = shutil.which("promtool")
-pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing: apt-get install prometheus "
-                                                         "(CI installs it)")
+pytestmark = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool is missing: apt-get install prometheus (CI installs it)"
+)
 S = Settings()
 BOOK = S.runbook_base_url
 
@@ -31,9 +32,11 @@ BOOK = S.runbook_base_url
 NODE = "gpu-node-1"
 AGENT = f'node="{NODE}",instance="{NODE}",job="fsdp-observe-agent",pod="fsdp-observe-agent-x7k2p"'
 GPU_A = {"gpu": "0", "gpu_uuid": "GPU-0000000a", "pci_bus": "0000:3b:00"}
-RANK = ('namespace="training",run_id="llama-ft",local_rank="{r}",rank="{r}",node="gpu-node-1",'
-        'gpu_uuid="GPU-0000000{g}",instance="10.0.7.21:{port}",job="training/fsdp-observe-trainer",'
-        'pod="llama-ft-worker-0"')
+RANK = (
+    'namespace="training",run_id="llama-ft",local_rank="{r}",rank="{r}",node="gpu-node-1",'
+    'gpu_uuid="GPU-0000000{g}",instance="10.0.7.21:{port}",job="training/fsdp-observe-trainer",'
+    'pod="llama-ft-worker-0"'
+)
 
 
 def rank_labels(r: int, gpu: str) -> str:
@@ -62,8 +65,10 @@ def _parse(inner: str) -> dict[str, str]:
 
 
 def xid_description(code: int, severity: str, gpu: dict[str, str], runs: str) -> str:
-    return (f"The driver reported XID {code} (class {severity}) for {gpu_text(gpu)}, "
-            f"PCI {gpu['pci_bus']}, within the last 10m. Runs on this GPU: {runs}. {xid.lookup(code).action}")
+    return (
+        f"The driver reported XID {code} (class {severity}) for {gpu_text(gpu)}, "
+        f"PCI {gpu['pci_bus']}, within the last 10m. Runs on this GPU: {runs}. {xid.lookup(code).action}"
+    )
 
 
 def catalogue(code: int) -> dict[str, str]:
@@ -84,48 +89,97 @@ OLD_48 = xid_series(GPU_A, 48, "gpu_reset")
 
 
 def xid_alert(name: str, code: int, severity: str, gpu: dict[str, str], level: str, runs: str) -> tuple[dict, dict]:
-    effect = {"gpu_reset": "the GPU needs a reset", "node_reboot": "the node needs a reboot",
-              "nvlink_fabric": "an NVLink or fabric error"}[severity]
-    return ({**gpu, "node": NODE, "xid": str(code), "severity": level, "xid_class": severity},
-            {"summary": f"XID {code} on {gpu_text(gpu)}: {effect}",
-             "description": xid_description(code, severity, gpu, runs),
-             "runbook_url": f"{BOOK}#{name.lower()}", **catalogue(code)})
+    effect = {
+        "gpu_reset": "the GPU needs a reset",
+        "node_reboot": "the node needs a reboot",
+        "nvlink_fabric": "an NVLink or fabric error",
+    }[severity]
+    return (
+        {**gpu, "node": NODE, "xid": str(code), "severity": level, "xid_class": severity},
+        {
+            "summary": f"XID {code} on {gpu_text(gpu)}: {effect}",
+            "description": xid_description(code, severity, gpu, runs),
+            "runbook_url": f"{BOOK}#{name.lower()}",
+            **catalogue(code),
+        },
+    )
 
 
 CASES = [
     # An XID already counted when Prometheus starts stays silent (5m, 15m); a second one of the
     # same code on the same GPU (increase > 0) fires.
-    ("FsdpGpuXidGpuReset", [{"series": OLD_48, "values": "1x20 2x60"}], [5, 15, 21], 22,
-     [xid_alert("FsdpGpuXidGpuReset", 48, "gpu_reset", GPU_A, "critical", "llama-ft")]),
+    (
+        "FsdpGpuXidGpuReset",
+        [{"series": OLD_48, "values": "1x20 2x60"}],
+        [5, 15, 21],
+        22,
+        [xid_alert("FsdpGpuXidGpuReset", 48, "gpu_reset", GPU_A, "critical", "llama-ft")],
+    ),
     # The first XID 79 of a GPU is a new series already at 1: increase() alone would miss it.
-    ("FsdpGpuXidNodeReboot", [{"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x15 1x60"}], [15], 16,
-     [xid_alert("FsdpGpuXidNodeReboot", 79, "node_reboot", GPU_B, "critical", "none seen")]),
-    ("FsdpGpuXidNvlinkFabric", [{"series": xid_series(GPU_C, 74, "nvlink_fabric"), "values": "_x30 1x50"}], [30], 31,
-     [xid_alert("FsdpGpuXidNvlinkFabric", 74, "nvlink_fabric", GPU_C, "critical", "none seen")]),
+    (
+        "FsdpGpuXidNodeReboot",
+        [{"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x15 1x60"}],
+        [15],
+        16,
+        [xid_alert("FsdpGpuXidNodeReboot", 79, "node_reboot", GPU_B, "critical", "none seen")],
+    ),
+    (
+        "FsdpGpuXidNvlinkFabric",
+        [{"series": xid_series(GPU_C, 74, "nvlink_fabric"), "values": "_x30 1x50"}],
+        [30],
+        31,
+        [xid_alert("FsdpGpuXidNvlinkFabric", 74, "nvlink_fabric", GPU_C, "critical", "none seen")],
+    ),
     # Three application-class XIDs within 10 minutes make a burst; two do not.
-    ("FsdpGpuXidApplicationBurst", [{"series": xid_series(GPU_D, 13, "application"), "values": "1x10 2 3 4 4x60"}],
-     [12, 13], 14,
-     [({**GPU_D, "node": NODE, "xid": "13", "severity": "warning", "xid_class": "application"},
-       {"summary": f"3 XID 13 errors on {gpu_text(GPU_D)} within 10m",
-        "description": f"XID 13 (class application) came 3 times within 10m on {gpu_text(GPU_D)}, PCI "
-                       f"{GPU_D['pci_bus']} (3 or more make a burst). Runs on this GPU: none seen. One such XID is "
-                       f"usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
-                       f"{xid.APP_BUG}",
-        "runbook_url": f"{BOOK}#fsdpgpuxidapplicationburst", **catalogue(13)})]),
-    ("FsdpGpuXidUnknown", [{"series": xid_series(GPU_D, 99999, "unknown"), "values": "_x40 1x40"}], [40], 41,
-     [({**GPU_D, "node": NODE, "xid": "99999", "severity": "warning", "xid_class": "unknown"},
-       {"summary": f"Unknown XID 99999 on {gpu_text(GPU_D)}",
-        "description": f"The driver reported XID 99999, which the catalogue (observe/xid.py) does not know, for "
-                       f"{gpu_text(GPU_D)}, PCI {GPU_D['pci_bus']}, within the last 10m. Runs on this GPU: none seen. "
-                       f"{xid.UNKNOWN_ACTION}",
-        "runbook_url": f"{BOOK}#fsdpgpuxidunknown", "xid_name": "Unknown XID", "recommended_action": xid.UNKNOWN_ACTION})]),
+    (
+        "FsdpGpuXidApplicationBurst",
+        [{"series": xid_series(GPU_D, 13, "application"), "values": "1x10 2 3 4 4x60"}],
+        [12, 13],
+        14,
+        [
+            (
+                {**GPU_D, "node": NODE, "xid": "13", "severity": "warning", "xid_class": "application"},
+                {
+                    "summary": f"3 XID 13 errors on {gpu_text(GPU_D)} within 10m",
+                    "description": f"XID 13 (class application) came 3 times within 10m on {gpu_text(GPU_D)}, PCI "
+                    f"{GPU_D['pci_bus']} (3 or more make a burst). Runs on this GPU: none seen. One such XID is "
+                    f"usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
+                    f"{xid.APP_BUG}",
+                    "runbook_url": f"{BOOK}#fsdpgpuxidapplicationburst",
+                    **catalogue(13),
+                },
+            )
+        ],
+    ),
+    (
+        "FsdpGpuXidUnknown",
+        [{"series": xid_series(GPU_D, 99999, "unknown"), "values": "_x40 1x40"}],
+        [40],
+        41,
+        [
+            (
+                {**GPU_D, "node": NODE, "xid": "99999", "severity": "warning", "xid_class": "unknown"},
+                {
+                    "summary": f"Unknown XID 99999 on {gpu_text(GPU_D)}",
+                    "description": f"The driver reported XID 99999, which the catalogue (observe/xid.py) does not know, for "
+                    f"{gpu_text(GPU_D)}, PCI {GPU_D['pci_bus']}, within the last 10m. Runs on this GPU: none seen. "
+                    f"{xid.UNKNOWN_ACTION}",
+                    "runbook_url": f"{BOOK}#fsdpgpuxidunknown",
+                    "xid_name": "Unknown XID",
+                    "recommended_action": xid.UNKNOWN_ACTION,
+                },
+            )
+        ],
+    ),
 ]
 
 DCGM_ONLY = "dcgm-only-node"
 #: dcgm-exporter 4.5.3-4.8.2 as the GPU Operator scrapes it (job from its ServiceMonitor).
-DCGM_LABELS = ('gpu="{gpu}",UUID="GPU-d{gpu}",pci_bus_id="00000000:1{gpu}:00.0",device="nvidia{gpu}",'
-               'modelName="NVIDIA H200",Hostname="{node}",DCGM_FI_DRIVER_VERSION="570.124.06",instance="10.0.7.9:9400",'
-               'job="nvidia-dcgm-exporter",namespace="gpu-operator",pod="nvidia-dcgm-exporter-4xk2q"')
+DCGM_LABELS = (
+    'gpu="{gpu}",UUID="GPU-d{gpu}",pci_bus_id="00000000:1{gpu}:00.0",device="nvidia{gpu}",'
+    'modelName="NVIDIA H200",Hostname="{node}",DCGM_FI_DRIVER_VERSION="570.124.06",instance="10.0.7.9:9400",'
+    'job="nvidia-dcgm-exporter",namespace="gpu-operator",pod="nvidia-dcgm-exporter-4xk2q"'
+)
 
 
 def dcgm(name: str, node: str, gpu: int, **extra: str) -> str:
@@ -138,8 +192,7 @@ def last_xid(node: str, gpu: int, code: int) -> str:
 
 
 def dcgm_tail() -> str:
-    return ("Runs on this GPU: none seen. Read from dcgm-exporter because no fsdp-observe agent reads XIDs on this "
-            "node.")
+    return "Runs on this GPU: none seen. Read from dcgm-exporter because no fsdp-observe agent reads XIDs on this node."
 
 
 def dcgm_gpu(gpu: int, node: str = DCGM_ONLY) -> dict[str, str]:
@@ -152,8 +205,9 @@ def dcgm_which(code: int, xid_class: str, gpu: int) -> str:
     return f"XID {code} (class {xid_class}) for {gpu_text(g, DCGM_ONLY)}, PCI {g['pci_bus']}"
 
 
-DCGM_MEANING = ("the class means a GPU reset, a node reboot or NVLink/fabric recovery (see the XID table of the "
-                "runbook).")
+DCGM_MEANING = (
+    "the class means a GPU reset, a node reboot or NVLink/fabric recovery (see the XID table of the runbook)."
+)
 
 
 def dcgm_what(code: int, xid_class: str, gpu: int) -> str:
@@ -167,63 +221,116 @@ CASES += [
     # from the start (a steady value: never fires, not even before an XID window of history
     # exists). The same change on a node whose agent reads the kernel log stays with the agent's
     # alerts.
-    ("FsdpDcgmXidCritical", [
-        {"series": last_xid(DCGM_ONLY, 0, 0), "values": "0x14"},
-        {"series": last_xid(DCGM_ONLY, 0, 79), "values": "_x15 79x60"},
-        {"series": last_xid(DCGM_ONLY, 1, 48), "values": "48x75"},
-        {"series": last_xid(NODE, 2, 0), "values": "0x14"},
-        {"series": last_xid(NODE, 2, 79), "values": "_x15 79x60"}],
-     [1, 15, 26, 40], 16,
-     [({**dcgm_gpu(0), "xid": "79", "xid_class": "node_reboot", "severity": "critical"},
-       {"summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
-        "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to {dcgm_what(79, 'node_reboot', 0)} "
-                       f"{dcgm_tail()}",
-        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical", **catalogue(79)})]),
-    ("FsdpGpuLost", [
-        {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x5 1x10"},
-        {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x15"},
-        *({"series": f'{c.GPU_INFO.name}{{{AGENT},gpu="{g["gpu"]}",gpu_uuid="{g["gpu_uuid"]}",name="NVIDIA H100",'
-                     f'pci_bus="{g["pci_bus"]}",driver_version="570.124.06"}}', "values": "1x15"} for g in (GPU_A, GPU_B))],
-     [6], 7,
-     [({"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "pci_bus": "0000:3b:00", "severity": "critical"},
-       {"summary": f"GPU 0 (GPU-0000000a) of node {NODE} is lost",
-        "description": f"NVML reports GPU 0 (GPU-0000000a) of node {NODE}, PCI 0000:3b:00, lost: it fell off the bus "
-                       f"and answers no query. Runs on this GPU: llama-ft. {xid.REBOOT}",
-        "runbook_url": f"{BOOK}#fsdpgpulost", "recommended_action": xid.REBOOT})]),
+    (
+        "FsdpDcgmXidCritical",
+        [
+            {"series": last_xid(DCGM_ONLY, 0, 0), "values": "0x14"},
+            {"series": last_xid(DCGM_ONLY, 0, 79), "values": "_x15 79x60"},
+            {"series": last_xid(DCGM_ONLY, 1, 48), "values": "48x75"},
+            {"series": last_xid(NODE, 2, 0), "values": "0x14"},
+            {"series": last_xid(NODE, 2, 79), "values": "_x15 79x60"},
+        ],
+        [1, 15, 26, 40],
+        16,
+        [
+            (
+                {**dcgm_gpu(0), "xid": "79", "xid_class": "node_reboot", "severity": "critical"},
+                {
+                    "summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
+                    "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to {dcgm_what(79, 'node_reboot', 0)} "
+                    f"{dcgm_tail()}",
+                    "runbook_url": f"{BOOK}#fsdpdcgmxidcritical",
+                    **catalogue(79),
+                },
+            )
+        ],
+    ),
+    (
+        "FsdpGpuLost",
+        [
+            {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x5 1x10"},
+            {"series": f'{c.GPU_LOST.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x15"},
+            *(
+                {
+                    "series": f'{c.GPU_INFO.name}{{{AGENT},gpu="{g["gpu"]}",gpu_uuid="{g["gpu_uuid"]}",name="NVIDIA H100",'
+                    f'pci_bus="{g["pci_bus"]}",driver_version="570.124.06"}}',
+                    "values": "1x15",
+                }
+                for g in (GPU_A, GPU_B)
+            ),
+        ],
+        [6],
+        7,
+        [
+            (
+                {"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "pci_bus": "0000:3b:00", "severity": "critical"},
+                {
+                    "summary": f"GPU 0 (GPU-0000000a) of node {NODE} is lost",
+                    "description": f"NVML reports GPU 0 (GPU-0000000a) of node {NODE}, PCI 0000:3b:00, lost: it fell off the bus "
+                    f"and answers no query. Runs on this GPU: llama-ft. {xid.REBOOT}",
+                    "runbook_url": f"{BOOK}#fsdpgpulost",
+                    "recommended_action": xid.REBOOT,
+                },
+            )
+        ],
+    ),
 ]
 
 
 CASES += [
     # GPU 0's NVML reading stops finishing at 10m (stale, its age growing a minute a minute); GPU
     # 1 was stale for one scrape only (a slow call, not a hang). Five minutes later: the first.
-    ("FsdpGpuReadingStale", [
-        {"series": f'{c.GPU_READING_STALE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x9 1x20"},
-        {"series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "1x9 60+60x20"},
-        {"series": f'{c.GPU_READING_STALE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x9 1 0x19"},
-        {"series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "1x9 2 1x19"}],
-     [11, 14], 15,
-     [({"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "severity": "warning"},
-       {"summary": f"NVML readings of GPU 0 (GPU-0000000a) of node {NODE} are stale",
-        "description": f"The agent's NVML reading of GPU 0 (GPU-0000000a) of node {NODE} has not finished within its "
-                       f"deadline for 6m 0s: a driver call that hangs (the agent leaves the GPU's figures out and goes "
-                       f"on with the others). Runs on this GPU: llama-ft. {rules.STALE_ACTION}",
-        "runbook_url": f"{BOOK}#fsdpgpureadingstale", "recommended_action": rules.STALE_ACTION})]),
+    (
+        "FsdpGpuReadingStale",
+        [
+            {"series": f'{c.GPU_READING_STALE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x9 1x20"},
+            {
+                "series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}',
+                "values": "1x9 60+60x20",
+            },
+            {
+                "series": f'{c.GPU_READING_STALE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}',
+                "values": "0x9 1 0x19",
+            },
+            {"series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "1x9 2 1x19"},
+        ],
+        [11, 14],
+        15,
+        [
+            (
+                {"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "severity": "warning"},
+                {
+                    "summary": f"NVML readings of GPU 0 (GPU-0000000a) of node {NODE} are stale",
+                    "description": f"The agent's NVML reading of GPU 0 (GPU-0000000a) of node {NODE} has not finished within its "
+                    f"deadline for 6m 0s: a driver call that hangs (the agent leaves the GPU's figures out and goes "
+                    f"on with the others). Runs on this GPU: llama-ft. {rules.STALE_ACTION}",
+                    "runbook_url": f"{BOOK}#fsdpgpureadingstale",
+                    "recommended_action": rules.STALE_ACTION,
+                },
+            )
+        ],
+    ),
 ]
 
 
 def phases(labels: str, current: str, minutes: int) -> list[dict]:
-    return [{"series": f'{c.TRAIN_PHASE.name}{{{labels},phase="{p}"}}', "values": f"{int(p == current)}x{minutes}"}
-            for p in ("training", "checkpointing", "finished")]
+    return [
+        {"series": f'{c.TRAIN_PHASE.name}{{{labels},phase="{p}"}}', "values": f"{int(p == current)}x{minutes}"}
+        for p in ("training", "checkpointing", "finished")
+    ]
 
 
 def stalled(likely_cause: str, minutes: int = 18) -> dict[str, str]:
     """The annotations of rank 0's stall alert, with its ``likely_cause``."""
-    return {"summary": "Run llama-ft: rank 0 made no step for 15m",
-            "description": f"Rank 0 of run llama-ft on node gpu-node-1 (GPU GPU-0000000a) completed its last optimizer "
-                           f"step {minutes}m 0s ago and is still training. A hung collective, a dead peer or a stuck "
-                           "data loader stops every rank; look for the rank whose log stops first (likely_cause names "
-                           "a GPU fault on the run's nodes).",
-            "runbook_url": f"{BOOK}#fsdptrainingstalled", "likely_cause": likely_cause}
+    return {
+        "summary": "Run llama-ft: rank 0 made no step for 15m",
+        "description": f"Rank 0 of run llama-ft on node gpu-node-1 (GPU GPU-0000000a) completed its last optimizer "
+        f"step {minutes}m 0s ago and is still training. A hung collective, a dead peer or a stuck "
+        "data loader stops every rank; look for the rank whose log stops first (likely_cause names "
+        "a GPU fault on the run's nodes).",
+        "runbook_url": f"{BOOK}#fsdptrainingstalled",
+        "likely_cause": likely_cause,
+    }
 
 
 DONE = RANK.format(r=0, g="e", port=9600).replace("llama-ft", "done-ft")
@@ -232,14 +339,23 @@ R0 = rank_labels(0, "a")
 CASES += [
     # Rank 0 of llama-ft stops stepping at 10m (its timestamp stays at 600 s); 15m later it is a
     # stall. A finished run's old timestamp is not.
-    ("FsdpTrainingStalled", [
-        {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{R0}}}", "values": "0+60x10 600x40"},
-        *phases(R0, "training", 50),
-        {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{DONE}}}", "values": "0+60x5 300x45"},
-        *phases(DONE, "finished", 50)],
-     [26, 27], 28,
-     [({**_parse(R0), "phase": "training", "severity": "critical"}, stalled(
-         "none seen: no critical XID and no lost GPU on the run's nodes in the last 27m"))]),
+    (
+        "FsdpTrainingStalled",
+        [
+            {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{R0}}}", "values": "0+60x10 600x40"},
+            *phases(R0, "training", 50),
+            {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{DONE}}}", "values": "0+60x5 300x45"},
+            *phases(DONE, "finished", 50),
+        ],
+        [26, 27],
+        28,
+        [
+            (
+                {**_parse(R0), "phase": "training", "severity": "critical"},
+                stalled("none seen: no critical XID and no lost GPU on the run's nodes in the last 27m"),
+            )
+        ],
+    ),
 ]
 
 
@@ -250,43 +366,78 @@ CAUSE_CASES = [
     # Rank 0 stops stepping at 10m: GPU 1 of its node fell off the bus (XID 79) at 9m, and GPU 0 of
     # a node the run does not use had an XID 48. The stall names the first and not the second, though
     # both XID alerts resolved long before the stall fires (28m).
-    ("FsdpTrainingStalled", [
-        {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{R0}}}", "values": "0+60x10 600x40"},
-        *phases(R0, "training", 50),
-        {"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x9 1x41"},
-        {"series": f"{c.AGENT_COLLECTIONS.name}{{{OTHER_AGENT}}}", "values": "0+60x50"},
-        {"series": xid_series(GPU_A, 48, "gpu_reset").replace(AGENT, OTHER_AGENT), "values": "_x9 1x41"}],
-     [27], 28,
-     [({**_parse(R0), "phase": "training", "severity": "critical"}, stalled(
-         "FsdpGpuXidNodeReboot on node gpu-node-1, GPU 1 (GPU-0000000b), PCI 0000:86:00, XID 79 (class node_reboot)"))]),
+    (
+        "FsdpTrainingStalled",
+        [
+            {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{R0}}}", "values": "0+60x10 600x40"},
+            *phases(R0, "training", 50),
+            {"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x9 1x41"},
+            {"series": f"{c.AGENT_COLLECTIONS.name}{{{OTHER_AGENT}}}", "values": "0+60x50"},
+            {"series": xid_series(GPU_A, 48, "gpu_reset").replace(AGENT, OTHER_AGENT), "values": "_x9 1x41"},
+        ],
+        [27],
+        28,
+        [
+            (
+                {**_parse(R0), "phase": "training", "severity": "critical"},
+                stalled(
+                    "FsdpGpuXidNodeReboot on node gpu-node-1, GPU 1 (GPU-0000000b), PCI 0000:86:00, XID 79 (class node_reboot)"
+                ),
+            )
+        ],
+    ),
 ]
 
 STRAGGLER = [  # (rank, GPU, steps per minute): a minute of step time per minute on every rank
-    series for r, g, n in ((0, "a", 60), (1, "b", 60), (2, "c", 30)) for series in (
+    series
+    for r, g, n in ((0, "a", 60), (1, "b", 60), (2, "c", 30))
+    for series in (
         {"series": f"{c.TRAIN_STEP_SECONDS.name}_sum{{{rank_labels(r, g)}}}", "values": "0+60x30"},
-        {"series": f"{c.TRAIN_STEP_SECONDS.name}_count{{{rank_labels(r, g)}}}", "values": f"0+{n}x30"})
+        {"series": f"{c.TRAIN_STEP_SECONDS.name}_count{{{rank_labels(r, g)}}}", "values": f"0+{n}x30"},
+    )
 ]
 
 CASES += [
     # Rank 2 steps at 2 s while the run's median rank steps at 1 s.
-    ("FsdpStragglerRank", STRAGGLER, [10], 11,
-     [({**_parse(rank_labels(2, "c")), "severity": "warning"},
-       {"summary": "Run llama-ft: rank 2 is a straggler",
-        "description": "Rank 2 of run llama-ft on node gpu-node-1 (GPU GPU-0000000c) has taken 2.0 times the run's "
-                       "median step time (means over 5m) for 10m (alert above 1.5). Compare its data-wait share in "
-                       "\"FSDP training run › Worst 10 ranks\" and its GPU in \"FSDP training run › SM clock of the "
-                       "run's GPUs\" and \"FSDP training run › XIDs on the run's GPUs\".",
-        "runbook_url": f"{BOOK}#fsdpstragglerrank"})]),
+    (
+        "FsdpStragglerRank",
+        STRAGGLER,
+        [10],
+        11,
+        [
+            (
+                {**_parse(rank_labels(2, "c")), "severity": "warning"},
+                {
+                    "summary": "Run llama-ft: rank 2 is a straggler",
+                    "description": "Rank 2 of run llama-ft on node gpu-node-1 (GPU GPU-0000000c) has taken 2.0 times the run's "
+                    "median step time (means over 5m) for 10m (alert above 1.5). Compare its data-wait share in "
+                    '"FSDP training run › Worst 10 ranks" and its GPU in "FSDP training run › SM clock of the '
+                    'run\'s GPUs" and "FSDP training run › XIDs on the run\'s GPUs".',
+                    "runbook_url": f"{BOOK}#fsdpstragglerrank",
+                },
+            )
+        ],
+    ),
     # 1000 tokens/s for half an hour, then 500 from 31m: below 70 % of the median of the hour
     # before the last 10 minutes.
-    ("FsdpThroughputDrop", [
-        {"series": f"{c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name}{{{R0}}}", "values": "1000x30 500x40"}], [30, 45], 46,
-     [({"namespace": "training", "run_id": "llama-ft", "severity": "warning"},
-       {"summary": "Run llama-ft: tokens/s fell below 70% of its recent level",
-        "description": "Run llama-ft (namespace training, nodes gpu-node-1) processes 500 tokens/s, below 70% of its "
-                       "median over the 1h before the last 10m, for 15m. Look for a straggler rank, a throttled or "
-                       "erroring GPU, data-loader waits, or checkpoints in the window.",
-        "runbook_url": f"{BOOK}#fsdpthroughputdrop"})]),
+    (
+        "FsdpThroughputDrop",
+        [{"series": f"{c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name}{{{R0}}}", "values": "1000x30 500x40"}],
+        [30, 45],
+        46,
+        [
+            (
+                {"namespace": "training", "run_id": "llama-ft", "severity": "warning"},
+                {
+                    "summary": "Run llama-ft: tokens/s fell below 70% of its recent level",
+                    "description": "Run llama-ft (namespace training, nodes gpu-node-1) processes 500 tokens/s, below 70% of its "
+                    "median over the 1h before the last 10m, for 15m. Look for a straggler rank, a throttled or "
+                    "erroring GPU, data-loader waits, or checkpoints in the window.",
+                    "runbook_url": f"{BOOK}#fsdpthroughputdrop",
+                },
+            )
+        ],
+    ),
 ]
 
 
@@ -296,29 +447,59 @@ COUNT_CASES = [
     # The windowed count, on a node without our agent; the same XID on a node whose agent reads
     # the kernel log stays with the agent's alerts; the sticky last-XID gauge alone (still 79 at
     # 30m) raises nothing once the window has emptied.
-    ("FsdpDcgmXidCritical", [
-        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0, window_size_in_ms="300000"), "values": "0x60"},
-        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0, window_size_in_ms="300000", xid="79"),
-         "values": "_x5 1x5"},
-        {"series": last_xid(DCGM_ONLY, 0, 79), "values": "0x4 79x60"},
-        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", NODE, 1, window_size_in_ms="300000", xid="79"),
-         "values": "_x5 1x5"}],
-     [5, 30], 6,
-     [({**dcgm_gpu(0), "xid": "79", "xid_class": "node_reboot", "severity": "critical"},
-       {"summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
-        "description": f"dcgm-exporter counted {dcgm_which(79, 'node_reboot', 0)} within the last 10m; {DCGM_MEANING} "
-                       f"{dcgm_tail()}",
-        "runbook_url": f"{BOOK}#fsdpdcgmxidcritical", **catalogue(79)})]),
-    ("FsdpDcgmXidApplicationBurst", [
-        {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 1, window_size_in_ms="300000", xid="31"),
-         "values": "_x5 2 3x5"}],
-     [5, 6], 7,
-     [({**dcgm_gpu(1), "xid": "31", "xid_class": "application", "severity": "warning"},
-       {"summary": f"3 XID 31 errors on {gpu_text(dcgm_gpu(1), DCGM_ONLY)} (dcgm-exporter)",
-        "description": f"dcgm-exporter counted XID 31 (class application) 3 times in its window for "
-                       f"{gpu_text(dcgm_gpu(1), DCGM_ONLY)}, PCI 0000:11:00 (3 or more make a burst). "
-                       f"{xid.APP_BUG} {dcgm_tail()}",
-        "runbook_url": f"{BOOK}#fsdpdcgmxidapplicationburst", **catalogue(31)})]),
+    (
+        "FsdpDcgmXidCritical",
+        [
+            {"series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0, window_size_in_ms="300000"), "values": "0x60"},
+            {
+                "series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 0, window_size_in_ms="300000", xid="79"),
+                "values": "_x5 1x5",
+            },
+            {"series": last_xid(DCGM_ONLY, 0, 79), "values": "0x4 79x60"},
+            {
+                "series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", NODE, 1, window_size_in_ms="300000", xid="79"),
+                "values": "_x5 1x5",
+            },
+        ],
+        [5, 30],
+        6,
+        [
+            (
+                {**dcgm_gpu(0), "xid": "79", "xid_class": "node_reboot", "severity": "critical"},
+                {
+                    "summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
+                    "description": f"dcgm-exporter counted {dcgm_which(79, 'node_reboot', 0)} within the last 10m; {DCGM_MEANING} "
+                    f"{dcgm_tail()}",
+                    "runbook_url": f"{BOOK}#fsdpdcgmxidcritical",
+                    **catalogue(79),
+                },
+            )
+        ],
+    ),
+    (
+        "FsdpDcgmXidApplicationBurst",
+        [
+            {
+                "series": dcgm("DCGM_EXP_XID_ERRORS_COUNT", DCGM_ONLY, 1, window_size_in_ms="300000", xid="31"),
+                "values": "_x5 2 3x5",
+            }
+        ],
+        [5, 6],
+        7,
+        [
+            (
+                {**dcgm_gpu(1), "xid": "31", "xid_class": "application", "severity": "warning"},
+                {
+                    "summary": f"3 XID 31 errors on {gpu_text(dcgm_gpu(1), DCGM_ONLY)} (dcgm-exporter)",
+                    "description": f"dcgm-exporter counted XID 31 (class application) 3 times in its window for "
+                    f"{gpu_text(dcgm_gpu(1), DCGM_ONLY)}, PCI 0000:11:00 (3 or more make a burst). "
+                    f"{xid.APP_BUG} {dcgm_tail()}",
+                    "runbook_url": f"{BOOK}#fsdpdcgmxidapplicationburst",
+                    **catalogue(31),
+                },
+            )
+        ],
+    ),
 ]
 
 
@@ -327,10 +508,18 @@ def promtool_tests(cases: list | None = None) -> dict:
     tests = []
     for name, series, silent, firing, expected in CASES if cases is None else cases:
         checks = [{"eval_time": f"{t}m", "alertname": name, "exp_alerts": []} for t in silent]
-        checks.append({"eval_time": f"{firing}m", "alertname": name, "exp_alerts": [
-            {"exp_labels": labels, "exp_annotations": annotations} for labels, annotations in expected]})
-        tests.append({"name": name, "interval": "1m", "input_series": [*AGENT_SERIES, *series],
-                      "alert_rule_test": checks})
+        checks.append(
+            {
+                "eval_time": f"{firing}m",
+                "alertname": name,
+                "exp_alerts": [
+                    {"exp_labels": labels, "exp_annotations": annotations} for labels, annotations in expected
+                ],
+            }
+        )
+        tests.append(
+            {"name": name, "interval": "1m", "input_series": [*AGENT_SERIES, *series], "alert_rule_test": checks}
+        )
     return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
 
 
@@ -343,7 +532,11 @@ def test_the_cases_assume_the_default_settings() -> None:
     assert S.gpu_stale_for == "5m"
     assert (S.stall_time, S.stall_for, S.straggler_ratio, S.straggler_for) == ("15m", "2m", 1.5, "10m")
     assert (S.throughput_drop_ratio, S.throughput_baseline, S.throughput_offset, S.throughput_for) == (
-        0.7, "1h", "10m", "15m")
+        0.7,
+        "1h",
+        "10m",
+        "15m",
+    )
 
 
 def test_every_alert_has_a_case_with_a_silent_check_just_before_its_for() -> None:
@@ -386,21 +579,34 @@ def test_promtool_test_rules_with_dcgm_xid_count(tmp_path: Path) -> None:
 def test_a_steady_last_xid_never_fires_and_a_change_fires_once(tmp_path: Path) -> None:
     """FsdpDcgmXidCritical over two hours: one change of the last XID, one alert episode."""
     (tmp_path / "rules.yaml").write_text(rules.render())
-    series = [{"series": last_xid(DCGM_ONLY, 0, 0), "values": "0x29"},
-              {"series": last_xid(DCGM_ONLY, 0, 48), "values": "_x30 48x90"},
-              {"series": last_xid(DCGM_ONLY, 1, 79), "values": "79x120"}]
+    series = [
+        {"series": last_xid(DCGM_ONLY, 0, 0), "values": "0x29"},
+        {"series": last_xid(DCGM_ONLY, 0, 48), "values": "_x30 48x90"},
+        {"series": last_xid(DCGM_ONLY, 1, 79), "values": "79x120"},
+    ]
     g = gpu_text(dcgm_gpu(0), DCGM_ONLY)
-    firing = [{"exp_labels": {**dcgm_gpu(0), "xid": "48", "xid_class": "gpu_reset", "severity": "critical"},
-               "exp_annotations": {
-                   "summary": f"XID 48 on {g} (dcgm-exporter)",
-                   "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to "
-                                  f"{dcgm_what(48, 'gpu_reset', 0)} {dcgm_tail()}",
-                   "runbook_url": f"{BOOK}#fsdpdcgmxidcritical", **catalogue(48)}}]
+    firing = [
+        {
+            "exp_labels": {**dcgm_gpu(0), "xid": "48", "xid_class": "gpu_reset", "severity": "critical"},
+            "exp_annotations": {
+                "summary": f"XID 48 on {g} (dcgm-exporter)",
+                "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to "
+                f"{dcgm_what(48, 'gpu_reset', 0)} {dcgm_tail()}",
+                "runbook_url": f"{BOOK}#fsdpdcgmxidcritical",
+                **catalogue(48),
+            },
+        }
+    ]
     # Pending at 30m, firing from 31m until the change leaves the 10m window at 40m.
-    checks = [{"eval_time": f"{t}m", "alertname": "FsdpDcgmXidCritical", "exp_alerts": firing if 31 <= t < 40 else []}
-              for t in range(0, 120, 1)]
-    test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": [*AGENT_SERIES, *series], "alert_rule_test": checks}]}
+    checks = [
+        {"eval_time": f"{t}m", "alertname": "FsdpDcgmXidCritical", "exp_alerts": firing if 31 <= t < 40 else []}
+        for t in range(0, 120, 1)
+    ]
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": [*AGENT_SERIES, *series], "alert_rule_test": checks}],
+    }
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
     done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

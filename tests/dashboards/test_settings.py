@@ -14,17 +14,20 @@ def test_durations(text: str, seconds: float) -> None:
     assert duration_seconds(text) == seconds
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("stall_time", "15 minutes", "stall_time: '15 minutes' is not a Prometheus duration"),
-    ("xid_for", "", "xid_for: '' is not a Prometheus duration"),
-    ("dcgm_hostname_label", "host-name", "dcgm_hostname_label: 'host-name' is not a Prometheus label name"),
-    ("trainer_selector", '{cluster="a"}', "trainer_selector: label matchers are given without braces"),
-    ("xid_application_burst", 0, "xid_application_burst: 0 is below 1; give 1 or more"),
-    ("xid_application_burst", 2.5, "xid_application_burst: expected int, got 2.5"),
-    ("throughput_drop_ratio", 1.2, "throughput_drop_ratio: 1.2 is not between 0 and 1"),
-    ("runbook_base_url", "docs/dashboards.md", "runbook_base_url: 'docs/dashboards.md' is not an http(s) URL"),
-    ("straggler_ratio", True, "straggler_ratio: expected float, got True"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("stall_time", "15 minutes", "stall_time: '15 minutes' is not a Prometheus duration"),
+        ("xid_for", "", "xid_for: '' is not a Prometheus duration"),
+        ("dcgm_hostname_label", "host-name", "dcgm_hostname_label: 'host-name' is not a Prometheus label name"),
+        ("trainer_selector", '{cluster="a"}', "trainer_selector: label matchers are given without braces"),
+        ("xid_application_burst", 0, "xid_application_burst: 0 is below 1; give 1 or more"),
+        ("xid_application_burst", 2.5, "xid_application_burst: expected int, got 2.5"),
+        ("throughput_drop_ratio", 1.2, "throughput_drop_ratio: 1.2 is not between 0 and 1"),
+        ("runbook_base_url", "docs/dashboards.md", "runbook_base_url: 'docs/dashboards.md' is not an http(s) URL"),
+        ("straggler_ratio", True, "straggler_ratio: expected float, got True"),
+    ],
+)
 def test_a_bad_value_names_its_field(field: str, value, message: str) -> None:
     with pytest.raises(UserError) as err:
         Settings.from_mapping({field: value})
@@ -46,35 +49,43 @@ def test_selectors_carry_the_cluster_matchers() -> None:
     assert s.agent("fsdp_gpu_lost") == 'fsdp_gpu_lost{job="agent"}'
     assert Settings().trainer("fsdp_train_loss") == "fsdp_train_loss"
     assert s.dcgm_raw("DCGM_FI_DEV_GPU_TEMP", s.dcgm_node("$node")) == (
-        'DCGM_FI_DEV_GPU_TEMP{job="dcgm",Hostname=~"$node"}')
+        'DCGM_FI_DEV_GPU_TEMP{job="dcgm",Hostname=~"$node"}'
+    )
 
 
 def test_dcgm_series_get_our_node_and_gpu_uuid_labels_in_any_dialect() -> None:
     # the released dialect and the GPU Operator's job by default
     assert Settings().dcgm("DCGM_FI_DEV_GPU_UTIL") == (
         'label_replace(label_replace(DCGM_FI_DEV_GPU_UTIL{job="nvidia-dcgm-exporter"}, "node", "$1", "Hostname", '
-        '"(.+)"), "gpu_uuid", "$1", "UUID", "(.+)")')
+        '"(.+)"), "gpu_uuid", "$1", "UUID", "(.+)")'
+    )
     # an exporter that already says gpu_uuid needs only the node copied
     s = Settings(dcgm_uuid_label="gpu_uuid", dcgm_hostname_label="hostname", dcgm_selector="")
     assert s.dcgm("DCGM_FI_DEV_GPU_UTIL") == 'label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "hostname", "(.+)")'
     # the agent's PCI bus form from DCGM's 00000000:18:00.0
     assert s.dcgm_normalised("x", pci_bus=True).endswith(
-        '"pci_bus", "$1:$2", "pci_bus_id", "0000([0-9A-Fa-f]{4}):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[.][0-9A-Fa-f]")')
+        '"pci_bus", "$1:$2", "pci_bus_id", "0000([0-9A-Fa-f]{4}):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[.][0-9A-Fa-f]")'
+    )
 
 
 def test_node_exporter_series_get_our_node_label() -> None:
     assert Settings().node_exporter("node_uname_info") == (
-        'label_replace(node_uname_info{job="node-exporter"}, "node", "$1", "instance", "(.+)")')
+        'label_replace(node_uname_info{job="node-exporter"}, "node", "$1", "instance", "(.+)")'
+    )
     assert Settings(node_exporter_node_label="node").node_exporter("node_uname_info") == (
-        'node_uname_info{job="node-exporter"}')
+        'node_uname_info{job="node-exporter"}'
+    )
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("dcgm_xid_count", "yes", "dcgm_xid_count: expected bool, got 'yes'"),
-    ("top_n", True, "top_n: expected int, got True"),
-    ("top_n", 200, "top_n: 200 is outside 1..50"),
-    ("node_exporter_node_label", "node name", "node_exporter_node_label: 'node name' is not a Prometheus label"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("dcgm_xid_count", "yes", "dcgm_xid_count: expected bool, got 'yes'"),
+        ("top_n", True, "top_n: expected int, got True"),
+        ("top_n", 200, "top_n: 200 is outside 1..50"),
+        ("node_exporter_node_label", "node name", "node_exporter_node_label: 'node name' is not a Prometheus label"),
+    ],
+)
 def test_the_new_settings_name_their_field(field: str, value, message: str) -> None:
     with pytest.raises(UserError) as err:
         Settings.from_mapping({field: value})

@@ -22,6 +22,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
 
+
 #: Standard-library modules cut into paragraphs: several hundred short documents, so a small
 #: ``--val-fraction`` holds some out and packing crosses many document boundaries.
 CORPUS_SOURCES = ("argparse.py", "json/decoder.py", "textwrap.py", "shlex.py")
@@ -38,7 +39,6 @@ def corpus(tmp_path_factory) -> Path:
                 if paragraph.strip():
                     fh.write(json.dumps({"text": paragraph}) + "\n")
     return out
-
 
 
 @pytest.fixture(scope="session")

@@ -31,22 +31,38 @@ def line(code: int, bus: str) -> str:
 @pytest.fixture
 def server() -> Iterator[RecordedAPIServer]:
     node = Reply.recorded("node-gpu-node-1.json")
-    srv = RecordedAPIServer({("GET", STATUS): node, ("PATCH", STATUS): node, ("GET", OBJECT): node,
-                             ("PATCH", OBJECT): node})
+    srv = RecordedAPIServer(
+        {("GET", STATUS): node, ("PATCH", STATUS): node, ("GET", OBJECT): node, ("PATCH", OBJECT): node}
+    )
     yield srv
     srv.close()
 
 
-def test_an_xid_79_sets_the_condition_and_the_taint_once_across_a_restart(native, tmp_path: Path,
-                                                                           server: RecordedAPIServer) -> None:
+def test_an_xid_79_sets_the_condition_and_the_taint_once_across_a_restart(
+    native, tmp_path: Path, server: RecordedAPIServer
+) -> None:
     nvml = FakeNvml(native.fake_nvml, tmp_path / "scenario.conf")
     nvml.set("gpus 2")
     log = tmp_path / "kern.log"
     log.write_text("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06\n")
     token = tmp_path / "token"
     token.write_text(TOKEN)
-    flags = ["--interval", "0.2", "--node", NODE, "--kernel-log", str(log), "--state-dir", str(tmp_path / "state"),
-             "--node-condition", "--node-taint", "--kube-api", server.url, "--kube-token-file", str(token)]
+    flags = [
+        "--interval",
+        "0.2",
+        "--node",
+        NODE,
+        "--kernel-log",
+        str(log),
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--node-condition",
+        "--node-taint",
+        "--kube-api",
+        server.url,
+        "--kube-token-file",
+        str(token),
+    ]
     agent = AgentProcess(flags, nvml.env(), tmp_path)
     try:
         wait_for(lambda: len(agent.snapshot()["gpus"]) == 2, what="the GPUs")
@@ -56,8 +72,10 @@ def test_an_xid_79_sets_the_condition_and_the_taint_once_across_a_restart(native
         status, taint = (json.loads(c.body) for c in server.calls("PATCH"))
         (condition,) = status["status"]["conditions"]
         assert condition["type"] == CONDITION_TYPE and condition["reason"] == "NodeReboot"
-        assert condition["message"].startswith("Faults: XID 79 (GPU has fallen off the bus) on GPU 1 "
-                                               "(GPU-fa4e0000-0000-4000-8000-000000000001, PCI 0000:20:00).")
+        assert condition["message"].startswith(
+            "Faults: XID 79 (GPU has fallen off the bus) on GPU 1 "
+            "(GPU-fa4e0000-0000-4000-8000-000000000001, PCI 0000:20:00)."
+        )
         assert taint[1]["value"][-1]["key"] == TAINT_KEY
         health = wait_for(lambda: (h := agent.snapshot()["node_health"]) and h["taint"] and h, what="node_health")
         assert (health["status"], health["reason"], health["error"]) == ("True", "NodeReboot", "")
@@ -89,11 +107,16 @@ def test_node_health_without_a_state_dir_is_refused(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "observe.cli", "agent", "--node-condition", "--port", "0"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "observe.cli", "agent", "--node-condition", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr == (
         "error: --node-condition: needs --state-dir (without it a restarted agent re-reads old XIDs and sets again "
-        "what a person cleared after the repair); pass --state-dir DIR\n")
+        "what a person cleared after the repair); pass --state-dir DIR\n"
+    )
 
 
 def test_node_health_outside_a_pod_is_one_line(tmp_path: Path) -> None:
@@ -102,7 +125,23 @@ def test_node_health_outside_a_pod_is_one_line(tmp_path: Path) -> None:
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    done = subprocess.run([sys.executable, "-m", "observe.cli", "agent", "--node-taint", "--port", "0",
-                           "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "observe.cli",
+            "agent",
+            "--node-taint",
+            "--port",
+            "0",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 2 and done.stderr.startswith(
-        "error: --kube-api: not in a pod (no KUBERNETES_SERVICE_HOST) and no --kube-api; run the agent in a pod")
+        "error: --kube-api: not in a pod (no KUBERNETES_SERVICE_HOST) and no --kube-api; run the agent in a pod"
+    )

@@ -29,18 +29,45 @@ from tests.support.fake_nvml import FakeNvml
 from tests.support.native import NVML_SONAME
 from tests.support.processes import REPO, wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("unshare"),
-                                reason="dropping privileges needs root, setpriv and unshare (util-linux)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("unshare"),
+    reason="dropping privileges needs root, setpriv and unshare (util-linux)",
+)
 
 #: The manifests' privileges as setpriv arguments (docs/kubernetes.md "Privileges" has the table).
-DEFAULT = ["--reuid=0", "--regid=0", "--clear-groups", "--inh-caps=-all,+syslog", "--bounding-set=-all,+syslog",
-           "--no-new-privs"]
-NO_CAPABILITY_ROOT = ["--reuid=0", "--regid=0", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-                      "--no-new-privs"]
-RESTRICTED = ["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-              "--no-new-privs"]
-NON_ROOT_AMBIENT_SYSLOG = ["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all,+syslog",
-                           "--ambient-caps=-all,+syslog", "--bounding-set=-all,+syslog", "--no-new-privs"]
+DEFAULT = [
+    "--reuid=0",
+    "--regid=0",
+    "--clear-groups",
+    "--inh-caps=-all,+syslog",
+    "--bounding-set=-all,+syslog",
+    "--no-new-privs",
+]
+NO_CAPABILITY_ROOT = [
+    "--reuid=0",
+    "--regid=0",
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+]
+RESTRICTED = [
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+]
+NON_ROOT_AMBIENT_SYSLOG = [
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--inh-caps=-all,+syslog",
+    "--ambient-caps=-all,+syslog",
+    "--bounding-set=-all,+syslog",
+    "--no-new-privs",
+]
 OWN_PID_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
@@ -81,16 +108,30 @@ def run_agent(prefix: list[str], world_readable: Path, *args: str) -> dict:
     fake.set("gpus 2")
     env = fake.env()
     env["HOME"] = "/tmp"
-    cmd = [*prefix, sys.executable, "-m", "observe.cli", "agent", "--port", "0", "--address", "127.0.0.1",
-           "--interval", "0.5", *args]
+    cmd = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "observe.cli",
+        "agent",
+        "--port",
+        "0",
+        "--address",
+        "127.0.0.1",
+        "--interval",
+        "0.5",
+        *args,
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         match = re.search(r"(http://\S+)/metrics", line)
         assert match, f"no URL from {cmd}: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
         base = match.group(1)
-        return wait_for(lambda: (s := httpx.get(f"{base}/snapshot", timeout=5).json())["agent"]["collections"] >= 2
-                        and s, what="two collections")
+        return wait_for(
+            lambda: (s := httpx.get(f"{base}/snapshot", timeout=5).json())["agent"]["collections"] >= 2 and s,
+            what="two collections",
+        )
     finally:
         proc.terminate()
         try:
@@ -107,8 +148,18 @@ def setpriv(*flags: str) -> list[str]:
 @pytest.fixture
 def other_users_process(world_readable: Path) -> Iterator[int]:
     """A process of another user (uid 4242) in the host PID namespace, with a secret on its command line."""
-    proc = subprocess.Popen(["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", str(world_readable / "sleeper"),
-                             "train.py", "--hf_token", "opensesame"])
+    proc = subprocess.Popen(
+        [
+            "setpriv",
+            "--reuid=4242",
+            "--regid=4242",
+            "--clear-groups",
+            str(world_readable / "sleeper"),
+            "train.py",
+            "--hf_token",
+            "opensesame",
+        ]
+    )
     wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes().count(b"\0") >= 3, what="the sleeper")
     yield proc.pid
     proc.kill()
@@ -119,11 +170,18 @@ def command_of(snapshot: dict, pid: int) -> str | None:
     return next((p["command"] for p in snapshot["processes"] if p["pid"] == pid), None)
 
 
-def test_the_default_daemonset_reads_the_kernel_log_with_syslog_alone(world_readable: Path,
-                                                                       other_users_process: int) -> None:
+def test_the_default_daemonset_reads_the_kernel_log_with_syslog_alone(
+    world_readable: Path, other_users_process: int
+) -> None:
     """uid 0, CAP_SYSLOG only, no_new_privs, its own PID namespace (no hostPID)."""
-    snap = run_agent(OWN_PID_NAMESPACE + setpriv(*DEFAULT), world_readable, "--max-processes", "5000",
-                     "--kernel-log-source", "syslog")
+    snap = run_agent(
+        OWN_PID_NAMESPACE + setpriv(*DEFAULT),
+        world_readable,
+        "--max-processes",
+        "5000",
+        "--kernel-log-source",
+        "syslog",
+    )
     sources = snap["agent"]["sources"]
     assert sources == {"procfs": "ok", "nvml": "ok", "kernel_log": "ok"}, sources
     assert len(snap["gpus"]) == 2 and all(g["temperature_celsius"] == 45 for g in snap["gpus"])
@@ -140,8 +198,9 @@ def test_without_syslog_the_kernel_log_is_refused_even_to_root(world_readable: P
     assert snap["agent"]["sources"]["nvml"] == "ok"
 
 
-def test_the_restricted_component_keeps_host_gpu_and_process_data(world_readable: Path,
-                                                                   other_users_process: int) -> None:
+def test_the_restricted_component_keeps_host_gpu_and_process_data(
+    world_readable: Path, other_users_process: int
+) -> None:
     """uid 65534, no capability (Pod Security restricted): no kernel log, everything else; and
     with the host PID namespace even other users' processes, command lines redacted."""
     snap = run_agent(setpriv(*RESTRICTED), world_readable, "--max-processes", "5000", "--kernel-log-source", "syslog")
@@ -171,8 +230,11 @@ def test_the_measured_privileges_are_the_manifests() -> None:
     from observe.k8s import names
     from tests.support.kube_checks import kustomize
 
-    ds = next(o for o in kustomize(REPO / "daemonsets") if o["kind"] == "DaemonSet"
-              and o["metadata"]["name"] == names.AGENT_NAME)
+    ds = next(
+        o
+        for o in kustomize(REPO / "daemonsets")
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"] == names.AGENT_NAME
+    )
     sc = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     caps = {c.lower() for c in sc["capabilities"]["add"]}
     assert sc["runAsUser"] == 0 and f"--inh-caps=-all,+{','.join(sorted(caps))}" in DEFAULT

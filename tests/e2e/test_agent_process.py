@@ -18,9 +18,21 @@ from tests.support.cases import CASES, EXPOSITION_CASES, redaction_extra_rows, r
 from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import REPO, AgentProcess, wait_for
 
-SECRETS = ("hf_QmW3rT7yU1iO5pA9sD2fG6hJ0kL4zX8c", "Sup3rS3cret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY", "opensesame",
-           "hunter2", "plainvalue", "plaintokenvalue", "9fQz3LkP7xWm2RtY8vBn4HsJ6cDe", "MIIEpAIBAAKCAQEA",
-           "abcdefghijklmnopqrstuvwx", "0123456789abcdef0123456789abcdef01234567", "changeit", "p@ss")
+SECRETS = (
+    "hf_QmW3rT7yU1iO5pA9sD2fG6hJ0kL4zX8c",
+    "Sup3rS3cret",
+    "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+    "opensesame",
+    "hunter2",
+    "plainvalue",
+    "plaintokenvalue",
+    "9fQz3LkP7xWm2RtY8vBn4HsJ6cDe",
+    "MIIEpAIBAAKCAQEA",
+    "abcdefghijklmnopqrstuvwx",
+    "0123456789abcdef0123456789abcdef01234567",
+    "changeit",
+    "p@ss",
+)
 
 
 @pytest.fixture
@@ -58,8 +70,15 @@ def collections(agent: AgentProcess) -> int:
 
 def test_gpus_and_kernel_log_xids_end_to_end(run_agent, scenario: FakeNvml) -> None:
     scenario.set("bus@0 0x3b")  # GPU 0 sits at the PCI address of the case file's XIDs
-    agent = run_agent("--interval", "0.2", "--node", "gpu-node-1", "--kernel-log", str(CASES / "xid" / "kernel-log.txt"),
-                      env=scenario.env())
+    agent = run_agent(
+        "--interval",
+        "0.2",
+        "--node",
+        "gpu-node-1",
+        "--kernel-log",
+        str(CASES / "xid" / "kernel-log.txt"),
+        env=scenario.env(),
+    )
 
     def with_all_xids() -> str | None:
         text = agent.metrics()
@@ -67,8 +86,19 @@ def test_gpus_and_kernel_log_xids_end_to_end(run_agent, scenario: FakeNvml) -> N
 
     text = wait_for(with_all_xids, what="the XIDs of the case file in /metrics")
     uuid0 = "GPU-fa4e0000-0000-4000-8000-000000000000"
-    assert sample(text, "fsdp_gpu_xid_errors_total", xid="13", gpu="0", gpu_uuid=uuid0, pci_bus="0000:3b:00",
-                  severity="application", node="gpu-node-1") == 2
+    assert (
+        sample(
+            text,
+            "fsdp_gpu_xid_errors_total",
+            xid="13",
+            gpu="0",
+            gpu_uuid=uuid0,
+            pci_bus="0000:3b:00",
+            severity="application",
+            node="gpu-node-1",
+        )
+        == 2
+    )
     assert sample(text, "fsdp_gpu_xid_errors_total", xid="79", pci_bus="0000:86:00") == 1
     assert sample(text, "fsdp_gpu_xid_errors_total", xid="99999", severity="unknown") == 1
     assert sample(text, "fsdp_node_agent_errors_total", kind="xid_parse") == 1
@@ -123,8 +153,11 @@ def test_10_functions_missing_from_an_old_driver(run_agent, native, tmp_path: Pa
     # clock event reasons fall back to the older throttle-reasons call
     assert sample(text, "fsdp_gpu_clock_throttle_reason", gpu="0", reason="sw_power_cap") == 1
     log = agent.stderr
-    for function in ("nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
-                     "nvmlDeviceGetCurrentClocksEventReasons"):
+    for function in (
+        "nvmlDeviceGetEncoderUtilization",
+        "nvmlDeviceGetDecoderUtilization",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+    ):
         assert log.count(f"has no {function}") == 1, log
 
 
@@ -134,11 +167,12 @@ def test_command_lines_leave_the_node_redacted_and_intact(run_agent, sleepers, s
     expected = {sleepers(command.split(" ")).pid: want for command, want in redaction_rows()}
     expected.update({sleepers(argv).pid: want for argv, want, _ in redaction_extra_rows()})
     expected.update({sleepers(argv).pid: want for argv, want in EXPOSITION_CASES.values()})
-    agent = run_agent("--max-processes", "100000", "--process-series", "100000", "--command-label",
-                      env=scenario.env())
+    agent = run_agent("--max-processes", "100000", "--process-series", "100000", "--command-label", env=scenario.env())
     metrics_text, snapshot_text = agent.metrics(), agent.get("/snapshot").text
 
-    info = {int(s.labels["pid"]): s.labels["command"] for s in samples(metrics_text) if s.name == "fsdp_node_process_info"}
+    info = {
+        int(s.labels["pid"]): s.labels["command"] for s in samples(metrics_text) if s.name == "fsdp_node_process_info"
+    }
     snap = {p["pid"]: p["command"] for p in agent.snapshot()["processes"]}
     assert {pid: info.get(pid) for pid in expected} == expected
     assert {pid: snap.get(pid) for pid in expected} == expected
@@ -146,13 +180,23 @@ def test_command_lines_leave_the_node_redacted_and_intact(run_agent, sleepers, s
         assert secret not in metrics_text and secret not in snapshot_text
 
 
-
-@pytest.mark.parametrize("args, flag", [(["--port", "TAKEN"], "--port"), (["--interval", "-1"], "--interval"),
-                                        (["--kernel-log", "/nonexistent/kern.log"], "--kernel-log")])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--port", "TAKEN"], "--port"),
+        (["--interval", "-1"], "--interval"),
+        (["--kernel-log", "/nonexistent/kern.log"], "--kernel-log"),
+    ],
+)
 def test_bad_input_from_the_command_line(taken_port: int, args: list[str], flag: str) -> None:
     argv = [a.replace("TAKEN", str(taken_port)) for a in args]
-    done = subprocess.run([sys.executable, "-m", "observe.cli", "agent", "--address", "127.0.0.1", *argv],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "observe.cli", "agent", "--address", "127.0.0.1", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(f"error: {flag}: ")
 

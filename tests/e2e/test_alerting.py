@@ -35,21 +35,28 @@ from tests.support.fake_nvml import FakeNvml
 from tests.support.processes import AgentProcess, wait_for
 from tests.support.webhook import WebhookReceiver
 
-pytestmark = pytest.mark.skipif(prometheus_local.binary() is None or alertmanager_local.binary() is None,
-                                reason="needs prometheus and prometheus-alertmanager (apt-get install prometheus "
-                                       "prometheus-alertmanager; CI installs them)")
+pytestmark = pytest.mark.skipif(
+    prometheus_local.binary() is None or alertmanager_local.binary() is None,
+    reason="needs prometheus and prometheus-alertmanager (apt-get install prometheus "
+    "prometheus-alertmanager; CI installs them)",
+)
 NODE = "gpu-node-1"
 #: Short windows for the test only: XIDs count for 8 s, alerts fire at once, a group waits 3 s for
 #: the rest of its burst (the kernel-log lines may straddle one scrape) and is re-notified after 2 s.
-FAST = Settings(xid_window="8s", xid_for="0s", gpu_lost_for="0s", group_wait="3s", group_interval="2s",
-                repeat_interval="1h")
+FAST = Settings(
+    xid_window="8s", xid_for="0s", gpu_lost_for="0s", group_wait="3s", group_interval="2s", repeat_interval="1h"
+)
 LINES = [
     "NVRM: Xid (PCI:0000:30:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
-    *(f"NVRM: Xid (PCI:0000:{bus}:00): 74, pid=4242, name=python, NVLink: fatal error detected on link 3"
-      for bus in ("10", "20", "30")),
+    *(
+        f"NVRM: Xid (PCI:0000:{bus}:00): 74, pid=4242, name=python, NVLink: fatal error detected on link 3"
+        for bus in ("10", "20", "30")
+    ),
     "NVRM: Xid (PCI:0000:20:00): 48, pid=4242, name=python, An uncorrectable double bit error (DBE) has been detected",
-    *("NVRM: Xid (PCI:0000:20:00): 13, pid=4242, name=python, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1)"
-      for _ in range(3)),
+    *(
+        "NVRM: Xid (PCI:0000:20:00): 13, pid=4242, name=python, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1)"
+        for _ in range(3)
+    ),
 ]
 
 
@@ -62,20 +69,25 @@ def stack(native, tmp_path: Path) -> Iterator[dict]:
     kernel_log.write_text("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06\n")
     webhook = WebhookReceiver()
     names = alertmanager.receiver_names(FAST)
-    receivers = [{"name": n, "webhook_configs": [{"url": f"{webhook.url}/{n}", "send_resolved": True}]}
-                 for n in names]
+    receivers = [{"name": n, "webhook_configs": [{"url": f"{webhook.url}/{n}", "send_resolved": True}]} for n in names]
     started: list = []
     try:
         am = alertmanager_local.start(tmp_path / "am", alertmanager.render(FAST, receivers), free_port())
         started.append(am)
-        agent = AgentProcess(["--interval", "0.2", "--node", NODE, "--kernel-log", str(kernel_log)], nvml.env(),
-                             tmp_path)
+        agent = AgentProcess(
+            ["--interval", "0.2", "--node", NODE, "--kernel-log", str(kernel_log)], nvml.env(), tmp_path
+        )
         started.append(agent)
         (tmp_path / "rules.yaml").write_text(rules.render(FAST))
-        cfg = prometheus_local.config({"agent": [agent.base.removeprefix("http://")]}, [tmp_path / "rules.yaml"],
-                                      scrape_interval="1s", evaluation_interval="1s")
-        cfg["alerting"] = {"alertmanagers": [{"api_version": "v2", "static_configs": [
-            {"targets": [am.url.removeprefix("http://")]}]}]}
+        cfg = prometheus_local.config(
+            {"agent": [agent.base.removeprefix("http://")]},
+            [tmp_path / "rules.yaml"],
+            scrape_interval="1s",
+            evaluation_interval="1s",
+        )
+        cfg["alerting"] = {
+            "alertmanagers": [{"api_version": "v2", "static_configs": [{"targets": [am.url.removeprefix("http://")]}]}]
+        }
         prom = prometheus_local.start(tmp_path / "prom", cfg, free_port())
         started.append(prom)
         yield {"nvml": nvml, "log": kernel_log, "webhook": webhook, "agent": agent, "prom": prom, "am": am}
@@ -107,8 +119,12 @@ def test_xids_reach_the_receivers_grouped_inhibited_and_resolved(stack: dict) ->
     snap = wait_for(lambda: (s := agent.snapshot()) and len(s["gpus"]) == 3 and s, what="3 GPUs in the agent")
     uuid = {str(g["index"]): g["uuid"] for g in snap["gpus"]}
     # The XID alerts count a GPU's first XID only where the agent was scraped a window ago.
-    wait_for(lambda: query(prom, f"fsdp_node_agent_collections_total offset {FAST.xid_window}"), timeout=60,
-             interval=0.5, what=f"the agent scraped {FAST.xid_window} ago")
+    wait_for(
+        lambda: query(prom, f"fsdp_node_agent_collections_total offset {FAST.xid_window}"),
+        timeout=60,
+        interval=0.5,
+        what=f"the agent scraped {FAST.xid_window} ago",
+    )
 
     stack["nvml"].set("gpus 3\nlost@0 1")
     lost_key = (("alertname", "FsdpGpuLost"), ("node", NODE))
@@ -134,8 +150,11 @@ def test_xids_reach_the_receivers_grouped_inhibited_and_resolved(stack: dict) ->
     groups = by_group(webhook)
 
     assert set(groups) == {lost_key, reboot_key, fabric_key}, groups.keys()  # nothing for gpu_reset or application
-    for key, receiver in ((lost_key, FAST.receiver_node_reboot), (reboot_key, FAST.receiver_node_reboot),
-                          (fabric_key, FAST.receiver_nvlink_fabric)):
+    for key, receiver in (
+        (lost_key, FAST.receiver_node_reboot),
+        (reboot_key, FAST.receiver_node_reboot),
+        (fabric_key, FAST.receiver_nvlink_fabric),
+    ):
         assert {path for path, _ in groups[key]} == {f"/{receiver}"}
         assert {payload["receiver"] for _, payload in groups[key]} == {receiver}
 
@@ -143,8 +162,14 @@ def test_xids_reach_the_receivers_grouped_inhibited_and_resolved(stack: dict) ->
     (lost,) = [p for _, p in groups[lost_key]]
     assert lost["status"] == "firing"
     (alert,) = lost["alerts"]
-    assert alert["labels"] == {"alertname": "FsdpGpuLost", "node": NODE, "gpu": "0", "gpu_uuid": uuid["0"],
-                               "pci_bus": "0000:10:00", "severity": "critical"}
+    assert alert["labels"] == {
+        "alertname": "FsdpGpuLost",
+        "node": NODE,
+        "gpu": "0",
+        "gpu_uuid": uuid["0"],
+        "pci_bus": "0000:10:00",
+        "severity": "critical",
+    }
     assert alert["annotations"]["recommended_action"] == xid.REBOOT
     assert alert["annotations"]["runbook_url"] == FAST.runbook("fsdpgpulost")
 
@@ -166,13 +191,19 @@ def test_xids_reach_the_receivers_grouped_inhibited_and_resolved(stack: dict) ->
     assert all(gpus(p["alerts"]) <= {"1", "2"} for p in fabric) and len(fabric) <= 3  # at most one partial
 
 
-
 def assert_every_field(alert: dict, code: int, xid_class: str, gpu: str, gpu_uuid: str, pci_bus: str) -> None:
     """node, GPU index, UUID, PCI bus, XID code, name, class, action and runbook, from the catalogue."""
     name = rules.CRITICAL_XID_CLASSES[xid_class]
     assert alert["labels"] == {
-        "alertname": name, "node": NODE, "gpu": gpu, "gpu_uuid": gpu_uuid, "pci_bus": pci_bus, "xid": str(code),
-        "xid_class": xid_class, "severity": "critical"}
+        "alertname": name,
+        "node": NODE,
+        "gpu": gpu,
+        "gpu_uuid": gpu_uuid,
+        "pci_bus": pci_bus,
+        "xid": str(code),
+        "xid_class": xid_class,
+        "severity": "critical",
+    }
     info = xid.lookup(code)
     notes = alert["annotations"]
     assert notes["xid_name"] == info.name

@@ -19,8 +19,20 @@ from trainer.runspec.checkpoint_files import TrainerState, list_checkpoints, ste
 
 
 def args(corpus: Path, ckpt: Path, steps: int, *extra: str) -> list[str]:
-    return ["--data", str(corpus), "--steps", str(steps), *FAST, "--checkpoint-dir", str(ckpt),
-            "--checkpoint-every", "10", "--metrics", "off", *extra]
+    return [
+        "--data",
+        str(corpus),
+        "--steps",
+        str(steps),
+        *FAST,
+        "--checkpoint-dir",
+        str(ckpt),
+        "--checkpoint-every",
+        "10",
+        "--metrics",
+        "off",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +57,9 @@ def resumed_step(workdir: Path) -> int:
     return record["step"]
 
 
-def test_a_shard_cut_short_is_skipped_for_the_previous_checkpoint(trained: Path, corpus: Path, tmp_path: Path,
-                                                                  session_env) -> None:
+def test_a_shard_cut_short_is_skipped_for_the_previous_checkpoint(
+    trained: Path, corpus: Path, tmp_path: Path, session_env
+) -> None:
     ckpt = copy_of(trained, tmp_path)
     shard = sorted(step_dir(ckpt, 20).glob("*.distcp"))[-1]
     with open(shard, "r+b") as f:
@@ -59,8 +72,9 @@ def test_a_shard_cut_short_is_skipped_for_the_previous_checkpoint(trained: Path,
     assert resumed_step(tmp_path) == 10
 
 
-def test_a_shard_overwritten_in_place_fails_to_load_and_falls_back(trained: Path, corpus: Path, tmp_path: Path,
-                                                                   session_env) -> None:
+def test_a_shard_overwritten_in_place_fails_to_load_and_falls_back(
+    trained: Path, corpus: Path, tmp_path: Path, session_env
+) -> None:
     """Same size, other bytes: nothing shows before loading, so the load fails on every rank and
     all ranks move to the previous checkpoint together."""
     ckpt = copy_of(trained, tmp_path)
@@ -82,8 +96,11 @@ def small_disk(tmp_path: Path):
     """A 20 MB tmpfs: room for one tiny-preset checkpoint and part of another."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", f"fsdp-observe-{uuid.uuid4().hex[:8]}",
-                           str(mount)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m", f"fsdp-observe-{uuid.uuid4().hex[:8]}", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}); the full-disk case needs one (root)")
     try:
@@ -93,7 +110,8 @@ def small_disk(tmp_path: Path):
 
 
 def test_a_save_that_fills_the_disk_removes_its_partial_directory_and_says_what_it_needed(
-        small_disk: Path, corpus: Path, session_env) -> None:
+    small_disk: Path, corpus: Path, session_env
+) -> None:
     ckpt = small_disk / "ckpt"
     filler = small_disk / "filler"
     proc = run_trainer(args(corpus, ckpt, 10), session_env)

@@ -66,13 +66,18 @@ RULE_SETTINGS = Settings(xid_window="30s", xid_for="2s")
 #: Settings per dcgm-exporter variant, and the fixtures (``fixture`` target label) each must read.
 DIALECTS = {
     "released": (Settings(), {"4.5.3-4.8.2-gpu-operator", "4.5.3-4.8.2-xid-count", "4.5.3-4.8.2-mig"}),
-    "xid-count": (Settings(dcgm_xid_count=True),
-                  {"4.5.3-4.8.2-gpu-operator", "4.5.3-4.8.2-xid-count", "4.5.3-4.8.2-mig"}),
+    "xid-count": (
+        Settings(dcgm_xid_count=True),
+        {"4.5.3-4.8.2-gpu-operator", "4.5.3-4.8.2-xid-count", "4.5.3-4.8.2-mig"},
+    ),
     "main-hostname": (Settings(dcgm_hostname_label="hostname"), {"main-d5e5f51"}),
 }
-EXPORTERS = {"4.5.3-4.8.2-gpu-operator": "dcgm-4.5.3-4.8.2-gpu-operator.prom",
-             "4.5.3-4.8.2-xid-count": "dcgm-4.5.3-4.8.2-xid-count.prom",
-             "4.5.3-4.8.2-mig": "dcgm-4.5.3-4.8.2-mig.prom", "main-d5e5f51": "dcgm-main-d5e5f51-hostname.prom"}
+EXPORTERS = {
+    "4.5.3-4.8.2-gpu-operator": "dcgm-4.5.3-4.8.2-gpu-operator.prom",
+    "4.5.3-4.8.2-xid-count": "dcgm-4.5.3-4.8.2-xid-count.prom",
+    "4.5.3-4.8.2-mig": "dcgm-4.5.3-4.8.2-mig.prom",
+    "main-d5e5f51": "dcgm-main-d5e5f51-hostname.prom",
+}
 #: Panels empty on a healthy machine whose fault this test cannot cause: an agent source that
 #: stops being readable (root reads any file here). Their queries must still succeed.
 HEALTHY_EMPTY = {"fsdp-nodes / Sources unreadable"}
@@ -80,8 +85,10 @@ XID_LINE = "[Mon Nov 30 12:00:00 2026] NVRM: Xid (PCI:{bus}): {code}, pid=4242, 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
 
 pytestmark = [
-    pytest.mark.skipif(prometheus_local.binary() is None,
-                       reason="the prometheus binary is missing: apt-get install prometheus (CI installs it)"),
+    pytest.mark.skipif(
+        prometheus_local.binary() is None,
+        reason="the prometheus binary is missing: apt-get install prometheus (CI installs it)",
+    ),
     pytest.mark.skipif(NODE_EXPORTER is None, reason="apt-get install prometheus-node-exporter (CI installs it)"),
 ]
 
@@ -120,8 +127,10 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
     # GPU 3 lost; GPU 0 runs a process of this test, with a fresh utilisation sample for every
     # collection (as a busy GPU has) and one more uncorrected ECC error each time (fed by a thread
     # until the module's tests end).
-    scenario = f"bus@0 0x3b\nbus@1 0x86\nlost@3 1\nproc 0 {os.getpid()} 1073741824\nsample 0 {os.getpid()} {{0}} 55 20\n" \
-               "ecc_uncorrected@0 {0}"
+    scenario = (
+        f"bus@0 0x3b\nbus@1 0x86\nlost@3 1\nproc 0 {os.getpid()} 1073741824\nsample 0 {os.getpid()} {{0}} 55 20\n"
+        "ecc_uncorrected@0 {0}"
+    )
     fake.set(scenario.format(1))
     feeding = threading.Event()
 
@@ -130,72 +139,160 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
         while not feeding.wait(0.2):
             tick += 1
             fake.set(scenario.format(tick))
+
     threading.Thread(target=feed, daemon=True).start()
     kernel_log = tmp / "kern.log"  # an XID already logged before anything starts
     kernel_log.write_text(XID_LINE.format(bus="0000:3b:00", code=48, text="An uncorrectable double bit error"))
-    agent = AgentProcess(["--interval", "0.25", "--node", NODE, "--kernel-log", str(kernel_log)],
-                         fake.env(session_env), tmp)
+    agent = AgentProcess(
+        ["--interval", "0.25", "--node", NODE, "--kernel-log", str(kernel_log)], fake.env(session_env), tmp
+    )
     bodies = {f"/{name}": (fixtures.FIXTURES / file).read_bytes() for name, file in EXPORTERS.items()}
-    server = StaticServer({
-        **bodies, **{path: growing_replays(bodies[path]) for path in ("/4.5.3-4.8.2-gpu-operator", "/main-d5e5f51")},
-        **{f"/cuda-rank-{r}": cuda_rank_exposition("llama2-7b-ft", r, NODE, uuid, 3)
-           for r, uuid in enumerate((*DCGM_UUIDS, FAKE_UUID.format(0)))},
-    }).__enter__()
+    server = StaticServer(
+        {
+            **bodies,
+            **{path: growing_replays(bodies[path]) for path in ("/4.5.3-4.8.2-gpu-operator", "/main-d5e5f51")},
+            **{
+                f"/cuda-rank-{r}": cuda_rank_exposition("llama2-7b-ft", r, NODE, uuid, 3)
+                for r, uuid in enumerate((*DCGM_UUIDS, FAKE_UUID.format(0)))
+            },
+        }
+    ).__enter__()
     base, node_exporter_port = free_port_block(2), free_port()
     node_exporter = subprocess.Popen(
-        [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{node_exporter_port}", "--collector.disable-defaults",
-         "--collector.cpu", "--collector.netdev", "--collector.diskstats", "--collector.uname"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            NODE_EXPORTER,
+            f"--web.listen-address=127.0.0.1:{node_exporter_port}",
+            "--collector.disable-defaults",
+            "--collector.cpu",
+            "--collector.netdev",
+            "--collector.diskstats",
+            "--collector.uname",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     static = f"127.0.0.1:{server.port}"
     (tmp / rules.RULES_FILE).write_text(rules.render(RULE_SETTINGS))
     # A cluster generates its rules with its dialect: the recorded run GPUs carry the exporter's
     # node and UUID labels, so the unreleased dialect's dashboards need its own recording too.
     main_dialect = Settings(dcgm_hostname_label="hostname")
-    (run_gpus,) = [r for g in rules.rule_file(main_dialect)["groups"] for r in g["rules"]
-                   if r.get("record") == rules.RUN_GPUS]
-    (tmp / "main-dialect.rules.yaml").write_text(json.dumps({"groups": [{"name": "main-dialect", "rules": [run_gpus]}]}))
-    gpu_operator = {"job": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "container": "nvidia-dcgm-exporter",
-                    "service": "nvidia-dcgm-exporter", "endpoint": "gpu-metrics"}
+    (run_gpus,) = [
+        r for g in rules.rule_file(main_dialect)["groups"] for r in g["rules"] if r.get("record") == rules.RUN_GPUS
+    ]
+    (tmp / "main-dialect.rules.yaml").write_text(
+        json.dumps({"groups": [{"name": "main-dialect", "rules": [run_gpus]}]})
+    )
+    gpu_operator = {
+        "job": "nvidia-dcgm-exporter",
+        "namespace": "gpu-operator",
+        "container": "nvidia-dcgm-exporter",
+        "service": "nvidia-dcgm-exporter",
+        "endpoint": "gpu-metrics",
+    }
     config = {
-        "global": {"scrape_interval": f"{SCRAPE * 1000:.0f}ms", "scrape_timeout": "400ms",
-                   "evaluation_interval": f"{EVALUATION * 1000:.0f}ms"},
+        "global": {
+            "scrape_interval": f"{SCRAPE * 1000:.0f}ms",
+            "scrape_timeout": "400ms",
+            "evaluation_interval": f"{EVALUATION * 1000:.0f}ms",
+        },
         "rule_files": [str(tmp / rules.RULES_FILE), str(tmp / "main-dialect.rules.yaml")],
         "scrape_configs": [
-            {"job_name": "trainer", "static_configs": [
-                {"targets": [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"], "labels": {"namespace": "fsdp-e2e"}}]},
+            {
+                "job_name": "trainer",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"], "labels": {"namespace": "fsdp-e2e"}}
+                ],
+            },
             {"job_name": "agent", "static_configs": [{"targets": [agent.base.split("//")[1]]}]},
-            {"job_name": "node-exporter", "static_configs": [  # kube-prometheus-stack: instance = node name
-                {"targets": [f"127.0.0.1:{node_exporter_port}"], "labels": {"instance": NODE}}]},
-            *({"job_name": f"dcgm-{name}", "metrics_path": f"/{name}", "static_configs": [{"targets": [static], "labels": {
-                **gpu_operator, "fixture": name, "pod": f"nvidia-dcgm-exporter-{i}x7k2"}}]}
-              for i, name in enumerate(EXPORTERS)),
-            *({"job_name": f"cuda-rank-{r}", "metrics_path": f"/cuda-rank-{r}",
-               "static_configs": [{"targets": [static], "labels": {"namespace": "training"}}]} for r in (0, 1, 2)),
+            {
+                "job_name": "node-exporter",
+                "static_configs": [  # kube-prometheus-stack: instance = node name
+                    {"targets": [f"127.0.0.1:{node_exporter_port}"], "labels": {"instance": NODE}}
+                ],
+            },
+            *(
+                {
+                    "job_name": f"dcgm-{name}",
+                    "metrics_path": f"/{name}",
+                    "static_configs": [
+                        {
+                            "targets": [static],
+                            "labels": {**gpu_operator, "fixture": name, "pod": f"nvidia-dcgm-exporter-{i}x7k2"},
+                        }
+                    ],
+                }
+                for i, name in enumerate(EXPORTERS)
+            ),
+            *(
+                {
+                    "job_name": f"cuda-rank-{r}",
+                    "metrics_path": f"/cuda-rank-{r}",
+                    "static_configs": [{"targets": [static], "labels": {"namespace": "training"}}],
+                }
+                for r in (0, 1, 2)
+            ),
         ],
     }
     started = time.time()
     prometheus = prometheus_local.start(tmp / "prometheus", config, free_port())
     trainer = None
     try:
+
         def targets_up() -> bool:  # discovery hands targets over after ~5 s: poll, never sleep
             active = promql(prometheus.url, "/api/v1/targets")["activeTargets"]
             return sum(t["health"] == "up" for t in active if t["labels"]["job"] != "trainer") == 2 + 4 + 3
-        wait_for(targets_up, timeout=30, interval=0.25, what="Prometheus to scrape the agent, node-exporter, the replays")
+
+        wait_for(
+            targets_up, timeout=30, interval=0.25, what="Prometheus to scrape the agent, node-exporter, the replays"
+        )
         trainer_log = tmp / "trainer.log"
         with open(trainer_log, "w") as log:
             trainer = subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", installed_script(),
-                 "--steps", "60", "--seq-len", "64", "--batch-size", "2", "--log-every", "2", "--warmup-steps", "2",
-                 "--metrics-address", "127.0.0.1", "--metrics-port", str(base), "--metrics-linger", "600",
-                 "--run-id", RUN_ID, "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", "30",
-                 "--val-every", "30"],
-                env={**session_env, "NODE_NAME": NODE}, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node=2",
+                    "--no-python",
+                    installed_script(),
+                    "--steps",
+                    "60",
+                    "--seq-len",
+                    "64",
+                    "--batch-size",
+                    "2",
+                    "--log-every",
+                    "2",
+                    "--warmup-steps",
+                    "2",
+                    "--metrics-address",
+                    "127.0.0.1",
+                    "--metrics-port",
+                    str(base),
+                    "--metrics-linger",
+                    "600",
+                    "--run-id",
+                    RUN_ID,
+                    "--checkpoint-dir",
+                    str(tmp / "ckpt"),
+                    "--checkpoint-every",
+                    "30",
+                    "--val-every",
+                    "30",
+                ],
+                env={**session_env, "NODE_NAME": NODE},
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
         def finished() -> bool:
             assert trainer.poll() is None, trainer_log.read_text()
             done = instant(prometheus.url, f'{c.TRAIN_PHASE.name}{{run_id="{RUN_ID}",phase="finished"}} == 1')
             return len(done) == 2
+
         wait_for(finished, timeout=300, interval=0.5, what="both ranks finished in Prometheus")
         time.sleep(2 * SCRAPE)  # the scrape after the last step is in, for the rate windows
         yield Stack(prometheus.url, started, kernel_log, trainer_log)
@@ -216,6 +313,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
 
 
 # --- the dashboards' own variables and queries ------------------------------------------------
+
 
 def variable_values(board: dict, span: float) -> dict[str, str]:
     """The dashboard's variables at "All" for this stack (node, step and scrape interval)."""
@@ -240,10 +338,14 @@ def run_queries(url: str, board: dict, start: float) -> tuple[list[str], list[di
     failures, series = [], []
     for where, target in panel_queries(board):
         expr = substitute(target["expr"], values)
-        params = ({"query": expr, "time": f"{end:.3f}"} if target.get("instant")
-                  else {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{STEP:g}"})
-        body = httpx.get(f"{url}/api/v1/query{'' if target.get('instant') else '_range'}", params=params,
-                         timeout=30).json()
+        params = (
+            {"query": expr, "time": f"{end:.3f}"}
+            if target.get("instant")
+            else {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{STEP:g}"}
+        )
+        body = httpx.get(
+            f"{url}/api/v1/query{'' if target.get('instant') else '_range'}", params=params, timeout=30
+        ).json()
         panel = where.rsplit(" / ", 1)[0]
         if body["status"] != "success":
             failures.append(f"{where}: {body.get('error')}\n    {expr}")
@@ -266,8 +368,9 @@ def panel_series(url: str, board: dict, title: str, start: float) -> list[dict]:
     (panel,) = [p for p in board["panels"] if p.get("title") == title]
     end = time.time()
     expr = substitute(panel["targets"][0]["expr"], variable_values(board, end - start))
-    return promql(url, "/api/v1/query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}",
-                  step=f"{STEP:g}")["result"]
+    return promql(url, "/api/v1/query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{STEP:g}")[
+        "result"
+    ]
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
@@ -283,8 +386,11 @@ def test_every_panel_query_of_every_dashboard_returns_data(stack: Stack, dialect
     # The dialect setting picks those exporters' series and only those.
     assert {s["metric"]["fixture"] for s in series if "fixture" in s["metric"]} == DIALECTS[dialect][1]
     # The run's GPUs: the DCGM series joined to the ranks that use them, by GPU UUID and node.
-    joined = {(s["metric"]["run_id"], s["metric"]["rank"], s["metric"]["gpu_uuid"]) for s in series
-              if "fixture" in s["metric"] and "run_id" in s["metric"]}
+    joined = {
+        (s["metric"]["run_id"], s["metric"]["rank"], s["metric"]["gpu_uuid"])
+        for s in series
+        if "fixture" in s["metric"] and "run_id" in s["metric"]
+    }
     assert joined == {("llama2-7b-ft", "0", DCGM_UUIDS[0]), ("llama2-7b-ft", "1", DCGM_UUIDS[1])}
     # The live CPU run fed the training panels (not only the CUDA stand-ins).
     assert RUN_ID in {s["metric"].get("run_id") for s in series}
@@ -307,14 +413,21 @@ def test_every_variable_lists_values(stack: Stack) -> None:
                 if var["type"] != "query":
                     continue
                 if var["query"].startswith("query_result("):  # Grafana: an instant query, the regex per line
-                    result = instant(stack.url, substitute(var["query"][len("query_result("):-1], values))
+                    result = instant(stack.url, substitute(var["query"][len("query_result(") : -1], values))
                     lines = ["{" + ",".join(f'{k}="{v}"' for k, v in r["metric"].items()) + "}" for r in result]
                     listed = {m.group(1) for line in lines if (m := re.search(var["regex"].strip("/"), line))}
                 else:
                     m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"])
                     assert m, var["query"]
-                    found = promql(stack.url, "/api/v1/series", **{"match[]": substitute(m.group(1), values),
-                                                                   "start": f"{stack.start:.3f}", "end": f"{end:.3f}"})
+                    found = promql(
+                        stack.url,
+                        "/api/v1/series",
+                        **{
+                            "match[]": substitute(m.group(1), values),
+                            "start": f"{stack.start:.3f}",
+                            "end": f"{end:.3f}",
+                        },
+                    )
                     listed = {s.get(m.group(2)) for s in found} - {None}
                 assert listed, f"{board['uid']}: variable {var['name']} lists nothing ({var['query']})"
                 if var["name"] == "node":
@@ -330,8 +443,12 @@ def alerts(url: str, name: str) -> list[dict]:
 def test_an_xid_line_in_the_kernel_log_fires_the_xid_alerts(stack: Stack) -> None:
     url = stack.url
     # The XID 48 logged before Prometheus started stays silent once a whole window of history exists.
-    wait_for(lambda: instant(url, f"{c.AGENT_COLLECTIONS.name} offset {RULE_SETTINGS.xid_window}"),
-             timeout=60, interval=0.5, what="an XID window of agent history")
+    wait_for(
+        lambda: instant(url, f"{c.AGENT_COLLECTIONS.name} offset {RULE_SETTINGS.xid_window}"),
+        timeout=60,
+        interval=0.5,
+        what="an XID window of agent history",
+    )
     time.sleep(3 * EVALUATION)
     assert alerts(url, "FsdpGpuXidGpuReset") == []
 
@@ -342,16 +459,35 @@ def test_an_xid_line_in_the_kernel_log_fires_the_xid_alerts(stack: Stack) -> Non
     def firing(name: str) -> list[dict]:
         return [a for a in alerts(url, name) if a["state"] == "firing"]
 
-    (reboot,) = wait_for(lambda: firing("FsdpGpuXidNodeReboot"), timeout=60, interval=0.25,
-                         what="FsdpGpuXidNodeReboot to fire")
-    assert reboot["labels"] == {"alertname": "FsdpGpuXidNodeReboot", "severity": "critical", "xid_class": "node_reboot",
-                                "node": NODE, "gpu": "1",
-                                "gpu_uuid": FAKE_UUID.format(1), "pci_bus": "0000:86:00", "xid": "79"}
+    (reboot,) = wait_for(
+        lambda: firing("FsdpGpuXidNodeReboot"), timeout=60, interval=0.25, what="FsdpGpuXidNodeReboot to fire"
+    )
+    assert reboot["labels"] == {
+        "alertname": "FsdpGpuXidNodeReboot",
+        "severity": "critical",
+        "xid_class": "node_reboot",
+        "node": NODE,
+        "gpu": "1",
+        "gpu_uuid": FAKE_UUID.format(1),
+        "pci_bus": "0000:86:00",
+        "xid": "79",
+    }
     assert f"GPU 1 ({FAKE_UUID.format(1)}) of node {NODE}" in reboot["annotations"]["description"]
-    (reset,) = wait_for(lambda: firing("FsdpGpuXidGpuReset"), timeout=60, interval=0.25,
-                        what="FsdpGpuXidGpuReset to fire on the second XID 48")
-    assert reset["labels"] == {"alertname": "FsdpGpuXidGpuReset", "severity": "critical", "xid_class": "gpu_reset",
-                               "node": NODE, "gpu": "0",
-                               "gpu_uuid": FAKE_UUID.format(0), "pci_bus": "0000:3b:00", "xid": "48"}
+    (reset,) = wait_for(
+        lambda: firing("FsdpGpuXidGpuReset"),
+        timeout=60,
+        interval=0.25,
+        what="FsdpGpuXidGpuReset to fire on the second XID 48",
+    )
+    assert reset["labels"] == {
+        "alertname": "FsdpGpuXidGpuReset",
+        "severity": "critical",
+        "xid_class": "gpu_reset",
+        "node": NODE,
+        "gpu": "0",
+        "gpu_uuid": FAKE_UUID.format(0),
+        "pci_bus": "0000:3b:00",
+        "xid": "48",
+    }
     # dcgm-exporter's variant stays quiet on a node whose agent reads the kernel log.
     assert alerts(url, "FsdpDcgmXidCritical") == alerts(url, "FsdpDcgmXidApplicationBurst") == []

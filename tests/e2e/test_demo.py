@@ -10,15 +10,24 @@ from pathlib import Path
 
 def test_demo_runs_headless_and_prints_a_summary(subprocess_env) -> None:
     """No --metrics-port: the ranks get a free block (before, fixed 9500/9501, which another run may hold)."""
-    proc = subprocess.run([sys.executable, "-m", "observe.cli", "demo", "--steps", "25", "--log-every", "5"],
-                          capture_output=True, text=True, env=subprocess_env, timeout=300, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "observe.cli", "demo", "--steps", "25", "--log-every", "5"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     urls = re.findall(r"rank (\d) metrics: http://127\.0\.0\.1:(\d+)/metrics", out)
     assert [r for r, _ in urls] == ["0", "1"] and int(urls[1][1]) == int(urls[0][1]) + 1
     assert "finished" in out
-    rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines()
-                if re.match(r"^(steps|exit status|loss, \w+ window|rank \d /metrics|JSON log)\s{2,}", line))
+    rows = dict(
+        re.split(r"\s{2,}", line.strip(), maxsplit=1)
+        for line in out.splitlines()
+        if re.match(r"^(steps|exit status|loss, \w+ window|rank \d /metrics|JSON log)\s{2,}", line)
+    )
     assert rows["steps"] == "25"
     assert rows["exit status"] == "0"
     first = float(rows["loss, first window"].split()[0])

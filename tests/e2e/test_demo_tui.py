@@ -19,16 +19,34 @@ def test_the_demo_opens_the_tui_on_a_terminal_and_q_stops_the_run(port_block, su
     main, child = os.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
     env = {**subprocess_env, "TERM": "xterm-256color", "COLUMNS": "140", "LINES": "40"}
-    proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "demo", "--steps", "5000", "--log-every", "5",
-                             "--metrics-port", str(port_block(2))], stdin=child, stdout=child, stderr=child,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "observe.cli",
+            "demo",
+            "--steps",
+            "5000",
+            "--log-every",
+            "5",
+            "--metrics-port",
+            str(port_block(2)),
+        ],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+        start_new_session=True,
+    )
     os.close(child)
     try:
         read_until(main, r"Cluster .*1 agent, 2 trainer endpoints", 60)
         read_until(main, r"\bok\b", 60)  # the node's row
         os.write(main, b"q")
         text = read_until(main, r"exit status\s+\d+", 90)
-        assert wait_exit(main, proc, 60)[0] == 130  # as Ctrl-C: the same status in the summary, the JSON log and the shell
+        assert (
+            wait_exit(main, proc, 60)[0] == 130
+        )  # as Ctrl-C: the same status in the summary, the JSON log and the shell
         assert "the terminal UI was closed; stopping the run" in text and "stopped (the terminal UI was closed)" in text
         assert re.search(r"exit status\s+130", text)
     finally:
@@ -56,9 +74,27 @@ def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, 
     base = port_block(2)
     main, child, env = _terminal(subprocess_env)
     out = tmp_path / "demo"
-    proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "demo", "--steps", "200", "--metrics-port",
-                             str(base), "--agent-port", "0", "--out", str(out)],
-                            stdin=child, stdout=child, stderr=child, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "observe.cli",
+            "demo",
+            "--steps",
+            "200",
+            "--metrics-port",
+            str(base),
+            "--agent-port",
+            "0",
+            "--out",
+            str(out),
+        ],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+        start_new_session=True,
+    )
     os.close(child)
     fleet = RecordedFleet()
     try:
@@ -69,8 +105,7 @@ def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, 
         os.write(main, b"2")  # the Run screen
         # Rank 1 may have served the demo's run for a moment before the group failed (then it is a
         # row, unreachable); either way the Run screen says the training exited.
-        shown += read_until(main, r"no training run seen: the training process exited|training exited with status",
-                            30)
+        shown += read_until(main, r"no training run seen: the training process exited|training exited with status", 30)
         assert not re.search(r"\brun someone-else\b", shown)  # never shown as the demo's run
         os.write(main, b"q")
         summary = read_until(main, r"JSON log\s+\S+", 60)
@@ -80,10 +115,12 @@ def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, 
         assert re.search(rf"why\s+error: --metrics-port: port {base} on 127\.0\.0\.1 is already in use", summary)
         assert re.search(r"training output\s+\S+train\.log", summary) and (out / "train.log").is_file()
         named = re.search(r"JSON log\s+(.+?)\s*$", summary, re.M)
-        assert named and (named.group(1).startswith("none (training ended before its first step)")
-                          or Path(named.group(1)).is_file())  # rank 0 logs its start before it binds the port
-        assert re.search(r"rank 0 /metrics\s+0 ok, \d+ failed \(last: another run \(someone-else\) on this port\)",
-                         summary)
+        assert named and (
+            named.group(1).startswith("none (training ended before its first step)") or Path(named.group(1)).is_file()
+        )  # rank 0 logs its start before it binds the port
+        assert re.search(
+            r"rank 0 /metrics\s+0 ok, \d+ failed \(last: another run \(someone-else\) on this port\)", summary
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -96,9 +133,14 @@ def test_a_finished_run_is_shown_finished_with_its_final_figures(subprocess_env)
     """D5: the ranks stopped serving the moment the last step ended, so the TUI froze at 199/200 with
     the step-180 loss and 'unreachable'. Now they serve until the TUI scraped the end once more."""
     main, child, env = _terminal(subprocess_env)
-    proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "demo", "--steps", "30", "--log-every", "10",
-                             "--agent-port", "0"], stdin=child, stdout=child, stderr=child, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "observe.cli", "demo", "--steps", "30", "--log-every", "10", "--agent-port", "0"],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+        start_new_session=True,
+    )
     os.close(child)
     try:
         read_until(main, r"Cluster .*1 agent, 2 trainer endpoints", 60)

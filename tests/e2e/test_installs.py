@@ -59,8 +59,9 @@ class Venv:
 
     def install(self, label: str, target: str) -> None:
         started = time.monotonic()
-        done = self.run([self.bin("python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e",
-                         target], timeout=900)
+        done = self.run(
+            [self.bin("python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", target], timeout=900
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         self.install_seconds[label] = round(time.monotonic() - started, 1)
         print(f"{label} install: {self.install_seconds[label]} s")
@@ -97,9 +98,14 @@ def test_the_base_install_is_the_cli_and_the_tui(venv: Venv) -> None:
         main, child = os.openpty()
         fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-        proc = subprocess.Popen([venv.bin("fsdp-observe"), "top", "--agent", agent, "--trainer", rank],
-                                stdin=child, stdout=child, stderr=child, env={**env, "TERM": "xterm-256color"},
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [venv.bin("fsdp-observe"), "top", "--agent", agent, "--trainer", rank],
+            stdin=child,
+            stdout=child,
+            stderr=child,
+            env={**env, "TERM": "xterm-256color"},
+            start_new_session=True,
+        )
         os.close(child)
         try:
             read_until(main, r"gpu-node-1", 30)
@@ -111,9 +117,13 @@ def test_the_base_install_is_the_cli_and_the_tui(venv: Venv) -> None:
             os.close(main)
     finally:
         fleet.close()
-    for argv, extra in ((["dashboards", "--check"], "dashboards"), (["agent", "--port", "0"], "agent"),
-                        (["train", "--steps", "1"], "trainer"), (["job", "status", "x"], "k8s"),
-                        (["top", "--kube"], "k8s")):
+    for argv, extra in (
+        (["dashboards", "--check"], "dashboards"),
+        (["agent", "--port", "0"], "agent"),
+        (["train", "--steps", "1"], "trainer"),
+        (["job", "status", "x"], "k8s"),
+        (["top", "--kube"], "k8s"),
+    ):
         assert_names_the_extra(venv.run([venv.bin("fsdp-observe"), *argv], cwd=venv.root), argv[0], extra)
 
 
@@ -125,23 +135,41 @@ def roles(venv: Venv) -> Venv:
 
 def test_job_runs_without_torch(roles: Venv, tmp_path: Path) -> None:
     assert not roles.imports("torch") and roles.imports("kubernetes")
-    done = roles.run([roles.bin("fsdp-observe"), "job", "render", "--config", str(REPO / "examples" / "llama2-7b.env"),
-                      "--set", "IMAGE_URI=registry.example/fsdp-observe:0.1.0", "--run-id", "llama2-7b-fsdp-1"])
+    done = roles.run(
+        [
+            roles.bin("fsdp-observe"),
+            "job",
+            "render",
+            "--config",
+            str(REPO / "examples" / "llama2-7b.env"),
+            "--set",
+            "IMAGE_URI=registry.example/fsdp-observe:0.1.0",
+            "--run-id",
+            "llama2-7b-fsdp-1",
+        ]
+    )
     assert done.returncode == 0, done.stderr
     (job,) = [doc for doc in yaml.safe_load_all(done.stdout) if doc["kind"] == "PyTorchJob"]  # + its NetworkPolicy
     command = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
     assert command[2:4] == ["--no-python", "fsdp-observe-trainer"]
-    routes = {("GET", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/llama2-7b-fsdp"):
-              Reply.recorded("pytorchjob-llama2-7b-fsdp.json"),
-              ("GET", "/api/v1/namespaces/default/pods"): Reply.recorded("pods-llama2-7b-fsdp.json"),
-              ("GET", "/api/v1/namespaces/default/pods/llama2-7b-fsdp-worker-0/log"):
-              Reply.recorded("log-llama2-7b-fsdp-worker-0.txt"),
-              ("GET", "/api/v1/namespaces/default/pods/llama2-7b-fsdp-worker-1/log"):
-              Reply.recorded("log-llama2-7b-fsdp-worker-1.txt")}
+    routes = {
+        ("GET", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/llama2-7b-fsdp"): Reply.recorded(
+            "pytorchjob-llama2-7b-fsdp.json"
+        ),
+        ("GET", "/api/v1/namespaces/default/pods"): Reply.recorded("pods-llama2-7b-fsdp.json"),
+        ("GET", "/api/v1/namespaces/default/pods/llama2-7b-fsdp-worker-0/log"): Reply.recorded(
+            "log-llama2-7b-fsdp-worker-0.txt"
+        ),
+        ("GET", "/api/v1/namespaces/default/pods/llama2-7b-fsdp-worker-1/log"): Reply.recorded(
+            "log-llama2-7b-fsdp-worker-1.txt"
+        ),
+    }
     server = RecordedAPIServer(routes)
     try:
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
-        done = roles.run([roles.bin("fsdp-observe"), "job", "status", "llama2-7b-fsdp", "--kubeconfig", str(kubeconfig)])
+        done = roles.run(
+            [roles.bin("fsdp-observe"), "job", "status", "llama2-7b-fsdp", "--kubeconfig", str(kubeconfig)]
+        )
     finally:
         server.close()
     assert done.returncode == 0, done.stderr
@@ -160,11 +188,25 @@ class LiveRun:
     def __init__(self, run_id: str, world_size: int, steps: int, step_seconds: float) -> None:
         from observe.training.collector import TrainerMetrics
 
-        info = {"model": "tiny", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16",
-                "world_size": str(world_size), "device_type": "cpu", "backend": "gloo"}
-        self.ranks = [TrainerMetrics({"run_id": run_id, "rank": str(r), "local_rank": str(r), "node": "n1"}, info,
-                                     planned_steps=steps, flops_per_token=1_000_000, peak_flops=None,
-                                     export_global=r == 0) for r in range(world_size)]
+        info = {
+            "model": "tiny",
+            "sharding_strategy": "FULL_SHARD",
+            "mixed_precision": "bf16",
+            "world_size": str(world_size),
+            "device_type": "cpu",
+            "backend": "gloo",
+        }
+        self.ranks = [
+            TrainerMetrics(
+                {"run_id": run_id, "rank": str(r), "local_rank": str(r), "node": "n1"},
+                info,
+                planned_steps=steps,
+                flops_per_token=1_000_000,
+                peak_flops=None,
+                export_global=r == 0,
+            )
+            for r in range(world_size)
+        ]
         self.steps, self.step_seconds = steps, step_seconds
         self.thread = threading.Thread(target=self._train, daemon=True)
 
@@ -187,17 +229,25 @@ def scraped_runs(tmp_path: Path, port_block) -> Iterator[str]:
         pytest.skip("the prometheus binary is missing: scripts/install-test-deps installs it")
     fleet = RecordedFleet()
     runs = {"one": LiveRun("one", 1, steps=30, step_seconds=0.3), "two": LiveRun("two", 2, steps=30, step_seconds=0.3)}
-    targets = [fleet.trainer(f"{name}-{r}", run.render(r)).removeprefix("http://").removesuffix("/metrics")
-               for name, run in runs.items() for r in range(len(run.ranks))]
-    prom = prometheus_local.start(tmp_path / "prometheus", prometheus_local.config(
-        {"trainer": targets}, [], scrape_interval="250ms"), port_block(1))
+    targets = [
+        fleet.trainer(f"{name}-{r}", run.render(r)).removeprefix("http://").removesuffix("/metrics")
+        for name, run in runs.items()
+        for r in range(len(run.ranks))
+    ]
+    prom = prometheus_local.start(
+        tmp_path / "prometheus",
+        prometheus_local.config({"trainer": targets}, [], scrape_interval="250ms"),
+        port_block(1),
+    )
     try:
+
         def scraping() -> bool:
             try:
                 active = httpx.get(f"{prom.url}/api/v1/targets", timeout=1).json()["data"]["activeTargets"]
             except (httpx.HTTPError, ValueError, KeyError):
                 return False
             return len(active) == 3 and all(t["health"] == "up" for t in active)
+
         wait_for(scraping, 20, "Prometheus to scrape the three ranks")
         for run in runs.values():
             run.thread.start()
@@ -213,8 +263,22 @@ def scraped_runs(tmp_path: Path, port_block) -> Iterator[str]:
 def test_scaling_from_prometheus_runs_without_torch(roles: Venv, scraped_runs: str, tmp_path: Path) -> None:
     assert not roles.imports("torch") and roles.imports("matplotlib")
     out = tmp_path / "report"
-    done = roles.run([roles.bin("fsdp-observe"), "scaling", "--prometheus", scraped_runs, "--run-id", "one",
-                      "--run-id", "two", "--warmup-steps", "3", "--out", str(out)])
+    done = roles.run(
+        [
+            roles.bin("fsdp-observe"),
+            "scaling",
+            "--prometheus",
+            scraped_runs,
+            "--run-id",
+            "one",
+            "--run-id",
+            "two",
+            "--warmup-steps",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((out / "report.json").read_text())
     assert [(s["run_id"], s["world_size"]) for s in report["sizes"]] == [("one", 1), ("two", 2)]

@@ -29,9 +29,13 @@ def operator_env(job: dict) -> dict[str, str]:
     """The ``PET_*`` variables the training operator gives each worker of an elastic job."""
     e = job["spec"]["elasticPolicy"]
     host = e.get("rdzvHost", f"{job['metadata']['name']}-worker-0")
-    env = {"PET_RDZV_ENDPOINT": f"{host}:{e.get('rdzvPort', 23456)}", "PET_RDZV_BACKEND": e["rdzvBackend"],
-           "PET_NNODES": f"{e['minReplicas']}:{e['maxReplicas']}", "PET_MAX_RESTARTS": str(e["maxRestarts"]),
-           "PET_RDZV_ID": e["rdzvId"]}
+    env = {
+        "PET_RDZV_ENDPOINT": f"{host}:{e.get('rdzvPort', 23456)}",
+        "PET_RDZV_BACKEND": e["rdzvBackend"],
+        "PET_NNODES": f"{e['minReplicas']}:{e['maxReplicas']}",
+        "PET_MAX_RESTARTS": str(e["maxRestarts"]),
+        "PET_RDZV_ID": e["rdzvId"],
+    }
     if "nprocPerNode" in job["spec"]:
         env["PET_NPROC_PER_NODE"] = job["spec"]["nprocPerNode"]
     return env
@@ -41,12 +45,26 @@ def start_etcd(data_dir: Path, client_port: int, peer_port: int) -> subprocess.P
     etcd = shutil.which("etcd")
     assert etcd, "etcd is needed (Debian package etcd-server, 3.4 or 3.5: the v2 API)"
     peer = f"http://127.0.0.1:{peer_port}"
-    proc = subprocess.Popen([etcd, "--data-dir", str(data_dir), "--enable-v2",
-                             "--listen-client-urls", f"http://127.0.0.1:{client_port}",
-                             "--advertise-client-urls", f"http://127.0.0.1:{client_port}",
-                             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                             "--initial-cluster", f"default={peer}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            etcd,
+            "--data-dir",
+            str(data_dir),
+            "--enable-v2",
+            "--listen-client-urls",
+            f"http://127.0.0.1:{client_port}",
+            "--advertise-client-urls",
+            f"http://127.0.0.1:{client_port}",
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"default={peer}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         try:
@@ -75,10 +93,19 @@ def run_worker(job: dict, etcd_port: int, base_env: dict[str, str]) -> subproces
 def test_a_rendered_etcd_job_trains_and_a_reused_id_would_not(tmp_path: Path, port_block, subprocess_env) -> None:
     base = port_block(4)  # two rank metrics ports, then etcd's client and peer ports
     metrics, etcd_ports = base, base + 2
-    settings = settings_from_mapping({
-        "IMAGE_URI": "fsdp-observe:test", "NUM_NODES": 1, "GPU_PER_NODE": 0, "NPROC_PER_NODE": 2, "MODEL": "tiny",
-        "RDZV_BACKEND": "etcd-v2", "MAX_RESTARTS": 0, "METRICS_PORT": metrics,
-        "TRAINER_ARGS": "--steps 2 --seq-len 64 --batch-size 2 --log-every 1"})
+    settings = settings_from_mapping(
+        {
+            "IMAGE_URI": "fsdp-observe:test",
+            "NUM_NODES": 1,
+            "GPU_PER_NODE": 0,
+            "NPROC_PER_NODE": 2,
+            "MODEL": "tiny",
+            "RDZV_BACKEND": "etcd-v2",
+            "MAX_RESTARTS": 0,
+            "METRICS_PORT": metrics,
+            "TRAINER_ARGS": "--steps 2 --seq-len 64 --batch-size 2 --log-every 1",
+        }
+    )
     etcd = start_etcd(tmp_path / "etcd", etcd_ports, etcd_ports + 1)
     try:
         job = render(settings)

@@ -20,20 +20,37 @@ from tests.e2e.test_job_rendezvous import operator_env
 from tests.support.trainer_runs import events, read_log, sigterm_at_step
 
 
-def test_the_rendered_launcher_exits_143_on_sigterm_with_one_line(tmp_path: Path, corpus: Path, port_block,
-                                                                   subprocess_env) -> None:
+def test_the_rendered_launcher_exits_143_on_sigterm_with_one_line(
+    tmp_path: Path, corpus: Path, port_block, subprocess_env
+) -> None:
     log = tmp_path / "run.jsonl"
-    job = render(settings_from_mapping({
-        "IMAGE_URI": "fsdp-observe:test", "JOB_NAME": "stop-me", "NUM_NODES": 1, "GPU_PER_NODE": 0,
-        "NPROC_PER_NODE": 2, "MODEL": "tiny", "RDZV_BACKEND": "c10d", "MAX_RESTARTS": 0,
-        "METRICS_PORT": port_block(2), "DATA": str(corpus),
-        "TRAINER_ARGS": f"--steps 400 --seq-len 64 --batch-size 2 --log-every 1 --metrics-address 127.0.0.1 "
-                        f"--log-json {log}"}))
+    job = render(
+        settings_from_mapping(
+            {
+                "IMAGE_URI": "fsdp-observe:test",
+                "JOB_NAME": "stop-me",
+                "NUM_NODES": 1,
+                "GPU_PER_NODE": 0,
+                "NPROC_PER_NODE": 2,
+                "MODEL": "tiny",
+                "RDZV_BACKEND": "c10d",
+                "MAX_RESTARTS": 0,
+                "METRICS_PORT": port_block(2),
+                "DATA": str(corpus),
+                "TRAINER_ARGS": f"--steps 400 --seq-len 64 --batch-size 2 --log-every 1 --metrics-address 127.0.0.1 "
+                f"--log-json {log}",
+            }
+        )
+    )
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == RESTART_POLICY == "ExitCode"
     (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     assert container["command"][0] == LAUNCHER
-    env = {**subprocess_env, "NODE_NAME": "node-a",
-           **{v["name"]: v["value"] for v in container["env"] if "value" in v}, **operator_env(job)}
+    env = {
+        **subprocess_env,
+        "NODE_NAME": "node-a",
+        **{v["name"]: v["value"] for v in container["env"] if "value" in v},
+        **operator_env(job),
+    }
     env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{free_port()}"  # <job>-worker-0:23456 in the cluster
 
     status, out = sigterm_at_step(container["command"], env, log, 3, seconds=180, exit_seconds=60)

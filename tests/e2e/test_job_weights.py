@@ -40,15 +40,27 @@ def tiny_llama(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("hub-repo")
     torch.manual_seed(3)
-    config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(  # type: ignore[arg-type] # transformers' stub
-        out, max_shard_size="60KB")
+        out, max_shard_size="60KB"
+    )
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    tok.train_from_iterator([(out / "config.json").read_text()] * 4, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        [(out / "config.json").read_text()] * 4,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<unk>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", unk_token="<unk>").save_pretrained(out)
     (out / "pytorch_model.bin").write_bytes(b"\0" * 4096)  # the same weights again, in a format we never read
     return out
@@ -82,17 +94,32 @@ def command(job: dict) -> list[str]:
 
 
 def settings(tmp_path: Path, corpus: Path, metrics_port: int, **extra: object) -> dict:
-    return {"IMAGE_URI": "fsdp-observe:test", "JOB_NAME": "llama-ft", "NUM_NODES": 1, "GPU_PER_NODE": 0,
-            "NPROC_PER_NODE": 2, "RDZV_BACKEND": "c10d", "MAX_RESTARTS": 0, "METRICS_PORT": metrics_port,
-            "MODEL": REPO_ID, "HF_TOKEN_SECRET": "hf-token", "MODEL_PVC": "weights",
-            "MODEL_MOUNT": str(tmp_path / "models"), "CHECKPOINT_PVC": "ckpt",
-            "CHECKPOINT_MOUNT": str(tmp_path / "checkpoints"), "CHECKPOINT_EVERY": 100, "DATA": str(corpus),
-            "TRAINER_ARGS": f"--steps 400 --seq-len 64 --batch-size 2 --log-every 1 --metrics-address 127.0.0.1 "
-                            f"--metrics-linger 0 --log-json {tmp_path / 'run.jsonl'}", **extra}
+    return {
+        "IMAGE_URI": "fsdp-observe:test",
+        "JOB_NAME": "llama-ft",
+        "NUM_NODES": 1,
+        "GPU_PER_NODE": 0,
+        "NPROC_PER_NODE": 2,
+        "RDZV_BACKEND": "c10d",
+        "MAX_RESTARTS": 0,
+        "METRICS_PORT": metrics_port,
+        "MODEL": REPO_ID,
+        "HF_TOKEN_SECRET": "hf-token",
+        "MODEL_PVC": "weights",
+        "MODEL_MOUNT": str(tmp_path / "models"),
+        "CHECKPOINT_PVC": "ckpt",
+        "CHECKPOINT_MOUNT": str(tmp_path / "checkpoints"),
+        "CHECKPOINT_EVERY": 100,
+        "DATA": str(corpus),
+        "TRAINER_ARGS": f"--steps 400 --seq-len 64 --batch-size 2 --log-every 1 --metrics-address 127.0.0.1 "
+        f"--metrics-linger 0 --log-json {tmp_path / 'run.jsonl'}",
+        **extra,
+    }
 
 
 def test_a_rendered_job_downloads_real_weights_stops_with_143_and_resumes(
-        tmp_path: Path, corpus: Path, hub: HubStandIn, port_block, subprocess_env) -> None:
+    tmp_path: Path, corpus: Path, hub: HubStandIn, port_block, subprocess_env
+) -> None:
     """D1 + D2: a hub MODEL becomes a download before torchrun; the kubelet's SIGTERM ends the
     container with 143 (what restartPolicy ExitCode retries) and the agreed step saved on the shared
     volume; the restarted pod skips the download and resumes from that checkpoint."""
@@ -108,7 +135,8 @@ def test_a_rendered_job_downloads_real_weights_stops_with_143_and_resumes(
     fetched = hub.fetched()
     assert "pytorch_model.bin" not in fetched and "config.json" in fetched and "tokenizer.json" in fetched
     assert sorted(f for f in fetched if f.endswith(".safetensors")) == sorted(
-        p.name for p in weights.glob("*.safetensors"))
+        p.name for p in weights.glob("*.safetensors")
+    )
     records = read_log(log)
     (start,) = events(records, "start")
     assert start["model"] == "acme--tiny-llama" and start["steps"] == 400
@@ -118,8 +146,14 @@ def test_a_rendered_job_downloads_real_weights_stops_with_143_and_resumes(
     assert events(records, "end")[-1]["exit_status"] == 143
 
     downloads = len(hub.fetched())
-    second = subprocess.run(command(job), env=pod_env(job, subprocess_env, hub, home), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, timeout=300)
+    second = subprocess.run(
+        command(job),
+        env=pod_env(job, subprocess_env, hub, home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
     assert second.returncode == 0, second.stdout[-4000:]
     assert len(hub.fetched()) == downloads  # the files on the volume were complete: nothing fetched again
     records = read_log(log)
@@ -128,44 +162,67 @@ def test_a_rendered_job_downloads_real_weights_stops_with_143_and_resumes(
     assert events(records, "end")[-1]["exit_status"] == 0 and events(records, "end")[-1]["step"] == 400
 
 
-@pytest.mark.parametrize("case, token, needle", [
-    ("gated without a token", None, "error: MODEL: acme/tiny-llama is gated and no token (HF_TOKEN is not set"),
-    ("a wrong token", "hf_wrong", "error: MODEL: acme/tiny-llama is gated and the job's HF_TOKEN_SECRET does not give"),
-    ("an unknown repo", TOKEN, "error: MODEL: acme/no-such-model is not on the hub"),
-    ("an unknown revision", TOKEN, "error: MODEL_REVISION: acme/tiny-llama has no revision 'v9'"),
-])
+@pytest.mark.parametrize(
+    "case, token, needle",
+    [
+        ("gated without a token", None, "error: MODEL: acme/tiny-llama is gated and no token (HF_TOKEN is not set"),
+        (
+            "a wrong token",
+            "hf_wrong",
+            "error: MODEL: acme/tiny-llama is gated and the job's HF_TOKEN_SECRET does not give",
+        ),
+        ("an unknown repo", TOKEN, "error: MODEL: acme/no-such-model is not on the hub"),
+        ("an unknown revision", TOKEN, "error: MODEL_REVISION: acme/tiny-llama has no revision 'v9'"),
+    ],
+)
 def test_a_download_that_settings_can_fix_is_one_line_and_exit_2(
-        case: str, token: str | None, needle: str, tmp_path: Path, corpus: Path, hub: HubStandIn,
-        subprocess_env) -> None:
+    case: str, token: str | None, needle: str, tmp_path: Path, corpus: Path, hub: HubStandIn, subprocess_env
+) -> None:
     """Exit 2 is permanent under restartPolicy ExitCode: the job fails with this line instead of restarting."""
-    extra = {"MODEL": "acme/no-such-model"} if "unknown repo" in case else {
-        "MODEL_REVISION": "v9"} if "revision" in case else {}
+    extra = (
+        {"MODEL": "acme/no-such-model"}
+        if "unknown repo" in case
+        else {"MODEL_REVISION": "v9"}
+        if "revision" in case
+        else {}
+    )
     job = render(settings_from_mapping(settings(tmp_path, corpus, free_port(), **extra)))
-    proc = subprocess.run(command(job), env=pod_env(job, subprocess_env, hub, tmp_path / "home", token),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        command(job),
+        env=pod_env(job, subprocess_env, hub, tmp_path / "home", token),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(needle) and "Traceback" not in proc.stderr, proc.stderr
     assert not list((tmp_path / "models").glob("*/*.safetensors"))  # nothing downloaded, no rank started
 
 
-def test_a_repo_without_safetensors_is_refused_before_any_rank(tmp_path: Path, corpus: Path, hub: HubStandIn,
-                                                              tiny_llama: Path, subprocess_env) -> None:
+def test_a_repo_without_safetensors_is_refused_before_any_rank(
+    tmp_path: Path, corpus: Path, hub: HubStandIn, tiny_llama: Path, subprocess_env
+) -> None:
     old = tmp_path / "old-repo"
     old.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "pytorch_model.bin"):
         (old / name).write_bytes((tiny_llama / name).read_bytes())
     hub.add_dir("acme/bin-only", old)
-    job = render(settings_from_mapping(settings(tmp_path, corpus, free_port(), MODEL="acme/bin-only",
-                                                HF_TOKEN_SECRET="")))
-    proc = subprocess.run(command(job), env=pod_env(job, subprocess_env, hub, tmp_path / "home", None),
-                          capture_output=True, text=True, timeout=120)
+    job = render(
+        settings_from_mapping(settings(tmp_path, corpus, free_port(), MODEL="acme/bin-only", HF_TOKEN_SECRET=""))
+    )
+    proc = subprocess.run(
+        command(job),
+        env=pod_env(job, subprocess_env, hub, tmp_path / "home", None),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "error: MODEL: acme/bin-only: no .safetensors files in" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_an_unreachable_hub_names_the_command_that_fills_a_volume(tmp_path: Path, corpus: Path,
-                                                                 subprocess_env) -> None:
+def test_an_unreachable_hub_names_the_command_that_fills_a_volume(tmp_path: Path, corpus: Path, subprocess_env) -> None:
     job = render(settings_from_mapping(settings(tmp_path, corpus, free_port(), HF_TOKEN_SECRET="")))
     closed = HubStandIn()
     closed.close()  # nothing listens there any more
@@ -174,6 +231,9 @@ def test_an_unreachable_hub_names_the_command_that_fills_a_volume(tmp_path: Path
     proc = subprocess.run(command(job), env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 1, proc.stderr
     (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert error.startswith("error: MODEL: cannot download acme/tiny-llama into") and "hf download acme/tiny-llama" in error
+    assert (
+        error.startswith("error: MODEL: cannot download acme/tiny-llama into")
+        and "hf download acme/tiny-llama" in error
+    )
     assert "MODEL_PVC" in error and time.monotonic() - started < 170
     assert json.dumps(error)  # one line

@@ -38,12 +38,31 @@ def run_to_finish(script: list[str], tmp: Path, env: dict) -> dict:
 
 def test_the_hugging_face_callback_alone(tmp_path: Path, session_env) -> None:
     model = tmp_path / "tiny"
-    subprocess.run([sys.executable, str(SCRIPTS / "save_tiny_llama.py"), str(model)], env=session_env, check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / "save_tiny_llama.py"), str(model)],
+        env=session_env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     steps, accum = 40, 2
-    ranks = run_to_finish([str(SCRIPTS / "hf_trainer.py"), "--steps", str(steps), "--accum", str(accum),
-                           "--with-callback", "--count-input-tokens", "--model-dir", str(model),
-                           "--out", str(tmp_path / "hf")], tmp_path, session_env)
+    ranks = run_to_finish(
+        [
+            str(SCRIPTS / "hf_trainer.py"),
+            "--steps",
+            str(steps),
+            "--accum",
+            str(accum),
+            "--with-callback",
+            "--count-input-tokens",
+            "--model-dir",
+            str(model),
+            "--out",
+            str(tmp_path / "hf"),
+        ],
+        tmp_path,
+        session_env,
+    )
     history = json.loads((tmp_path / "hf" / "log_history.json").read_text())
     logged = [h for h in history if "loss" in h]
     for rank, s in ranks.items():
@@ -54,16 +73,32 @@ def test_the_hugging_face_callback_alone(tmp_path: Path, session_env) -> None:
         assert s.value(c.TRAIN_LABELLED_TOKENS.name) == steps * accum * BATCH * SEQ
         assert s.value(c.TRAIN_DATA_WAIT_SECONDS.name + "_count") == steps  # the gap before on_step_begin
         info = s.labels(c.TRAIN_INFO.name)
-        assert (info["instrumentation"], info["loss_source"], info["tokens_source"]) == \
-            ("hf", "hf_logged", "hf_input_tokens"), (rank, info)
+        assert (info["instrumentation"], info["loss_source"], info["tokens_source"]) == (
+            "hf",
+            "hf_logged",
+            "hf_input_tokens",
+        ), (rank, info)
         assert s.phase == "finished"
 
 
 def test_the_lightning_callback_alone(tmp_path: Path, session_env) -> None:
     steps = 30
-    ranks = run_to_finish([str(SCRIPTS / "lightning_trainer.py"), "--steps", str(steps), "--accum", "1",
-                           "--val-every", "15", "--with-callback", "--out", str(tmp_path / "pl")], tmp_path,
-                          session_env)
+    ranks = run_to_finish(
+        [
+            str(SCRIPTS / "lightning_trainer.py"),
+            "--steps",
+            str(steps),
+            "--accum",
+            "1",
+            "--val-every",
+            "15",
+            "--with-callback",
+            "--out",
+            str(tmp_path / "pl"),
+        ],
+        tmp_path,
+        session_env,
+    )
     rows = list(csv.DictReader((tmp_path / "pl" / "run" / "version_0" / "metrics.csv").open()))
     last_loss = float([r["train_loss"] for r in rows if r["train_loss"]][-1])
     for s in ranks.values():

@@ -28,15 +28,29 @@ from observe import prometheus_local
 from tests.support.own_training import SCRIPTS, WatchedRun, dashboard_panels_showing, instant, run_screen_lines
 from tests.support.own_training import watched_run as watch
 
-pytestmark = pytest.mark.skipif(prometheus_local.binary() is None,
-                                reason="the prometheus binary is missing: apt-get install prometheus (CI installs it)")
+pytestmark = pytest.mark.skipif(
+    prometheus_local.binary() is None,
+    reason="the prometheus binary is missing: apt-get install prometheus (CI installs it)",
+)
 
 SEQ, MASKED, BATCH = 32, 8, 2  # tests/e2e/scripts/tiny_llama.py
 #: Panels of the training-run dashboard every instrumented run fills, whatever the entry point.
-ALWAYS = {"Loss", "Global tokens/s", "Tokens/s: the 10 slowest ranks and the median", "Step time: the 10 slowest ranks",
-          "Mean step time of the 10 slowest ranks, by rank", "Step time vs the run's median rank", "Worst 10 ranks",
-          "Data-wait share: the 10 highest ranks", "Device memory across ranks", "Wall time by phase", "Goodput",
-          "Restarts", "Learning rate", "Phase of each run"}
+ALWAYS = {
+    "Loss",
+    "Global tokens/s",
+    "Tokens/s: the 10 slowest ranks and the median",
+    "Step time: the 10 slowest ranks",
+    "Mean step time of the 10 slowest ranks, by rank",
+    "Step time vs the run's median rank",
+    "Worst 10 ranks",
+    "Data-wait share: the 10 highest ranks",
+    "Device memory across ranks",
+    "Wall time by phase",
+    "Goodput",
+    "Restarts",
+    "Learning rate",
+    "Phase of each run",
+}
 
 
 @dataclass(frozen=True)
@@ -53,16 +67,40 @@ class Trainer:
 
 
 TRAINERS = {
-    "fsdp2-loop": Trainer(("fsdp2_loop.py", "--steps", "60", "--accum", "2", "--record", "own"), 60, 2, True, "auto",
-                          panels=frozenset({"Gradient norm"})),
-    "hf-ddp": Trainer(("hf_trainer.py", "--steps", "240", "--accum", "2", "--eval-and-save-at", "120"), 240, 2,
-                      False, "hf", ("loading_weights", "training", "validating", "checkpointing", "finished"),
-                      frozenset({"Gradient norm", "Progress", "Checkpoints"})),
-    "hf-fsdp2": Trainer(("hf_trainer.py", "--fsdp", "--steps", "240", "--accum", "2"), 240, 2, False, "hf",
-                        panels=frozenset({"Gradient norm", "Progress"})),
-    "lightning-trainer": Trainer(("lightning_trainer.py", "--steps", "50", "--accum", "1", "--val-every", "25"), 50,
-                                 1, False, "lightning", ("loading_weights", "training", "validating", "finished"),
-                                 frozenset({"Progress"})),
+    "fsdp2-loop": Trainer(
+        ("fsdp2_loop.py", "--steps", "60", "--accum", "2", "--record", "own"),
+        60,
+        2,
+        True,
+        "auto",
+        panels=frozenset({"Gradient norm"}),
+    ),
+    "hf-ddp": Trainer(
+        ("hf_trainer.py", "--steps", "240", "--accum", "2", "--eval-and-save-at", "120"),
+        240,
+        2,
+        False,
+        "hf",
+        ("loading_weights", "training", "validating", "checkpointing", "finished"),
+        frozenset({"Gradient norm", "Progress", "Checkpoints"}),
+    ),
+    "hf-fsdp2": Trainer(
+        ("hf_trainer.py", "--fsdp", "--steps", "240", "--accum", "2"),
+        240,
+        2,
+        False,
+        "hf",
+        panels=frozenset({"Gradient norm", "Progress"}),
+    ),
+    "lightning-trainer": Trainer(
+        ("lightning_trainer.py", "--steps", "50", "--accum", "1", "--val-every", "25"),
+        50,
+        1,
+        False,
+        "lightning",
+        ("loading_weights", "training", "validating", "finished"),
+        frozenset({"Progress"}),
+    ),
     "lightning-fabric": Trainer(("fabric_loop.py", "--steps", "50", "--record", "own"), 50, 1, True, "auto"),
 }
 
@@ -76,8 +114,13 @@ def anyio_backend() -> str:
 def tiny_model(tmp_path_factory, session_env) -> Path:
     """The tiny Llama saved with save_pretrained, as a user's downloaded model."""
     folder = tmp_path_factory.mktemp("tiny-llama")
-    subprocess.run([sys.executable, str(SCRIPTS / "save_tiny_llama.py"), str(folder)], env=session_env, check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / "save_tiny_llama.py"), str(folder)],
+        env=session_env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return folder
 
 
@@ -131,8 +174,10 @@ def test_phase_transitions_are_in_prometheus(run: WatchedRun) -> None:
     its seconds (phases shorter than a scrape, such as a tiny evaluation, show only there)."""
     since = f"{int(time.time() - run.started) + 5}s"
     selector = f'run_id="{run.run_id}"'
-    for phase, expr in (("training", f"max_over_time({c.TRAIN_PHASE.name}{{{selector},phase=\"training\"}}[{since}])"),
-                        ("finished", f'{c.TRAIN_PHASE.name}{{{selector},phase="finished"}}')):
+    for phase, expr in (
+        ("training", f'max_over_time({c.TRAIN_PHASE.name}{{{selector},phase="training"}}[{since}])'),
+        ("finished", f'{c.TRAIN_PHASE.name}{{{selector},phase="finished"}}'),
+    ):
         seen = instant(run.prometheus, expr)
         assert len(seen) == 2 and all(float(s["value"][1]) == 1 for s in seen), (phase, seen)
     for phase in spec_of(run).phases[:-1]:

@@ -24,9 +24,16 @@ from trainer.runspec.launch import installed_script
 def checkpoint(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hf-llama")
     torch.manual_seed(1)
-    config = LlamaConfig(vocab_size=259, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=259,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out, max_shard_size="40KB")
     assert len(list(out.glob("*.safetensors"))) >= 3
     return out
@@ -34,9 +41,25 @@ def checkpoint(tmp_path_factory) -> Path:
 
 def test_sharded_load_matches_transformers(checkpoint: Path, corpus: Path, tmp_path: Path, subprocess_env) -> None:
     log = tmp_path / "run.jsonl"
-    proc = run_trainer(["--model", str(checkpoint), "--data", str(corpus), "--steps", "2", *FAST,
-                        "--mixed-precision", "fp32", "--metrics", "off", "--log-json", str(log), "--verify-weights"],
-                       subprocess_env)
+    proc = run_trainer(
+        [
+            "--model",
+            str(checkpoint),
+            "--data",
+            str(corpus),
+            "--steps",
+            "2",
+            *FAST,
+            "--mixed-precision",
+            "fp32",
+            "--metrics",
+            "off",
+            "--log-json",
+            str(log),
+            "--verify-weights",
+        ],
+        subprocess_env,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:]
     records = read_log(log)
     assert events(records, "start")[0]["model"] == checkpoint.name
@@ -51,8 +74,9 @@ def test_sharded_load_matches_transformers(checkpoint: Path, corpus: Path, tmp_p
     assert len(set(digests)) == 1
 
 
-def test_weights_that_do_not_fit_the_config_are_one_line(checkpoint: Path, corpus: Path, tmp_path: Path,
-                                                         subprocess_env) -> None:
+def test_weights_that_do_not_fit_the_config_are_one_line(
+    checkpoint: Path, corpus: Path, tmp_path: Path, subprocess_env
+) -> None:
     """A rank (world of one, no torchrun) refuses tensors of other shapes with one line, exit 2."""
     import json
     import shutil
@@ -63,9 +87,13 @@ def test_weights_that_do_not_fit_the_config_are_one_line(checkpoint: Path, corpu
     config = json.loads((broken / "config.json").read_text())
     config["intermediate_size"] = 128
     (broken / "config.json").write_text(json.dumps(config))
-    proc = subprocess.run([installed_script(), "--model", str(broken), "--data", str(corpus),
-                           "--steps", "1", "--metrics", "off"], capture_output=True, text=True, env=subprocess_env,
-                          timeout=120)
+    proc = subprocess.run(
+        [installed_script(), "--model", str(broken), "--data", str(corpus), "--steps", "1", "--metrics", "off"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr

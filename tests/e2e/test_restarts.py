@@ -42,9 +42,24 @@ STEPS = 30
 
 
 def trainer_args(corpus: Path, workdir: Path, *extra: str) -> list[str]:
-    return ["--data", str(corpus), "--steps", str(STEPS), *FAST, "--checkpoint-dir", str(workdir / "ckpt"),
-            "--checkpoint-every", "5", "--val-every", "10", "--val-fraction", "0.05",
-            "--log-json", str(workdir / "run.jsonl"), *extra]
+    return [
+        "--data",
+        str(corpus),
+        "--steps",
+        str(STEPS),
+        *FAST,
+        "--checkpoint-dir",
+        str(workdir / "ckpt"),
+        "--checkpoint-every",
+        "5",
+        "--val-every",
+        "10",
+        "--val-fraction",
+        "0.05",
+        "--log-json",
+        str(workdir / "run.jsonl"),
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +69,18 @@ def uninterrupted(corpus: Path, tmp_path_factory, session_env) -> dict:
     proc = run_trainer(trainer_args(corpus, workdir, "--metrics", "off"), session_env)
     assert proc.returncode == 0, proc.stdout[-4000:]
     records = read_log(workdir / "run.jsonl")
-    return {"records": records, "losses": {s: v[0] for s, v in losses(records).items()},
-            "validation": {r["step"]: r["loss"] for r in events(records, "validation")},
-            "weights": final_weights(step_dir(workdir / "ckpt", STEPS), workdir),
-            "goodput": events(records, "end")[0]["goodput"]}
+    return {
+        "records": records,
+        "losses": {s: v[0] for s, v in losses(records).items()},
+        "validation": {r["step"]: r["loss"] for r in events(records, "validation")},
+        "weights": final_weights(step_dir(workdir / "ckpt", STEPS), workdir),
+        "goodput": events(records, "end")[0]["goodput"],
+    }
 
 
-def assert_same_run(records: list[dict], checkpoint_root: Path, tmp: Path, reference: dict,
-                    first_step: int = 1) -> None:
+def assert_same_run(
+    records: list[dict], checkpoint_root: Path, tmp: Path, reference: dict, first_step: int = 1
+) -> None:
     """Every logged loss from ``first_step`` on, the validation losses and the final weights equal the reference's."""
     logged = losses(records)
     assert sorted(logged) == list(range(first_step, STEPS + 1)), "a step is missing from the log"
@@ -90,13 +109,28 @@ def etcd_v2(tmp_path: Path, port_block):
     if binary is None:
         pytest.fail("etcd is not on PATH: install Debian's etcd-server (.ci/run does)")
     client, peer = port_block(1), port_block(1)
-    proc = subprocess.Popen([binary, "--enable-v2", "--name", "test", "--data-dir", str(tmp_path / "etcd"),
-                             "--listen-client-urls", f"http://127.0.0.1:{client}",
-                             "--advertise-client-urls", f"http://127.0.0.1:{client}",
-                             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                             "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--enable-v2",
+            "--name",
+            "test",
+            "--data-dir",
+            str(tmp_path / "etcd"),
+            "--listen-client-urls",
+            f"http://127.0.0.1:{client}",
+            "--advertise-client-urls",
+            f"http://127.0.0.1:{client}",
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-cluster",
+            f"test=http://127.0.0.1:{peer}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def ready() -> bool:
         try:
@@ -113,15 +147,21 @@ def etcd_v2(tmp_path: Path, port_block):
 
 
 @pytest.mark.parametrize("backend", ["c10d", "etcd-v2"])
-def test_killed_rank_restarts_the_group_which_resumes_exactly(backend: str, request, corpus: Path, tmp_path: Path,
-                                                              port_block, subprocess_env, uninterrupted) -> None:
+def test_killed_rank_restarts_the_group_which_resumes_exactly(
+    backend: str, request, corpus: Path, tmp_path: Path, port_block, subprocess_env, uninterrupted
+) -> None:
     endpoint = request.getfixturevalue("etcd_v2") if backend == "etcd-v2" else f"127.0.0.1:{port_block(1)}"
-    rdzv = [f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id=test-{uuid.uuid4().hex[:8]}",
-            "--nnodes=1"]
+    rdzv = [
+        f"--rdzv-backend={backend}",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id=test-{uuid.uuid4().hex[:8]}",
+        "--nnodes=1",
+    ]
     env = {**subprocess_env, UNSHARE_STORE_ENV: "1"}  # see trainer.runspec.launch.restart_store_hazard
     metrics_port = port_block(2)
-    args = trainer_args(corpus, tmp_path, "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
-                        "--metrics-linger", "3")
+    args = trainer_args(
+        corpus, tmp_path, "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port), "--metrics-linger", "3"
+    )
     with LastScrape(f"http://127.0.0.1:{metrics_port}/metrics") as scrape:
         proc = start(torchrun_cmd(args, 2, rdzv=rdzv, max_restarts=1), env)
         try:
@@ -159,8 +199,9 @@ def test_killed_rank_restarts_the_group_which_resumes_exactly(backend: str, requ
     assert labels["run_id"] == events(records, "start")[0]["run_id"]  # the restarted ranks keep the run's id
 
 
-def test_sigterm_saves_exits_within_grace_and_the_run_resumes_exactly(corpus: Path, tmp_path: Path, subprocess_env,
-                                                                      uninterrupted) -> None:
+def test_sigterm_saves_exits_within_grace_and_the_run_resumes_exactly(
+    corpus: Path, tmp_path: Path, subprocess_env, uninterrupted
+) -> None:
     grace = 10.0
     args = trainer_args(corpus, tmp_path, "--metrics", "off", "--sigterm-grace", str(grace))
     proc = start(torchrun_cmd(args, 2), subprocess_env)

@@ -16,10 +16,32 @@ STEPS, WARMUP, SEQ, BATCH = 20, 3, 128, 4
 def test_local_mode_at_one_and_two_ranks(tmp_path: Path, port_block, subprocess_env) -> None:
     out = tmp_path / "report"
     proc = subprocess.run(
-        [sys.executable, "-m", "observe.cli", "scaling", "--world-sizes", "1,2", "--steps", str(STEPS),
-         "--warmup-steps", str(WARMUP), "--seq-len", str(SEQ), "--batch-size", str(BATCH),
-         "--metrics-port", str(port_block(2)), "--out", str(out)],
-        capture_output=True, text=True, env=subprocess_env, timeout=300, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "observe.cli",
+            "scaling",
+            "--world-sizes",
+            "1,2",
+            "--steps",
+            str(STEPS),
+            "--warmup-steps",
+            str(WARMUP),
+            "--seq-len",
+            str(SEQ),
+            "--batch-size",
+            str(BATCH),
+            "--metrics-port",
+            str(port_block(2)),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     report = json.loads((out / "report.json").read_text())
@@ -50,8 +72,11 @@ def test_local_mode_at_one_and_two_ranks(tmp_path: Path, port_block, subprocess_
         assert "exact" in s["step_time_quantiles_from"]
         assert 0 <= s["data_wait_ratio"] < 1
         log = out / "runs" / f"n{n}" / "trainer.jsonl"
-        windows = {w["step"]: w["step_seconds"] for w in map(json.loads, log.read_text().splitlines())
-                   if w["event"] == "window"}
+        windows = {
+            w["step"]: w["step_seconds"]
+            for w in map(json.loads, log.read_text().splitlines())
+            if w["event"] == "window"
+        }
         measured = sorted(windows[k] for k in range(s["step_from"] + 1, s["step_to"] + 1))
         assert measured[0] <= s["step_seconds_p50"] <= measured[-1]
 

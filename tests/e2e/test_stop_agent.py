@@ -64,8 +64,15 @@ def test_the_agent_exits_0_within_its_grace_period_whenever_it_is_signalled(scen
     seed = int(os.environ.get("STOP_STRESS_SEED", time.time_ns() % 2**32))
     rng = random.Random(seed)
     names = list(AGENT_SCENARIOS)
-    shots = [random_shot(rng, names[i % len(names)], AGENT_SCENARIOS[names[i % len(names)]][1],
-                         (signal.SIGTERM, signal.SIGTERM, signal.SIGINT)) for i in range(ITERATIONS)]
+    shots = [
+        random_shot(
+            rng,
+            names[i % len(names)],
+            AGENT_SCENARIOS[names[i % len(names)]][1],
+            (signal.SIGTERM, signal.SIGTERM, signal.SIGINT),
+        )
+        for i in range(ITERATIONS)
+    ]
     tally = Tally(grace=STOP_GRACE_SECONDS)
     deadline = time.monotonic() + BUDGET_SECONDS
 

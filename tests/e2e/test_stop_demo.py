@@ -57,10 +57,29 @@ def assert_nothing_left(processes: list[tuple[int, int | None]]) -> None:
 
 
 def test_ctrl_c_on_the_headless_demo_stops_the_run_with_130_everywhere(port_block, subprocess_env, tmp_path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "demo", "--no-tui", "--steps", "5000",
-                             "--log-every", "5", "--metrics-port", str(port_block(2)), "--out", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "observe.cli",
+            "demo",
+            "--no-tui",
+            "--steps",
+            "5000",
+            "--log-every",
+            "5",
+            "--metrics-port",
+            str(port_block(2)),
+            "--out",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=subprocess_env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         ranks = wait_for_ranks(proc.pid)
         wait_for_a_window(tmp_path)
@@ -81,9 +100,27 @@ def test_sigterm_with_the_tui_open_closes_it_and_stops_the_run_with_143(port_blo
     main, child = os.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
     env = {**subprocess_env, "TERM": "xterm-256color", "COLUMNS": "140", "LINES": "40"}
-    proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "demo", "--steps", "5000", "--log-every", "5",
-                             "--metrics-port", str(port_block(2)), "--out", str(tmp_path)],
-                            stdin=child, stdout=child, stderr=child, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "observe.cli",
+            "demo",
+            "--steps",
+            "5000",
+            "--log-every",
+            "5",
+            "--metrics-port",
+            str(port_block(2)),
+            "--out",
+            str(tmp_path),
+        ],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+        start_new_session=True,
+    )
     os.close(child)
     try:
         read_until(main, r"\bok\b", 90)  # the TUI is up and the node's row is in

@@ -45,8 +45,19 @@ BUDGET_SECONDS = 150.0
 
 
 def trainer_args(workdir: Path, corpus: Path, checkpoints: bool) -> list[str]:
-    args = ["--data", str(corpus), "--steps", "400", *FAST, "--metrics", "off", "--sigterm-grace", str(GRACE),
-            "--log-json", str(workdir / "run.jsonl")]
+    args = [
+        "--data",
+        str(corpus),
+        "--steps",
+        "400",
+        *FAST,
+        "--metrics",
+        "off",
+        "--sigterm-grace",
+        str(GRACE),
+        "--log-json",
+        str(workdir / "run.jsonl"),
+    ]
     return args + (["--checkpoint-dir", str(workdir / "ckpt"), "--checkpoint-every", "2"] if checkpoints else [])
 
 
@@ -61,8 +72,9 @@ def signal_once_or_in_a_burst(proc: subprocess.Popen, rng: random.Random) -> lis
 def one_stop(cmd: list[str], env: dict[str, str], workdir: Path, checkpoints: bool, rng: random.Random) -> str:
     """Start ``cmd``, signal it at a random moment, check everything; return a one-line summary."""
     phase = rng.choice(("starting", "training", "training"))
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     ranks: dict[int, tuple[int, int | None]] = {}
     try:
         deadline = time.monotonic() + 120
@@ -86,7 +98,9 @@ def one_stop(cmd: list[str], env: dict[str, str], workdir: Path, checkpoints: bo
             for pid in descendants(proc.pid) + [proc.pid]:
                 kill_quietly(pid)
             proc.wait()
-    context = f"phase {phase}, sent {[signal.Signals(s).name for s in sent]}, status {proc.returncode}\n{output[-3000:]}"
+    context = (
+        f"phase {phase}, sent {[signal.Signals(s).name for s in sent]}, status {proc.returncode}\n{output[-3000:]}"
+    )
     assert proc.returncode in (130, 143) and proc.returncode - 128 in sent, context
     assert took < GRACE + TEARDOWN, f"took {took:.1f} s; {context}"
     for bad in ("Traceback", "SignalException", "death signal", "closing signal", "grace period"):
@@ -132,10 +146,27 @@ def env(subprocess_env) -> dict[str, str]:
 
 
 def test_torchrun_ranks_stop_as_one_on_random_signals(corpus: Path, tmp_path: Path, env) -> None:
-    stress(lambda args: [sys.executable, "-m", "trainer.launcher", "--standalone", "--nproc-per-node=2",
-                         "-m", "trainer", *args], tmp_path, corpus, env)
+    stress(
+        lambda args: [
+            sys.executable,
+            "-m",
+            "trainer.launcher",
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "trainer",
+            *args,
+        ],
+        tmp_path,
+        corpus,
+        env,
+    )
 
 
 def test_fsdp_observe_train_passes_the_signal_on_and_leaves_no_rank_behind(corpus: Path, tmp_path: Path, env) -> None:
-    stress(lambda args: [sys.executable, "-m", "observe.cli", "train", "--nproc-per-node", "2", *args],
-           tmp_path, corpus, env)
+    stress(
+        lambda args: [sys.executable, "-m", "observe.cli", "train", "--nproc-per-node", "2", *args],
+        tmp_path,
+        corpus,
+        env,
+    )

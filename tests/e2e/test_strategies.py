@@ -33,28 +33,60 @@ WEIGHT_TOLERANCE = 1e-4
 
 CASES = {
     "FULL_SHARD": (2, ["--sharding-strategy", "FULL_SHARD"], 1),
-    "SHARD_GRAD_OP+full-ac+accum2": (2, ["--sharding-strategy", "SHARD_GRAD_OP", "--activation-checkpointing", "full",
-                                         "--grad-accum-steps", "2"], 2),
+    "SHARD_GRAD_OP+full-ac+accum2": (
+        2,
+        ["--sharding-strategy", "SHARD_GRAD_OP", "--activation-checkpointing", "full", "--grad-accum-steps", "2"],
+        2,
+    ),
     "NO_SHARD+every-2-ac": (2, ["--sharding-strategy", "NO_SHARD", "--activation-checkpointing", "every-2"], 1),
     "HYBRID_SHARD-1x2": (2, ["--sharding-strategy", "HYBRID_SHARD"], 1),
-    "HYBRID_SHARD-2x2+accum2": (4, ["--sharding-strategy", "HYBRID_SHARD", "--replicate-degree", "2",
-                                    "--shard-degree", "2", "--grad-accum-steps", "2"], 2),
+    "HYBRID_SHARD-2x2+accum2": (
+        4,
+        [
+            "--sharding-strategy",
+            "HYBRID_SHARD",
+            "--replicate-degree",
+            "2",
+            "--shard-degree",
+            "2",
+            "--grad-accum-steps",
+            "2",
+        ],
+        2,
+    ),
 }
 
 
 @functools.cache
 def reference(corpus: Path, global_batch: int):
-    return reference_run([corpus / "docs.jsonl"], STEPS, seq_len=64, global_batch=global_batch, lr=3e-3,
-                         warmup_steps=2)
+    return reference_run([corpus / "docs.jsonl"], STEPS, seq_len=64, global_batch=global_batch, lr=3e-3, warmup_steps=2)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_strategy_matches_single_process(case: str, corpus: Path, tmp_path: Path, subprocess_env) -> None:
     nproc, flags, accum = CASES[case]
     log = tmp_path / "run.jsonl"
-    proc = run_trainer(["--data", str(corpus), "--steps", str(STEPS), *FAST, "--mixed-precision", "fp32",
-                        "--metrics", "off", "--log-json", str(log), "--checkpoint-dir", str(tmp_path / "ckpt"),
-                        "--verify-weights", *flags], subprocess_env, nproc=nproc)
+    proc = run_trainer(
+        [
+            "--data",
+            str(corpus),
+            "--steps",
+            str(STEPS),
+            *FAST,
+            "--mixed-precision",
+            "fp32",
+            "--metrics",
+            "off",
+            "--log-json",
+            str(log),
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--verify-weights",
+            *flags,
+        ],
+        subprocess_env,
+        nproc=nproc,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:]
     records = read_log(log)
     start = events(records, "start")[0]

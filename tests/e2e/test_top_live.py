@@ -46,12 +46,17 @@ def live_demo(native, tmp_path: Path, port_block, subprocess_env, monkeypatch: p
     for key, value in {**fake.env(subprocess_env), "NODE_NAME": NODE}.items():
         monkeypatch.setenv(key, value)
     base = port_block(2)
-    cfg = prepare(TrainConfig(steps=2000, metrics=MetricsConfig(log_every=5, port_base=base, address="127.0.0.1",
-                                                               run_id="e2e-top")), 2)  # before anything starts
+    cfg = prepare(
+        TrainConfig(
+            steps=2000, metrics=MetricsConfig(log_every=5, port_base=base, address="127.0.0.1", run_id="e2e-top")
+        ),
+        2,
+    )  # before anything starts
     agent, agent_url = start_local_agent(0, tmp_path / "agent.log")
     log = open(tmp_path / "train.log", "wb")
-    run = subprocess.Popen(torchrun_command(cfg, 2), env=torchrun_env(2), stdout=log, stderr=subprocess.STDOUT,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        torchrun_command(cfg, 2), env=torchrun_env(2), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         yield agent_url, [f"http://127.0.0.1:{base + r}/metrics" for r in range(2)]
     finally:
@@ -69,8 +74,11 @@ async def test_top_over_the_live_demo(live_demo) -> None:
 
     def both_ranks_stepping() -> bool:
         runs = app.snapshot.runs
-        return bool(runs) and len(runs[0].ranks) == 2 and all((r.step or 0) >= 10 and r.window_step_seconds
-                                                               for r in runs[0].ranks)
+        return (
+            bool(runs)
+            and len(runs[0].ranks) == 2
+            and all((r.step or 0) >= 10 and r.window_step_seconds for r in runs[0].ranks)
+        )
 
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, both_ranks_stepping, 120, "both ranks to report steps")
@@ -87,7 +95,9 @@ async def test_top_over_the_live_demo(live_demo) -> None:
         await pilot.press("1")
         cluster = await until(pilot, lambda: isinstance(app.screen, ClusterScreen) and app.screen, 10, "Cluster")
         table = cluster.query_one(VirtualTable)
-        row = await until(pilot, lambda: next((line for line in table_text(table) if line.startswith(NODE)), None), 10, "row")
+        row = await until(
+            pilot, lambda: next((line for line in table_text(table) if line.startswith(NODE)), None), 10, "row"
+        )
         assert " ok " in row and " 2 " in row and "75%" in row  # the stand-in's two GPUs at 75 %
 
         await pilot.press("enter")

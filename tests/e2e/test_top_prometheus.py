@@ -29,20 +29,32 @@ def scraped(native, tmp_path: Path, port_block, subprocess_env):
         pytest.skip("the prometheus binary is missing: apt-get install prometheus (CI installs it)")
     agents, fleet, prom = [], RecordedFleet(), None
     try:
-        for node, scenario, log in (("prom-node-a", "gpus 2\nbus@0 0x3b\n", str(CASES / "xid" / "kernel-log.txt")),
-                                    ("prom-node-b", "gpus 2\nlost@1 1\n", str(tmp_path / "empty.log"))):
+        for node, scenario, log in (
+            ("prom-node-a", "gpus 2\nbus@0 0x3b\n", str(CASES / "xid" / "kernel-log.txt")),
+            ("prom-node-b", "gpus 2\nlost@1 1\n", str(tmp_path / "empty.log")),
+        ):
             (tmp_path / "empty.log").touch()
             fake = FakeNvml(native.fake_nvml, tmp_path / f"{node}.conf")
             fake.set(scenario)
             # node a puts command lines into Prometheus (off by default: --command-label asks)
             label = ["--command-label"] if node == "prom-node-a" else []
-            agents.append(AgentProcess(["--node", node, "--interval", "0.25", "--kernel-log", log, *label],
-                                       fake.env(subprocess_env), tmp_path))
-        ranks = [fleet.trainer("rank0", trainer_exposition(0, "prom-node-a", GPU0, 0.5, 0.02)),
-                 fleet.trainer("rank1", trainer_exposition(1, "prom-node-a", GPU1, 0.6, 0.09))]
+            agents.append(
+                AgentProcess(
+                    ["--node", node, "--interval", "0.25", "--kernel-log", log, *label],
+                    fake.env(subprocess_env),
+                    tmp_path,
+                )
+            )
+        ranks = [
+            fleet.trainer("rank0", trainer_exposition(0, "prom-node-a", GPU0, 0.5, 0.02)),
+            fleet.trainer("rank1", trainer_exposition(1, "prom-node-a", GPU1, 0.6, 0.09)),
+        ]
         targets = [a.base.split("://")[1] for a in agents] + [r.split("://")[1].split("/")[0] for r in ranks]
-        prom = prometheus_local.start(tmp_path / "prometheus", prometheus_local.config(
-            {"fsdp": targets}, [], scrape_interval="250ms"), port_block(1))
+        prom = prometheus_local.start(
+            tmp_path / "prometheus",
+            prometheus_local.config({"fsdp": targets}, [], scrape_interval="250ms"),
+            port_block(1),
+        )
         url = prom.url
 
         def scraped_all() -> bool:

@@ -14,10 +14,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from observe import catalog as c
 from trainer.runspec.launch import installed_script
 
-REQUIRED = [c.TRAIN_INFO, c.TRAIN_STEPS, c.TRAIN_LABELLED_TOKENS, c.TRAIN_SAMPLES, c.TRAIN_STEP_SECONDS,
-            c.TRAIN_DATA_WAIT_SECONDS, c.TRAIN_STEP, c.TRAIN_LAST_STEP_TIMESTAMP, c.TRAIN_WINDOW_STEP_SECONDS,
-            c.TRAIN_TOKENS_PER_SECOND, c.TRAIN_LOSS, c.TRAIN_GRAD_NORM, c.TRAIN_LEARNING_RATE,
-            c.TRAIN_FLOPS_PER_TOKEN]
+REQUIRED = [
+    c.TRAIN_INFO,
+    c.TRAIN_STEPS,
+    c.TRAIN_LABELLED_TOKENS,
+    c.TRAIN_SAMPLES,
+    c.TRAIN_STEP_SECONDS,
+    c.TRAIN_DATA_WAIT_SECONDS,
+    c.TRAIN_STEP,
+    c.TRAIN_LAST_STEP_TIMESTAMP,
+    c.TRAIN_WINDOW_STEP_SECONDS,
+    c.TRAIN_TOKENS_PER_SECOND,
+    c.TRAIN_LOSS,
+    c.TRAIN_GRAD_NORM,
+    c.TRAIN_LEARNING_RATE,
+    c.TRAIN_FLOPS_PER_TOKEN,
+]
 
 
 def scrape(url: str) -> dict[str, list]:
@@ -28,10 +40,35 @@ def scrape(url: str) -> dict[str, list]:
 def test_two_rank_run_trains_and_exports(tmp_path: Path, port_block, subprocess_env) -> None:
     base = port_block(2)
     log_json = tmp_path / "run.jsonl"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python", installed_script(),
-           "--steps", "40", "--log-every", "5", "--seq-len", "128", "--batch-size", "4", "--lr", "3e-3",
-           "--metrics-address", "127.0.0.1", "--metrics-port", str(base), "--metrics-linger", "4",
-           "--log-json", str(log_json), "--run-id", "e2e-run"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "--no-python",
+        installed_script(),
+        "--steps",
+        "40",
+        "--log-every",
+        "5",
+        "--seq-len",
+        "128",
+        "--batch-size",
+        "4",
+        "--lr",
+        "3e-3",
+        "--metrics-address",
+        "127.0.0.1",
+        "--metrics-port",
+        str(base),
+        "--metrics-linger",
+        "4",
+        "--log-json",
+        str(log_json),
+        "--run-id",
+        "e2e-run",
+    ]
     proc = subprocess.Popen(cmd, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: dict[int, dict] = {}
     deadline = time.monotonic() + 240
@@ -51,8 +88,12 @@ def test_two_rank_run_trains_and_exports(tmp_path: Path, port_block, subprocess_
         for metric in REQUIRED:
             assert metric.family in families or metric.name in families, (rank, metric.name)
         step = families[c.TRAIN_STEP.name][0]
-        assert step.labels == {"run_id": "e2e-run", "rank": str(rank), "local_rank": str(rank),
-                               "node": step.labels["node"]}
+        assert step.labels == {
+            "run_id": "e2e-run",
+            "rank": str(rank),
+            "local_rank": str(rank),
+            "node": step.labels["node"],
+        }
         assert step.value == 40
         info = families[c.TRAIN_INFO.name][0].labels
         assert info["sharding_strategy"] == "FULL_SHARD" and info["world_size"] == "2"

@@ -29,8 +29,11 @@ def test_rules_and_dashboards_become_labelled_objects_in_the_build(tmp_path: Pat
     shutil.rmtree(copy / "generated")
     written = generate.write(generate.render_k8s(Settings()), copy / "generated", generate.OWNED["k8s"])
     assert sorted(p.name for p in written) == [
-        "alertmanagerconfig.yaml", *(kube_objects.configmap_file(Path(n).stem) for n in sorted(dashboards.render())),
-        "kustomization.yaml", "prometheusrule.yaml"]
+        "alertmanagerconfig.yaml",
+        *(kube_objects.configmap_file(Path(n).stem) for n in sorted(dashboards.render())),
+        "kustomization.yaml",
+        "prometheusrule.yaml",
+    ]
     objs = kustomize(copy)
     (routing,) = [o for o in objs if o["kind"] == "AlertmanagerConfig"]
     assert routing["spec"] == alertmanager.crd_spec(Settings())
@@ -39,8 +42,11 @@ def test_rules_and_dashboards_become_labelled_objects_in_the_build(tmp_path: Pat
     assert rule["spec"] == rules.rule_file(Settings())
     assert rule["metadata"]["namespace"] == names.NAMESPACE
     assert rule["metadata"]["labels"].items() >= names.PROMETHEUS_SELECTOR_LABELS.items()
-    maps = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap" and "grafana_dashboard" in
-            o["metadata"]["labels"]}
+    maps = {
+        o["metadata"]["name"]: o
+        for o in objs
+        if o["kind"] == "ConfigMap" and "grafana_dashboard" in o["metadata"]["labels"]
+    }
     dash = maps["fsdp-observe-dashboard-training-run"]
     kubernetes_validate.validate(dash, K8S_VERSION, strict=True)
     assert json.loads(dash["data"]["training-run.json"]) == dashboards.dashboards()["training-run.json"]
@@ -56,8 +62,9 @@ def test_writing_is_deterministic_and_removes_stale_files(tmp_path: Path) -> Non
     second = generate.render_k8s(Settings())
     assert first == second
     assert sorted(p.name for p in out.iterdir()) == sorted([*second, "README.txt"])
-    assert yaml.safe_load(second["kustomization.yaml"])["resources"] == sorted(n for n in second
-                                                                               if n != "kustomization.yaml")
+    assert yaml.safe_load(second["kustomization.yaml"])["resources"] == sorted(
+        n for n in second if n != "kustomization.yaml"
+    )
     assert generate.differences(second, out, ("*.yaml",)) == []
     (out / "prometheusrule.yaml").write_text("edited by hand\n")
     assert generate.differences(second, out, ("*.yaml",)) == ["prometheusrule.yaml"]

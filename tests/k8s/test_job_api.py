@@ -66,12 +66,21 @@ def test_status_names_the_leader_and_every_worker(api_server, kubeconfig, capsys
     assert status == 0, err
     lines = out.splitlines()
     assert lines[0] == f"pytorchjob default/{JOB}: Running (PyTorchJobRunning) since 2025-06-11T18:59:41Z"
-    assert lines[1] == ("rendezvous: etcd-v2 at fsdp-observe-etcd.fsdp-observe.svc:2379, "
-                        "id llama2-7b-fsdp-5f0c2e9a, nodes 2..2, max restarts 3")
+    assert lines[1] == (
+        "rendezvous: etcd-v2 at fsdp-observe-etcd.fsdp-observe.svc:2379, "
+        "id llama2-7b-fsdp-5f0c2e9a, nodes 2..2, max restarts 3"
+    )
     assert lines[2] == f"leader: {JOB}-worker-1 (master_addr={JOB}-worker-1 in {JOB}-worker-0's log)"
     assert lines[3].split() == ["POD", "STATE", "READY", "RESTARTS", "NODE"]
     assert lines[4].split() == [f"{JOB}-worker-0", "Running", "1/1", "0", "ip-10-1-12-34.us-west-2.compute.internal"]
-    assert lines[5].split() == [f"{JOB}-worker-1", "*", "Running", "1/1", "0", "ip-10-1-56-78.us-west-2.compute.internal"]
+    assert lines[5].split() == [
+        f"{JOB}-worker-1",
+        "*",
+        "Running",
+        "1/1",
+        "0",
+        "ip-10-1-56-78.us-west-2.compute.internal",
+    ]
     pods_call = server.calls("GET")[1]
     assert pods_call.path == PODS
     assert pods_call.query["labelSelector"] == [f"training.kubeflow.org/job-name={JOB}"]
@@ -103,9 +112,15 @@ def test_status_of_a_job_in_trouble(api_server, kubeconfig, capsys) -> None:
 
 
 def test_a_refused_log_is_skipped_for_the_next_worker(api_server, kubeconfig, capsys) -> None:
-    waiting = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "BadRequest",
-               "message": f'container "pytorch" in pod "{JOB}-worker-0" is waiting to start: ContainerCreating',
-               "code": 400}
+    waiting = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "reason": "BadRequest",
+        "message": f'container "pytorch" in pod "{JOB}-worker-0" is waiting to start: ContainerCreating',
+        "code": 400,
+    }
     server = api_server(healthy() | {("GET", log_path(0)): Reply(400, json.dumps(waiting).encode())})
     status, out, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
     assert status == 0, err
@@ -150,8 +165,9 @@ def test_stop_deletes_the_job_and_restarts_etcd(api_server, kubeconfig, capsys) 
 
 def test_stop_with_c10d_leaves_etcd_alone(api_server, kubeconfig, capsys) -> None:
     job = json.loads((RECORDED / "pytorchjob-llama2-7b-fsdp.json").read_text())
-    job["spec"]["elasticPolicy"] = {k: v for k, v in job["spec"]["elasticPolicy"].items()
-                                    if k not in ("rdzvHost", "rdzvPort")} | {"rdzvBackend": "c10d"}
+    job["spec"]["elasticPolicy"] = {
+        k: v for k, v in job["spec"]["elasticPolicy"].items() if k not in ("rdzvHost", "rdzvPort")
+    } | {"rdzvBackend": "c10d"}
     server = api_server(healthy() | {("GET", JOB_PATH): Reply(200, json.dumps(job).encode())})
     status, out, err = run(["stop", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
     assert status == 0, err
@@ -171,8 +187,13 @@ def test_stop_with_an_etcd_outside_the_cluster_says_so(api_server, kubeconfig, c
 
 @pytest.mark.parametrize("action", ["status", "logs", "stop"])
 def test_a_missing_job_is_one_line(action, api_server, kubeconfig, capsys) -> None:
-    server = api_server({("GET", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/no-such-job"):
-                         Reply.recorded("status-404-pytorchjob.json", 404)})
+    server = api_server(
+        {
+            ("GET", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/no-such-job"): Reply.recorded(
+                "status-404-pytorchjob.json", 404
+            )
+        }
+    )
     status, _, err = run([action, "no-such-job", "--kubeconfig", kubeconfig(server.url)], capsys)
     assert status == 2
     one_line_error(err, "pytorchjob no-such-job: not found in namespace default", "kubectl get pytorchjobs -A")
@@ -183,7 +204,9 @@ def test_forbidden_is_one_line_naming_the_role(api_server, kubeconfig, capsys) -
     server = api_server({("GET", JOB_PATH): Reply.recorded("status-403-pytorchjob.json", 403)})
     status, _, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
     assert status == 2
-    one_line_error(err, "forbidden in namespace default", 'User "alice" cannot get', "fsdp-observe job access -n default")
+    one_line_error(
+        err, "forbidden in namespace default", 'User "alice" cannot get', "fsdp-observe job access -n default"
+    )
 
 
 def test_a_cluster_without_the_training_operator_is_one_line(api_server, kubeconfig, capsys) -> None:
@@ -248,15 +271,19 @@ def test_a_missing_kubeconfig_is_one_line(bare_home: Path, capsys, monkeypatch) 
 
 # --- pieces ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("host, expected", [
-    ("etcd", ("etcd", "jobs")),
-    ("fsdp-observe-etcd.fsdp-observe", ("fsdp-observe-etcd", "fsdp-observe")),
-    ("fsdp-observe-etcd.fsdp-observe.svc", ("fsdp-observe-etcd", "fsdp-observe")),
-    ("fsdp-observe-etcd.fsdp-observe.svc.cluster.local", ("fsdp-observe-etcd", "fsdp-observe")),
-    ("etcd.example.com", None),
-    ("10.0.3.41", None),
-    ("", None),
-])
+
+@pytest.mark.parametrize(
+    "host, expected",
+    [
+        ("etcd", ("etcd", "jobs")),
+        ("fsdp-observe-etcd.fsdp-observe", ("fsdp-observe-etcd", "fsdp-observe")),
+        ("fsdp-observe-etcd.fsdp-observe.svc", ("fsdp-observe-etcd", "fsdp-observe")),
+        ("fsdp-observe-etcd.fsdp-observe.svc.cluster.local", ("fsdp-observe-etcd", "fsdp-observe")),
+        ("etcd.example.com", None),
+        ("10.0.3.41", None),
+        ("", None),
+    ],
+)
 def test_service_of_host(host, expected) -> None:
     assert service_of_host(host, "jobs") == expected
 
@@ -290,8 +317,27 @@ def test_a_server_certificate_that_does_not_verify_is_one_line(tmp_path: Path, k
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     httpd = HTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
@@ -304,5 +350,6 @@ def test_a_server_certificate_that_does_not_verify_is_one_line(tmp_path: Path, k
         httpd.shutdown()
         httpd.server_close()
     assert status == 2
-    one_line_error(err, f"API server {url}: TLS verification failed (certificate verify failed",
-                   "certificate-authority-data")
+    one_line_error(
+        err, f"API server {url}: TLS verification failed (certificate verify failed", "certificate-authority-data"
+    )

@@ -39,8 +39,12 @@ def assert_valid(job: dict, schema: dict) -> None:
 def as_pod(job: dict) -> dict:
     """The worker template as a v1 Pod, for kubernetes-validate (which has no PyTorchJob schema)."""
     template = pod_of(job)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", **template["metadata"]},
-            "spec": template["spec"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", **template["metadata"]},
+        "spec": template["spec"],
+    }
 
 
 def test_the_example_renders_a_valid_pytorchjob(pytorchjob_schema) -> None:
@@ -57,11 +61,18 @@ def test_the_example_renders_a_valid_pytorchjob(pytorchjob_schema) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_of(job)["spec"]["tolerations"]
 
 
-@pytest.mark.parametrize("backend, gpus, strategy", list(itertools.product(
-    RDZV_BACKENDS, (0, 8), SHARDING_STRATEGIES)))
+@pytest.mark.parametrize("backend, gpus, strategy", list(itertools.product(RDZV_BACKENDS, (0, 8), SHARDING_STRATEGIES)))
 def test_every_backend_device_and_strategy_is_valid(pytorchjob_schema, backend: str, gpus: int, strategy: str) -> None:
-    job = job_for(RDZV_BACKEND=backend, GPU_PER_NODE=gpus, SHARDING_STRATEGY=strategy, SHM_SIZE="32Gi",
-                  HF_TOKEN_SECRET="hf-token", DATA="/data/a.jsonl /data/b.txt", MIN_NODES=1, MAX_NODES=4)
+    job = job_for(
+        RDZV_BACKEND=backend,
+        GPU_PER_NODE=gpus,
+        SHARDING_STRATEGY=strategy,
+        SHM_SIZE="32Gi",
+        HF_TOKEN_SECRET="hf-token",
+        DATA="/data/a.jsonl /data/b.txt",
+        MIN_NODES=1,
+        MAX_NODES=4,
+    )
     assert_valid(job, pytorchjob_schema)
     elastic = job["spec"]["elasticPolicy"]
     assert (elastic["rdzvBackend"], elastic["minReplicas"], elastic["maxReplicas"]) == (backend, 1, 4)
@@ -79,10 +90,17 @@ def test_the_command_is_one_the_trainer_accepts() -> None:
     cfg = TrainConfig.from_argv(command[4:])
     cfg.validate()
     assert (cfg.model.preset, cfg.parallel.sharding_strategy, cfg.metrics.run_id, cfg.metrics.port_base, cfg.steps) == (
-        "llama2-7b", "FULL_SHARD", "llama2-7b-fsdp-0a1b2c3d", TRAINER_PORT_BASE, 5000)
+        "llama2-7b",
+        "FULL_SHARD",
+        "llama2-7b-fsdp-0a1b2c3d",
+        TRAINER_PORT_BASE,
+        5000,
+    )
     assert cfg.parallel.device == "auto"
-    cpu = trainer_command(settings_from_mapping({"IMAGE_URI": IMAGE, "GPU_PER_NODE": 0, "NPROC_PER_NODE": 2,
-                                                 "MODEL": "/models/llama"}), "r")
+    cpu = trainer_command(
+        settings_from_mapping({"IMAGE_URI": IMAGE, "GPU_PER_NODE": 0, "NPROC_PER_NODE": 2, "MODEL": "/models/llama"}),
+        "r",
+    )
     assert cpu[1] == "--nproc-per-node=2" and cpu[cpu.index("--device") + 1] == "cpu"
     assert cpu[cpu.index("--model") + 1] == "/models/llama"
 
@@ -91,8 +109,13 @@ def test_each_rank_has_a_named_metrics_port_the_podmonitor_scrapes() -> None:
     job = job_for(GPU_PER_NODE=4, METRICS_PORT=9600)
     template = pod_of(job)
     ports = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
-    assert ports == {names.OPERATOR_PORT_NAME: names.OPERATOR_PORT,
-                     "metrics-0": 9600, "metrics-1": 9601, "metrics-2": 9602, "metrics-3": 9603}
+    assert ports == {
+        names.OPERATOR_PORT_NAME: names.OPERATOR_PORT,
+        "metrics-0": 9600,
+        "metrics-1": 9601,
+        "metrics-2": 9602,
+        "metrics-3": 9603,
+    }
     monitor = yaml.safe_load((REPO / "daemonsets" / "trainer-podmonitor.yaml").read_text())
     scraped = {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]}
     assert set(ports) - {names.OPERATOR_PORT_NAME} <= scraped
@@ -155,8 +178,12 @@ def test_render_writes_plain_yaml_to_a_file(tmp_path: Path, pytorchjob_schema) -
     assert_valid(job, pytorchjob_schema)
     assert policy["kind"] == "NetworkPolicy"
     out_only = tmp_path / "job-only.yaml"
-    assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--run-id", "fixed-1", "--no-network-policy",
-                         "-o", str(out_only)]) == 0
+    assert (
+        job_cmd.main(
+            ["render", "--config", str(ENV_EXAMPLE), "--run-id", "fixed-1", "--no-network-policy", "-o", str(out_only)]
+        )
+        == 0
+    )
     assert yaml.safe_load(out_only.read_text()) == job
 
 
@@ -182,7 +209,8 @@ def test_the_checks_catch_a_misspelt_or_mistyped_field(pytorchjob_schema) -> Non
     container = pod_of(job)["spec"]["containers"][0]
     container["volumeMount"] = container.pop("volumeMounts")
     assert unknown_fields(job, pytorchjob_schema) == [
-        ".spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].volumeMount"]
+        ".spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].volumeMount"
+    ]
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(as_pod(job), K8S_VERSION, strict=True)
     job = job_for()

@@ -29,12 +29,28 @@ def test_the_example_renders_a_valid_instrumented_job(pytorchjob_schema) -> None
     validate_against(job, pytorchjob_schema)
     assert unknown_fields(job, pytorchjob_schema) == []
     template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
-    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **template["metadata"]},
-                                  "spec": template["spec"]}, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", **template["metadata"]},
+            "spec": template["spec"],
+        },
+        K8S_VERSION,
+        strict=True,
+    )
     pod = container(job)
     assert pod["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/my-finetune:1.4.0"
-    assert pod["command"] == ["fsdp-observe-torchrun", "--nproc-per-node=8", "/app/finetune.py", "--model",
-                              "meta-llama/Meta-Llama-3-8B", "--fsdp", "full_shard", "--bf16"]
+    assert pod["command"] == [
+        "fsdp-observe-torchrun",
+        "--nproc-per-node=8",
+        "/app/finetune.py",
+        "--model",
+        "meta-llama/Meta-Llama-3-8B",
+        "--fsdp",
+        "full_shard",
+        "--bf16",
+    ]
     env = {e["name"]: e.get("value") for e in pod["env"]}
     assert env[c.INSTRUMENT_ENV] == "1" and env["FSDP_OBSERVE_PORT_BASE"] == "9500"
     assert env["FSDP_OBSERVE_RUN_ID"] == "sft-1" == template["metadata"]["labels"][names.RUN_ID_LABEL]
@@ -51,8 +67,18 @@ def test_our_trainers_jobs_are_not_instrumented_twice() -> None:
 
 
 def test_a_metrics_port_and_a_cpu_job_carry_over() -> None:
-    job = render(settings_from_mapping({"IMAGE_URI": IMAGE, "COMMAND": "-m my_pkg.sft --epochs 1",
-                                        "GPU_PER_NODE": "0", "NPROC_PER_NODE": "2", "METRICS_PORT": "9700"}), "r")
+    job = render(
+        settings_from_mapping(
+            {
+                "IMAGE_URI": IMAGE,
+                "COMMAND": "-m my_pkg.sft --epochs 1",
+                "GPU_PER_NODE": "0",
+                "NPROC_PER_NODE": "2",
+                "METRICS_PORT": "9700",
+            }
+        ),
+        "r",
+    )
     pod = container(job)
     assert pod["command"] == ["fsdp-observe-torchrun", "--nproc-per-node=2", "-m", "my_pkg.sft", "--epochs", "1"]
     assert {e["name"]: e.get("value") for e in pod["env"]}["FSDP_OBSERVE_PORT_BASE"] == "9700"
@@ -60,12 +86,15 @@ def test_a_metrics_port_and_a_cpu_job_carry_over() -> None:
     assert "resources" not in pod
 
 
-@pytest.mark.parametrize("settings, key, text", [
-    ({"COMMAND": "train.py", "MODEL": "llama2-7b"}, "MODEL", "remove MODEL"),
-    ({"COMMAND": "train.py", "TRAINER_ARGS": "--steps 5"}, "TRAINER_ARGS", "COMMAND runs your own program"),
-    ({"COMMAND": "torchrun --nproc-per-node 8 train.py"}, "COMMAND", 'COMMAND="--nproc-per-node 8 train.py"'),
-    ({"COMMAND": "/usr/bin/python3 train.py"}, "COMMAND", "the pod already runs torchrun"),
-])
+@pytest.mark.parametrize(
+    "settings, key, text",
+    [
+        ({"COMMAND": "train.py", "MODEL": "llama2-7b"}, "MODEL", "remove MODEL"),
+        ({"COMMAND": "train.py", "TRAINER_ARGS": "--steps 5"}, "TRAINER_ARGS", "COMMAND runs your own program"),
+        ({"COMMAND": "torchrun --nproc-per-node 8 train.py"}, "COMMAND", 'COMMAND="--nproc-per-node 8 train.py"'),
+        ({"COMMAND": "/usr/bin/python3 train.py"}, "COMMAND", "the pod already runs torchrun"),
+    ],
+)
 def test_mistakes_name_the_key_and_the_fix(settings: dict, key: str, text: str) -> None:
     with pytest.raises(UserError) as err:
         settings_from_mapping({"IMAGE_URI": IMAGE, **settings})
@@ -77,5 +106,7 @@ def test_the_cli_says_it_in_one_line(tmp_path, capsys) -> None:
     bad.write_text(f'IMAGE_URI={IMAGE}\nCOMMAND="python train.py"\n')
     assert cli_main(["job", "render", "--config", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: COMMAND: starts with 'python', but the pod already runs torchrun; "
-                   'write only what torchrun runs, e.g. COMMAND="train.py"']
+    assert err == [
+        "error: COMMAND: starts with 'python', but the pod already runs torchrun; "
+        'write only what torchrun runs, e.g. COMMAND="train.py"'
+    ]

@@ -35,7 +35,9 @@ def test_the_env_and_yaml_examples_are_the_same_job() -> None:
 
 def test_env_syntax_of_the_walkthrough(tmp_path: Path) -> None:
     """``export``, comments, quotes, blank lines, and the walkthroughs' older key names."""
-    s = settings(tmp_path, """#!/bin/bash
+    s = settings(
+        tmp_path,
+        """#!/bin/bash
 # Configuration for FSDP jobs
 export IMAGE_URI=registry.example/fsdp-observe:0.1.0
 
@@ -47,7 +49,8 @@ export INSTANCE_TYPE='p4d.24xlarge'
 MODEL_NAME="meta-llama/Llama-2-7b-hf"
 DATA="/data/shard-*.jsonl /data/extra.txt"
 sharding_strategy=hybrid_shard
-""")
+""",
+    )
     assert (s.num_nodes, s.gpu_per_node, s.efa_per_node, s.instance_type) == (4, 8, 4, "p4d.24xlarge")
     assert s.model == "meta-llama/Llama-2-7b-hf"
     assert s.data == ("/data/shard-*.jsonl", "/data/extra.txt")
@@ -68,31 +71,38 @@ def test_every_sharding_strategy_of_the_trainer_is_accepted(tmp_path: Path) -> N
         assert settings(tmp_path, MINIMAL + f"SHARDING_STRATEGY={strategy}\n").sharding_strategy == strategy
 
 
-@pytest.mark.parametrize("line, key, needle", [
-    ("NUM_NODES=0", "NUM_NODES", "must be 1 or more, got 0"),
-    ("NUM_NODES=two", "NUM_NODES", "'two' is not a whole number"),
-    ("JOB_NAME=my_job", "JOB_NAME", "use e.g. JOB_NAME=my-job"),
-    ("JOB_NAME=Llama2", "JOB_NAME", "is not a name Kubernetes accepts"),
-    ("JOB_NAME=" + "a" * 60, "JOB_NAME", "must fit in 63"),
-    ("SHARDING_STRATEGY=ZERO3", "SHARDING_STRATEGY", "choose one of FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD"),
-    ("RDZV_BACKEND=static", "RDZV_BACKEND", "choose one of c10d, etcd, etcd-v2"),
-    ("MIN_NODES=3", "NUM_NODES", "outside MIN_NODES..MAX_NODES = 3..3"),
-    ("GPU_PER_NODE=16", "GPU_PER_NODE", "between 0 and 8"),
-    ("NPROC_PER_NODE=4", "NPROC_PER_NODE", "one rank per GPU"),
-    ("NAMESPACE=Team_A", "NAMESPACE", "not a valid namespace"),
-    ("SHM_SIZE=lots", "SHM_SIZE", "SHM_SIZE=64Gi"),
-    ("METRICS_PORT=80", "METRICS_PORT", "between 1024"),
-    ("MODEL=llama9", "MODEL", "neither a preset"),
-    ("RDZV_HOST=http://etcd:2379", "RDZV_HOST", "without scheme or port"),
-    ("HF_TOKEN_SECRET=HF_Token", "HF_TOKEN_SECRET", "not a Secret name"),
-    ('TRAINER_ARGS="--steps two"', "TRAINER_ARGS", "invalid int value: 'two'"),
-    ('TRAINER_ARGS="--no-such-flag"', "TRAINER_ARGS", "unrecognized arguments"),
-    ('TRAINER_ARGS="--sharding-strategy NO_SHARD"', "TRAINER_ARGS", "set by SHARDING_STRATEGY"),
-    ("NUM_NODE=2", "NUM_NODE", "did you mean NUM_NODES?"),
-    ("REGISTRY=$(aws sts get-caller-identity)", "REGISTRY", "shell expansion"),
-    ("INSTANCE_TYPE=p5 48xlarge", "INSTANCE_TYPE", "quote the value"),
-    ("IMAGE_URI=", "IMAGE_URI", "is not set"),
-])
+@pytest.mark.parametrize(
+    "line, key, needle",
+    [
+        ("NUM_NODES=0", "NUM_NODES", "must be 1 or more, got 0"),
+        ("NUM_NODES=two", "NUM_NODES", "'two' is not a whole number"),
+        ("JOB_NAME=my_job", "JOB_NAME", "use e.g. JOB_NAME=my-job"),
+        ("JOB_NAME=Llama2", "JOB_NAME", "is not a name Kubernetes accepts"),
+        ("JOB_NAME=" + "a" * 60, "JOB_NAME", "must fit in 63"),
+        (
+            "SHARDING_STRATEGY=ZERO3",
+            "SHARDING_STRATEGY",
+            "choose one of FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD",
+        ),
+        ("RDZV_BACKEND=static", "RDZV_BACKEND", "choose one of c10d, etcd, etcd-v2"),
+        ("MIN_NODES=3", "NUM_NODES", "outside MIN_NODES..MAX_NODES = 3..3"),
+        ("GPU_PER_NODE=16", "GPU_PER_NODE", "between 0 and 8"),
+        ("NPROC_PER_NODE=4", "NPROC_PER_NODE", "one rank per GPU"),
+        ("NAMESPACE=Team_A", "NAMESPACE", "not a valid namespace"),
+        ("SHM_SIZE=lots", "SHM_SIZE", "SHM_SIZE=64Gi"),
+        ("METRICS_PORT=80", "METRICS_PORT", "between 1024"),
+        ("MODEL=llama9", "MODEL", "neither a preset"),
+        ("RDZV_HOST=http://etcd:2379", "RDZV_HOST", "without scheme or port"),
+        ("HF_TOKEN_SECRET=HF_Token", "HF_TOKEN_SECRET", "not a Secret name"),
+        ('TRAINER_ARGS="--steps two"', "TRAINER_ARGS", "invalid int value: 'two'"),
+        ('TRAINER_ARGS="--no-such-flag"', "TRAINER_ARGS", "unrecognized arguments"),
+        ('TRAINER_ARGS="--sharding-strategy NO_SHARD"', "TRAINER_ARGS", "set by SHARDING_STRATEGY"),
+        ("NUM_NODE=2", "NUM_NODE", "did you mean NUM_NODES?"),
+        ("REGISTRY=$(aws sts get-caller-identity)", "REGISTRY", "shell expansion"),
+        ("INSTANCE_TYPE=p5 48xlarge", "INSTANCE_TYPE", "quote the value"),
+        ("IMAGE_URI=", "IMAGE_URI", "is not set"),
+    ],
+)
 def test_bad_settings_name_the_key_and_the_fix(tmp_path: Path, line: str, key: str, needle: str) -> None:
     text = MINIMAL + line + "\n" if not line.startswith("IMAGE_URI") else line + "\n"
     with pytest.raises(UserError) as info:
@@ -106,12 +116,15 @@ def test_a_key_set_twice_is_refused(tmp_path: Path) -> None:
         settings(tmp_path, MINIMAL + "NUM_NODES=2\nnum_nodes=4\n")
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("num_nodes: [2\n", "is not valid YAML"),
-    ("- num_nodes\n", "must be a mapping"),
-    ("image_uri: r/x:1\ninstance_type: {a: 1}\n", "expects a single value"),
-    ("image_uri: r/x:1\nnum_nodes: true\n", "is not a whole number"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("num_nodes: [2\n", "is not valid YAML"),
+        ("- num_nodes\n", "must be a mapping"),
+        ("image_uri: r/x:1\ninstance_type: {a: 1}\n", "expects a single value"),
+        ("image_uri: r/x:1\nnum_nodes: true\n", "is not a whole number"),
+    ],
+)
 def test_bad_yaml_is_one_error(tmp_path: Path, text: str, needle: str) -> None:
     with pytest.raises(UserError, match=needle.replace("[", r"\[")):
         settings(tmp_path, text, "job.yaml")
@@ -135,10 +148,12 @@ def test_render_errors_are_one_line_with_status_2(tmp_path: Path, capsys) -> Non
     """Through the dispatcher the console script runs (in-process)."""
     path = tmp_path / "job.env"
     path.write_text(MINIMAL + "NUM_NODES=0\n")
-    for args, needle in ((["--config", str(path)], "error: NUM_NODES: must be 1 or more, got 0"),
-                         (["--config", str(tmp_path / "missing.env")], "error: --config: cannot read"),
-                         (["--config", str(ENV_EXAMPLE), "--set", "JOB_NAME=my_job"], "error: JOB_NAME:"),
-                         (["--config", str(ENV_EXAMPLE), "--run-id", "Run_1"], "error: --run-id:")):
+    for args, needle in (
+        (["--config", str(path)], "error: NUM_NODES: must be 1 or more, got 0"),
+        (["--config", str(tmp_path / "missing.env")], "error: --config: cannot read"),
+        (["--config", str(ENV_EXAMPLE), "--set", "JOB_NAME=my_job"], "error: JOB_NAME:"),
+        (["--config", str(ENV_EXAMPLE), "--run-id", "Run_1"], "error: --run-id:"),
+    ):
         result = run_cli(["job", "render", *args], capsys)
         assert result.stdout == ""
         assert assert_one_line_error(result).startswith(needle), result.stderr

@@ -56,7 +56,10 @@ def test_a_hub_model_is_downloaded_by_each_pod_before_torchrun(pytorchjob_schema
     fetch = fetch_parser().parse_args(own[1:])
     where = "/models/meta-llama--Llama-2-7b-hf"
     assert own[0] == storage.FETCH_COMMAND and (fetch.repo, fetch.revision, fetch.local_dir) == (
-        "meta-llama/Llama-2-7b-hf", "main", where)
+        "meta-llama/Llama-2-7b-hf",
+        "main",
+        where,
+    )
     assert fetch.require_tokenizer  # the folder is the tokenizer too
     cfg = trainer_cfg(c["command"])
     assert (cfg.model.path, cfg.model.tokenizer) == (where, where)
@@ -87,7 +90,8 @@ def test_weights_already_on_a_volume_are_mounted_read_only(pytorchjob_schema) ->
     spec, c = pod_of(job)["spec"], container(job)
     assert c["command"][0] == LAUNCHER  # no download
     assert {"name": "model", "persistentVolumeClaim": {"claimName": "llama-weights", "readOnly": True}} in spec[
-        "volumes"]
+        "volumes"
+    ]
     assert {"name": "model", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
     assert "fsGroup" not in spec["securityContext"]  # nothing written: no recursive chown of the weights
     assert trainer_cfg(c["command"]).model.path == "/models/llama-2-7b"
@@ -96,8 +100,9 @@ def test_weights_already_on_a_volume_are_mounted_read_only(pytorchjob_schema) ->
 def test_weights_on_a_host_path_are_the_one_baseline_exception(pytorchjob_schema) -> None:
     job = job_for(MODEL="/models/llama-2-7b", MODEL_HOST_PATH="/mnt/fsx/llama-2-7b")
     assert_valid(job, pytorchjob_schema)
-    assert {"name": "model", "hostPath": {"path": "/mnt/fsx/llama-2-7b", "type": "Directory"}} in pod_of(job)[
-        "spec"]["volumes"]
+    assert {"name": "model", "hostPath": {"path": "/mnt/fsx/llama-2-7b", "type": "Directory"}} in pod_of(job)["spec"][
+        "volumes"
+    ]
     assert {"name": "model", "mountPath": "/models", "readOnly": True} in container(job)["volumeMounts"]
     assert violations(as_pod(job), "baseline") == ["HostPath Volumes: model"]
 
@@ -120,19 +125,43 @@ def test_checkpoints_go_to_a_shared_volume_and_restarts_resume_from_it(pytorchjo
 
 def test_a_new_checkpoint_claim_is_rendered_before_the_job(tmp_path: Path, pytorchjob_schema, capsys) -> None:
     out = tmp_path / "job.yaml"
-    assert job_cmd.main(["render", "--config", str(ENV_EXAMPLE), "--set", "CHECKPOINT_STORAGE_CLASS=efs-sc",
-                         "--set", "CHECKPOINT_SIZE=500Gi", "-o", str(out)]) == 0
+    assert (
+        job_cmd.main(
+            [
+                "render",
+                "--config",
+                str(ENV_EXAMPLE),
+                "--set",
+                "CHECKPOINT_STORAGE_CLASS=efs-sc",
+                "--set",
+                "CHECKPOINT_SIZE=500Gi",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "warning" not in capsys.readouterr().err
     claim, job, policy = yaml.safe_load_all(out.read_text())
     assert (claim["kind"], job["kind"], policy["kind"]) == ("PersistentVolumeClaim", "PyTorchJob", "NetworkPolicy")
     kubernetes_validate.validate(claim, K8S_VERSION, strict=True)
-    assert claim["metadata"] == {"name": "llama2-7b-fsdp-checkpoints", "namespace": "default", "labels": {
-        "app.kubernetes.io/name": "fsdp-observe", "app.kubernetes.io/component": "checkpoints",
-        "app.kubernetes.io/instance": "llama2-7b-fsdp"}}
-    assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "storageClassName": "efs-sc",
-                             "resources": {"requests": {"storage": "500Gi"}}}
-    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "llama2-7b-fsdp-checkpoints"}} in pod_of(
-        job)["spec"]["volumes"]
+    assert claim["metadata"] == {
+        "name": "llama2-7b-fsdp-checkpoints",
+        "namespace": "default",
+        "labels": {
+            "app.kubernetes.io/name": "fsdp-observe",
+            "app.kubernetes.io/component": "checkpoints",
+            "app.kubernetes.io/instance": "llama2-7b-fsdp",
+        },
+    }
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "storageClassName": "efs-sc",
+        "resources": {"requests": {"storage": "500Gi"}},
+    }
+    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "llama2-7b-fsdp-checkpoints"}} in pod_of(job)[
+        "spec"
+    ]["volumes"]
     assert_valid(job, pytorchjob_schema)
 
 
@@ -154,7 +183,8 @@ def test_rendered_jobs_linger_for_two_scrape_intervals() -> None:
     """D2: no --metrics-linger, so the last scrape (scaling's cluster mode, the TUI) missed the end."""
     monitor = yaml.safe_load((REPO / "daemonsets" / "trainer-podmonitor.yaml").read_text())
     assert {e["interval"] for e in monitor["spec"]["podMetricsEndpoints"]} == {
-        f"{names.TRAINER_SCRAPE_INTERVAL_SECONDS}s"}
+        f"{names.TRAINER_SCRAPE_INTERVAL_SECONDS}s"
+    }
     assert names.RENDERED_METRICS_LINGER_SECONDS >= 2 * names.TRAINER_SCRAPE_INTERVAL_SECONDS
     assert trainer_cfg(container(job_for())["command"]).metrics.linger_seconds == names.RENDERED_METRICS_LINGER_SECONDS
     own = {e["name"]: e.get("value") for e in container(job_for(COMMAND="/app/train.py"))["env"]}
@@ -168,42 +198,62 @@ def test_a_users_own_program_can_have_the_checkpoint_volume() -> None:
     assert c["command"] == [LAUNCHER, "--nproc-per-node=8", "/app/train.py", "--save-dir", "/checkpoints/run"]
 
 
-@pytest.mark.parametrize("settings, key, text", [
-    ({"MODEL": "llama2-7b", "MODEL_PVC": "w"}, "MODEL_PVC", "is a preset (random weights)"),
-    ({"MODEL": "meta-llama/Llama-2-7b-hf", "MODEL_HOST_PATH": "/mnt/w"}, "MODEL_HOST_PATH", "mounted read-only"),
-    ({"MODEL": "/opt/llama", "MODEL_REVISION": "v2"}, "MODEL_REVISION", "applies to a hub id"),
-    ({"MODEL": "/opt/llama", "MODEL_PVC": "w"}, "MODEL", "is not under MODEL_MOUNT /models"),
-    ({"MODEL": "/models/x", "MODEL_PVC": "w", "MODEL_HOST_PATH": "/mnt/w"}, "MODEL_HOST_PATH", "with MODEL_PVC"),
-    ({"MODEL": "/models/x", "MODEL_PVC": "Not_A_Name"}, "MODEL_PVC", "not a PersistentVolumeClaim name"),
-    ({"MODEL": "llama-2-7b"}, "MODEL", "neither a preset"),
-    ({"MODEL": "meta-llama/Llama-2-7b-hf", "MODEL_MOUNT": "models"}, "MODEL_MOUNT", "not a folder to mount on"),
-    ({"MODEL": "meta-llama/Llama-2-7b-hf", "MODEL_PVC": "w", "MODEL_VOLUME_SIZE": "50Gi"}, "MODEL_VOLUME_SIZE",
-     "only a hub MODEL without MODEL_PVC"),
-    ({"CHECKPOINT_SIZE": "100Gi"}, "CHECKPOINT_SIZE", "set CHECKPOINT_STORAGE_CLASS too"),
-    ({"CHECKPOINT_STORAGE_CLASS": "efs-sc"}, "CHECKPOINT_SIZE", "is needed"),
-    ({"CHECKPOINT_PVC": "a", "CHECKPOINT_STORAGE_CLASS": "efs-sc", "CHECKPOINT_SIZE": "1Ti"},
-     "CHECKPOINT_STORAGE_CLASS", "not both"),
-    ({"CHECKPOINT_EVERY": "100"}, "CHECKPOINT_EVERY", "no checkpoint volume"),
-    ({"CHECKPOINT_PVC": "c", "CHECKPOINT_EVERY": "0"}, "CHECKPOINT_EVERY", "must be 1 or more"),
-    ({"CHECKPOINT_PVC": "c", "CHECKPOINT_MOUNT": "/models"}, "CHECKPOINT_MOUNT", "is MODEL_MOUNT too"),
-    ({"TRAINER_ARGS": "--checkpoint-dir /tmp/ckpt"}, "TRAINER_ARGS", "is set by CHECKPOINT_PVC or"),
-    ({"COMMAND": "/app/train.py", "MODEL_PVC": "w"}, "MODEL_PVC", "COMMAND runs your own program"),
-    ({"COMMAND": "/app/train.py", "CHECKPOINT_PVC": "c", "CHECKPOINT_EVERY": "5"}, "CHECKPOINT_EVERY",
-     "COMMAND runs your own program"),
-])
+@pytest.mark.parametrize(
+    "settings, key, text",
+    [
+        ({"MODEL": "llama2-7b", "MODEL_PVC": "w"}, "MODEL_PVC", "is a preset (random weights)"),
+        ({"MODEL": "meta-llama/Llama-2-7b-hf", "MODEL_HOST_PATH": "/mnt/w"}, "MODEL_HOST_PATH", "mounted read-only"),
+        ({"MODEL": "/opt/llama", "MODEL_REVISION": "v2"}, "MODEL_REVISION", "applies to a hub id"),
+        ({"MODEL": "/opt/llama", "MODEL_PVC": "w"}, "MODEL", "is not under MODEL_MOUNT /models"),
+        ({"MODEL": "/models/x", "MODEL_PVC": "w", "MODEL_HOST_PATH": "/mnt/w"}, "MODEL_HOST_PATH", "with MODEL_PVC"),
+        ({"MODEL": "/models/x", "MODEL_PVC": "Not_A_Name"}, "MODEL_PVC", "not a PersistentVolumeClaim name"),
+        ({"MODEL": "llama-2-7b"}, "MODEL", "neither a preset"),
+        ({"MODEL": "meta-llama/Llama-2-7b-hf", "MODEL_MOUNT": "models"}, "MODEL_MOUNT", "not a folder to mount on"),
+        (
+            {"MODEL": "meta-llama/Llama-2-7b-hf", "MODEL_PVC": "w", "MODEL_VOLUME_SIZE": "50Gi"},
+            "MODEL_VOLUME_SIZE",
+            "only a hub MODEL without MODEL_PVC",
+        ),
+        ({"CHECKPOINT_SIZE": "100Gi"}, "CHECKPOINT_SIZE", "set CHECKPOINT_STORAGE_CLASS too"),
+        ({"CHECKPOINT_STORAGE_CLASS": "efs-sc"}, "CHECKPOINT_SIZE", "is needed"),
+        (
+            {"CHECKPOINT_PVC": "a", "CHECKPOINT_STORAGE_CLASS": "efs-sc", "CHECKPOINT_SIZE": "1Ti"},
+            "CHECKPOINT_STORAGE_CLASS",
+            "not both",
+        ),
+        ({"CHECKPOINT_EVERY": "100"}, "CHECKPOINT_EVERY", "no checkpoint volume"),
+        ({"CHECKPOINT_PVC": "c", "CHECKPOINT_EVERY": "0"}, "CHECKPOINT_EVERY", "must be 1 or more"),
+        ({"CHECKPOINT_PVC": "c", "CHECKPOINT_MOUNT": "/models"}, "CHECKPOINT_MOUNT", "is MODEL_MOUNT too"),
+        ({"TRAINER_ARGS": "--checkpoint-dir /tmp/ckpt"}, "TRAINER_ARGS", "is set by CHECKPOINT_PVC or"),
+        ({"COMMAND": "/app/train.py", "MODEL_PVC": "w"}, "MODEL_PVC", "COMMAND runs your own program"),
+        (
+            {"COMMAND": "/app/train.py", "CHECKPOINT_PVC": "c", "CHECKPOINT_EVERY": "5"},
+            "CHECKPOINT_EVERY",
+            "COMMAND runs your own program",
+        ),
+    ],
+)
 def test_storage_mistakes_name_the_key_and_the_fix(settings: dict, key: str, text: str) -> None:
     with pytest.raises(UserError) as err:
         settings_from_mapping({"IMAGE_URI": IMAGE, **settings})
     assert err.value.field == key and text in str(err.value)
 
 
-@pytest.mark.parametrize("settings, text", [
-    ({"MODEL": "llama2-7b", "TRAINER_ARGS": "--seq-len 8192"}, "--seq-len: 8192 exceeds the model's 4096 positions"),
-    ({"SHARDING_STRATEGY": "HYBRID_SHARD", "TRAINER_ARGS": "--shard-degree 3"},
-     "--shard-degree: --shard-degree 3 does not fit the world size 16"),
-    ({"TRAINER_ARGS": "--steps 0"}, "--steps: must be positive"),
-    ({"TRAINER_ARGS": "--activation-checkpointing every-64"}, "every-64 checkpoints no layer of a 32-layer model"),
-])
+@pytest.mark.parametrize(
+    "settings, text",
+    [
+        (
+            {"MODEL": "llama2-7b", "TRAINER_ARGS": "--seq-len 8192"},
+            "--seq-len: 8192 exceeds the model's 4096 positions",
+        ),
+        (
+            {"SHARDING_STRATEGY": "HYBRID_SHARD", "TRAINER_ARGS": "--shard-degree 3"},
+            "--shard-degree: --shard-degree 3 does not fit the world size 16",
+        ),
+        ({"TRAINER_ARGS": "--steps 0"}, "--steps: must be positive"),
+        ({"TRAINER_ARGS": "--activation-checkpointing every-64"}, "every-64 checkpoints no layer of a 32-layer model"),
+    ],
+)
 def test_render_refuses_what_every_rank_would_refuse(settings: dict, text: str) -> None:
     """Before: such a job rendered, and every pod exited 2 and restarted (OnFailure) forever."""
     with pytest.raises(UserError) as err:

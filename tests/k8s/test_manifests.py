@@ -31,8 +31,16 @@ SHAPES = {
     "spec.PrometheusRule": {"groups"},
     # validated in full against the operator's CRD schema by tests/dashboards/test_alertmanager.py
     "spec.AlertmanagerConfig": {"route", "inhibitRules", "receivers"},
-    "endpoint": {"port", "path", "interval", "scrapeTimeout", "scheme", "honorLabels", "relabelings",
-                 "metricRelabelings"},
+    "endpoint": {
+        "port",
+        "path",
+        "interval",
+        "scrapeTimeout",
+        "scheme",
+        "honorLabels",
+        "relabelings",
+        "metricRelabelings",
+    },
     "relabeling": {"sourceLabels", "separator", "targetLabel", "regex", "replacement", "action", "modulus"},
     "namespaceSelector": {"any", "matchNames"},
 }
@@ -60,6 +68,7 @@ def pod_templates(objs: list[dict]) -> list[tuple[str, dict]]:
 
 # --- builds and validates ------------------------------------------------------------------------
 
+
 def test_everything_validates_strictly(built, debug_built) -> None:
     kinds = set()
     for obj in built + debug_built:
@@ -68,18 +77,35 @@ def test_everything_validates_strictly(built, debug_built) -> None:
             check_monitoring_shape(obj)
         else:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-    assert {"Namespace", "ServiceAccount", "DaemonSet", "Service", "ServiceMonitor", "PodMonitor", "Role",
-            "RoleBinding", "Deployment", "NetworkPolicy"} <= kinds
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "DaemonSet",
+        "Service",
+        "ServiceMonitor",
+        "PodMonitor",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "NetworkPolicy",
+    } <= kinds
 
 
 def test_the_kubernetes_validate_command_passes_the_build(tmp_path: Path) -> None:
     """The same check CI users run: ``kubernetes-validate --strict -k 1.34.0`` on the built stream."""
-    for source, name in ((DAEMONSETS, "main.yaml"), (DAEMONSETS / "debug", "debug.yaml"),
-                         (DAEMONSETS / "viewer", "viewer.yaml")):
+    for source, name in (
+        (DAEMONSETS, "main.yaml"),
+        (DAEMONSETS / "debug", "debug.yaml"),
+        (DAEMONSETS / "viewer", "viewer.yaml"),
+    ):
         out = tmp_path / name
         out.write_text(yaml.safe_dump_all(kustomize(source)))
-        proc = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "-k", K8S_VERSION, str(out)],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "kubernetes_validate", "--strict", "-k", K8S_VERSION, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "ERROR" not in proc.stdout + proc.stderr
 
@@ -120,27 +146,32 @@ def test_one_resource_per_file_and_no_orphans() -> None:
 
 # --- labels, selectors, versions ---------------------------------------------------------------------
 
+
 def test_labels_carry_the_version_and_selectors_never_do(built, debug_built) -> None:
     for obj in built + debug_built:
         labels = obj["metadata"]["labels"]
         assert labels["app.kubernetes.io/part-of"] == "fsdp-observe"
         assert labels["app.kubernetes.io/version"] == VERSION
         assert "app.kubernetes.io/name" in labels or obj["kind"] == "Namespace"
-    selectors = [o["spec"]["selector"]["matchLabels"] for o in built + debug_built
-                 if o["kind"] in ("DaemonSet", "Deployment")]
+    selectors = [
+        o["spec"]["selector"]["matchLabels"] for o in built + debug_built if o["kind"] in ("DaemonSet", "Deployment")
+    ]
     selectors += [o["spec"]["selector"] for o in built if o["kind"] == "Service"]
     for selector in selectors:
         assert set(selector) == {"app.kubernetes.io/name", "app.kubernetes.io/component"}
     for name, template in pod_templates(built + debug_built):
-        owner = next(o for o in built + debug_built
-                     if o["metadata"]["name"] == name and "template" in o.get("spec", {}))
+        owner = next(
+            o for o in built + debug_built if o["metadata"]["name"] == name and "template" in o.get("spec", {})
+        )
         assert owner["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
         assert template["metadata"]["labels"]["app.kubernetes.io/version"] == VERSION
 
 
 def test_both_kustomizations_use_the_project_images_at_the_project_version() -> None:
     """The agent DaemonSet: the slim agent image; the debug DaemonSets: the trainer image (htop, nvtop)."""
-    images = [yaml.safe_load((d / "kustomization.yaml").read_text())["images"] for d in (DAEMONSETS, DAEMONSETS / "debug")]
+    images = [
+        yaml.safe_load((d / "kustomization.yaml").read_text())["images"] for d in (DAEMONSETS, DAEMONSETS / "debug")
+    ]
     assert images[0] == [{"name": "fsdp-observe-agent", "newName": "fsdp-observe-agent", "newTag": VERSION}]
     assert images[1] == [{"name": "fsdp-observe", "newName": "fsdp-observe", "newTag": VERSION}]
 
@@ -171,6 +202,7 @@ def test_everything_is_in_the_add_on_namespace(built) -> None:
 
 # --- pods: hardening, resources, a comment on each privilege kept ----------------------------------------
 
+
 def test_every_container_has_requests_limits_and_a_read_only_root(built, debug_built) -> None:
     """Hardening every pod shares (the Pod Security levels and their exceptions:
     tests/k8s/test_pod_security.py)."""
@@ -196,8 +228,10 @@ def test_every_container_has_requests_limits_and_a_read_only_root(built, debug_b
                     assert isinstance(c[probe]["httpGet"]["port"], str), (name, "probe by port name")
 
 
-PRIVILEGES = re.compile(r"^\s*(hostPID: true|privileged: true|runAsUser: 0|hostPath:|add: \[.+\]|"
-                        r"automountServiceAccountToken: true|pod-security.kubernetes.io/enforce: privileged)\s*$")
+PRIVILEGES = re.compile(
+    r"^\s*(hostPID: true|privileged: true|runAsUser: 0|hostPath:|add: \[.+\]|"
+    r"automountServiceAccountToken: true|pod-security.kubernetes.io/enforce: privileged)\s*$"
+)
 
 
 def test_each_privilege_kept_has_a_comment_above_it() -> None:
@@ -212,8 +246,9 @@ def test_each_privilege_kept_has_a_comment_above_it() -> None:
                 above = lines[i - 1].strip() if i else ""
                 # directly above, or above the list item / key that holds it
                 above2 = lines[i - 2].strip() if i > 1 else ""
-                assert above.startswith("#") or (above.startswith("- name:") and above2.startswith("#")), \
+                assert above.startswith("#") or (above.startswith("- name:") and above2.startswith("#")), (
                     f"{path.relative_to(REPO)}:{i + 1}: {line.strip()} without a comment"
+                )
     assert seen >= 7
 
 
@@ -246,8 +281,9 @@ def test_the_agent_matches_the_contract_in_names_py(built) -> None:
 def test_the_agent_service_and_servicemonitor_find_the_agent(built) -> None:
     service = by_kind(built, "Service", names.AGENT_NAME)
     assert service["spec"]["selector"] == names.AGENT_LABELS and service["spec"]["clusterIP"] == "None"
-    assert service["spec"]["ports"] == [{"name": names.AGENT_PORT_NAME, "port": AGENT_PORT,
-                                         "targetPort": names.AGENT_PORT_NAME, "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [
+        {"name": names.AGENT_PORT_NAME, "port": AGENT_PORT, "targetPort": names.AGENT_PORT_NAME, "protocol": "TCP"}
+    ]
     monitor = by_kind(built, "ServiceMonitor")
     assert monitor["spec"]["selector"]["matchLabels"] == names.AGENT_LABELS
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [names.AGENT_PORT_NAME]
@@ -292,8 +328,9 @@ def overlay_with(tmp_path: Path, component: str) -> dict:
     overlay = tmp_path / component
     overlay.mkdir()
     rel = os.path.relpath(DAEMONSETS, overlay)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [rel], "components": [f"{rel}/components/{component}"]}))
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": [rel], "components": [f"{rel}/components/{component}"]})
+    )
     ds = by_kind(kustomize(overlay), "DaemonSet", names.AGENT_NAME)
     kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
     return ds["spec"]["template"]["spec"]

@@ -34,8 +34,9 @@ def world() -> dict:
     viewer = kustomize(DAEMONSETS / "viewer")
     settings = load_settings(REPO / "examples" / "llama2-7b.env", [f"NAMESPACE={JOB_NS}"])
     job = render(settings, run_id="np-1")
-    other = render(load_settings(REPO / "examples" / "llama2-7b.env", [f"NAMESPACE={JOB_NS}", "JOB_NAME=other"]),
-                   run_id="np-2")
+    other = render(
+        load_settings(REPO / "examples" / "llama2-7b.env", [f"NAMESPACE={JOB_NS}", "JOB_NAME=other"]), run_id="np-2"
+    )
     policies = [o for o in built if o["kind"] == "NetworkPolicy"] + [trainer_network_policy(settings)]
     rank_ports = {names.trainer_port_name(r): names.trainer_port(r) for r in range(settings.ranks_per_node)}
     worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
@@ -45,7 +46,9 @@ def world() -> dict:
         "etcd": Pod(names.NAMESPACE, template_labels(built, names.ETCD_SERVICE), {"client": names.ETCD_CLIENT_PORT}),
         "rank": Pod(JOB_NS, worker, rank_ports),
         "peer rank": Pod(JOB_NS, worker, rank_ports),
-        "other job's rank": Pod(JOB_NS, other["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]),
+        "other job's rank": Pod(
+            JOB_NS, other["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+        ),
         "prometheus": Pod(names.PROMETHEUS_NAMESPACE, {**names.PROMETHEUS_POD_LABELS, "prometheus": "kps"}),
         "viewer": Pod(names.NAMESPACE, template_labels(viewer, "fsdp-observe-viewer")),
         "tenant pod": Pod(JOB_NS, {"app": "notebook"}),
@@ -56,36 +59,39 @@ def world() -> dict:
     }
 
 
-@pytest.mark.parametrize("source, target, port, admitted", [
-    ("prometheus", "agent", AGENT_PORT, True),
-    ("viewer", "agent", AGENT_PORT, True),
-    ("tenant pod", "agent", AGENT_PORT, False),
-    ("tenant pod elsewhere", "agent", AGENT_PORT, False),
-    ("prometheus look-alike", "agent", AGENT_PORT, False),
-    ("viewer look-alike", "agent", AGENT_PORT, False),
-    ("rank", "agent", AGENT_PORT, False),
-    ("htop", "agent", AGENT_PORT, False),
-    ("prometheus", "agent", 22, False),
-    ("rank", "etcd", names.ETCD_CLIENT_PORT, True),
-    ("other job's rank", "etcd", names.ETCD_CLIENT_PORT, True),
-    ("tenant pod", "etcd", names.ETCD_CLIENT_PORT, False),
-    ("prometheus", "etcd", names.ETCD_CLIENT_PORT, False),
-    ("viewer", "etcd", names.ETCD_CLIENT_PORT, False),
-    ("prometheus", "rank", names.trainer_port(0), True),
-    ("prometheus", "rank", names.trainer_port(7), True),
-    ("viewer", "rank", names.trainer_port(3), True),
-    ("prometheus", "rank", OPERATOR_PORT, False),
-    ("tenant pod", "rank", names.trainer_port(0), False),
-    ("tenant pod elsewhere", "rank", names.trainer_port(0), False),
-    ("other job's rank", "rank", names.trainer_port(0), False),
-    ("peer rank", "rank", OPERATOR_PORT, True),
-    ("peer rank", "rank", NCCL_PORT, True),
-    ("peer rank", "rank", names.trainer_port(1), True),
-    ("tenant pod", "htop", 8080, False),
-    ("agent", "prometheus", 9090, False),
-    ("agent", "tenant pod elsewhere", 443, False),
-    ("etcd", "tenant pod", 80, False),
-])
+@pytest.mark.parametrize(
+    "source, target, port, admitted",
+    [
+        ("prometheus", "agent", AGENT_PORT, True),
+        ("viewer", "agent", AGENT_PORT, True),
+        ("tenant pod", "agent", AGENT_PORT, False),
+        ("tenant pod elsewhere", "agent", AGENT_PORT, False),
+        ("prometheus look-alike", "agent", AGENT_PORT, False),
+        ("viewer look-alike", "agent", AGENT_PORT, False),
+        ("rank", "agent", AGENT_PORT, False),
+        ("htop", "agent", AGENT_PORT, False),
+        ("prometheus", "agent", 22, False),
+        ("rank", "etcd", names.ETCD_CLIENT_PORT, True),
+        ("other job's rank", "etcd", names.ETCD_CLIENT_PORT, True),
+        ("tenant pod", "etcd", names.ETCD_CLIENT_PORT, False),
+        ("prometheus", "etcd", names.ETCD_CLIENT_PORT, False),
+        ("viewer", "etcd", names.ETCD_CLIENT_PORT, False),
+        ("prometheus", "rank", names.trainer_port(0), True),
+        ("prometheus", "rank", names.trainer_port(7), True),
+        ("viewer", "rank", names.trainer_port(3), True),
+        ("prometheus", "rank", OPERATOR_PORT, False),
+        ("tenant pod", "rank", names.trainer_port(0), False),
+        ("tenant pod elsewhere", "rank", names.trainer_port(0), False),
+        ("other job's rank", "rank", names.trainer_port(0), False),
+        ("peer rank", "rank", OPERATOR_PORT, True),
+        ("peer rank", "rank", NCCL_PORT, True),
+        ("peer rank", "rank", names.trainer_port(1), True),
+        ("tenant pod", "htop", 8080, False),
+        ("agent", "prometheus", 9090, False),
+        ("agent", "tenant pod elsewhere", 443, False),
+        ("etcd", "tenant pod", 80, False),
+    ],
+)
 def test_who_reaches_what(world: dict, source: str, target: str, port: int, admitted: bool) -> None:
     assert admits(world["policies"], world[source], world[target], port) is admitted
 
@@ -117,6 +123,7 @@ def test_job_render_emits_the_policy_beside_the_job(capsys) -> None:
 
 # --- RBAC: the viewer reads namespaces it is given, nothing cluster-wide -------------------------------
 
+
 def test_no_cluster_wide_read_of_pods_or_logs() -> None:
     built = kustomize(DAEMONSETS)
     assert not [o for o in built if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
@@ -138,11 +145,15 @@ def test_job_access_renders_a_read_only_role_for_one_namespace(capsys) -> None:
     assert granted == {("", "pods"), ("", "pods/log"), ("kubeflow.org", "pytorchjobs")}
     assert {v for rule in role["rules"] for v in rule["verbs"]} == {"get", "list", "watch"}
     assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [
-        ("ServiceAccount", names.VIEWER_NAME), ("User", "alice"), ("Group", "ml")]
+        ("ServiceAccount", names.VIEWER_NAME),
+        ("User", "alice"),
+        ("Group", "ml"),
+    ]
     assert viewer_access(JOB_NS) == [role, {**binding, "subjects": binding["subjects"][:1]}]
 
 
 def test_job_access_refuses_a_bad_namespace(capsys) -> None:
     from observe.cli import main
+
     assert main(["job", "access", "-n", "Not_A_Namespace"]) == 2
     assert "error: --namespace: 'Not_A_Namespace' is not a namespace name" in capsys.readouterr().err

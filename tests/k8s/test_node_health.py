@@ -26,8 +26,10 @@ NODE = "gpu-node-1"
 STATUS = f"/api/v1/nodes/{NODE}/status"
 OBJECT = f"/api/v1/nodes/{NODE}"
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-GPUS = {"0000:10:00": (0, "GPU-fa4e0000-0000-4000-8000-000000000000"),
-        "0000:20:00": (1, "GPU-fa4e0000-0000-4000-8000-000000000001")}
+GPUS = {
+    "0000:10:00": (0, "GPU-fa4e0000-0000-4000-8000-000000000000"),
+    "0000:20:00": (1, "GPU-fa4e0000-0000-4000-8000-000000000001"),
+}
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
@@ -37,11 +39,16 @@ def xid_event(code: int, bus: str) -> XidEvent:
     return XidEvent(xid=code, name=info.name, severity=info.severity, action=info.action, node=NODE, pci_bus=bus)
 
 
-def routes(status: Reply | None = None, read: Reply | None = None, patch: Reply | None = None,
-           read_status: Reply | None = None) -> dict:
+def routes(
+    status: Reply | None = None, read: Reply | None = None, patch: Reply | None = None, read_status: Reply | None = None
+) -> dict:
     node = Reply.recorded("node-gpu-node-1.json")
-    return {("PATCH", STATUS): status or node, ("GET", STATUS): read_status or node, ("GET", OBJECT): read or node,
-            ("PATCH", OBJECT): patch or node}
+    return {
+        ("PATCH", STATUS): status or node,
+        ("GET", STATUS): read_status or node,
+        ("GET", OBJECT): read or node,
+        ("PATCH", OBJECT): patch or node,
+    }
 
 
 def with_condition(condition: dict) -> Reply:
@@ -78,11 +85,18 @@ def reporter(api_server, token):
     """``reporter(routes, condition=..., taint=...)``: a started reporter against a recorded server."""
     made: list[NodeHealthReporter] = []
 
-    def make(server_routes: dict, condition: bool = True, taint: bool = False) -> tuple[NodeHealthReporter,
-                                                                                          RecordedAPIServer]:
+    def make(
+        server_routes: dict, condition: bool = True, taint: bool = False
+    ) -> tuple[NodeHealthReporter, RecordedAPIServer]:
         server = api_server(server_routes)
-        r = NodeHealthReporter(NODE, KubeNodeApi(server.url, token_file=token), condition, taint,
-                               gpu_of=lambda bus: GPUS.get(bus or "", (None, None)), retry_seconds=0.5)
+        r = NodeHealthReporter(
+            NODE,
+            KubeNodeApi(server.url, token_file=token),
+            condition,
+            taint,
+            gpu_of=lambda bus: GPUS.get(bus or "", (None, None)),
+            retry_seconds=0.5,
+        )
         r.start()
         made.append(r)
         reads = int(condition) + int(taint)  # at start it reads what the node carries, for /snapshot
@@ -108,9 +122,18 @@ def test_a_critical_xid_sets_our_condition_with_one_strategic_merge_patch(report
     body = json.loads(call.body)
     (condition,) = body["status"]["conditions"]
     assert TIME.match(condition.pop("lastHeartbeatTime")) and TIME.match(condition.pop("lastTransitionTime"))
-    assert body == {"status": {"conditions": [{
-        "type": CONDITION_TYPE, "status": "True", "reason": "GPUReset",
-        "message": f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}. Action: {RESET_GPU}{CLEAR}"}]}}
+    assert body == {
+        "status": {
+            "conditions": [
+                {
+                    "type": CONDITION_TYPE,
+                    "status": "True",
+                    "reason": "GPUReset",
+                    "message": f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}. Action: {RESET_GPU}{CLEAR}",
+                }
+            ]
+        }
+    }
     # read first (was it cleared? set by an earlier run?), through the status subresource only
     assert [(c.method, c.path) for c in server.requests] == [("GET", STATUS), ("PATCH", STATUS)]
     wait_for(lambda: r.state().status == "True", what="the state")
@@ -137,11 +160,17 @@ def test_the_same_xid_again_writes_nothing_and_a_new_fact_rewrites_the_one_condi
     assert all(c["type"] == CONDITION_TYPE and c["status"] == "True" for c in (first, second, third))
     assert "lastTransitionTime" in first
     assert "lastTransitionTime" not in second and "lastTransitionTime" not in third  # still True since the first
-    assert (second["reason"], second["message"]) == ("GPUReset", f"Faults: XID 48 (Double bit ECC error (DBE)) on "
-                                                     f"{GPU0}; XID 74 (NVLink error) on {GPU1}. Action: {RESET_GPU}{CLEAR}")
-    assert (third["reason"], third["message"]) == ("NodeReboot", f"Faults: XID 79 (GPU has fallen off the bus) on "
-                                                   f"{GPU1}; XID 48 (Double bit ECC error (DBE)) on {GPU0}; XID 74 "
-                                                   f"(NVLink error) on {GPU1}. Action: {REBOOT}{CLEAR}")
+    assert (second["reason"], second["message"]) == (
+        "GPUReset",
+        f"Faults: XID 48 (Double bit ECC error (DBE)) on "
+        f"{GPU0}; XID 74 (NVLink error) on {GPU1}. Action: {RESET_GPU}{CLEAR}",
+    )
+    assert (third["reason"], third["message"]) == (
+        "NodeReboot",
+        f"Faults: XID 79 (GPU has fallen off the bus) on "
+        f"{GPU1}; XID 48 (Double bit ECC error (DBE)) on {GPU0}; XID 74 "
+        f"(NVLink error) on {GPU1}. Action: {REBOOT}{CLEAR}",
+    )
     r.stop()
     assert len(patches(server, STATUS)) == 3  # and nothing more
     assert all(c.path == STATUS for c in server.requests)
@@ -157,13 +186,20 @@ def test_a_condition_a_person_cleared_names_only_what_came_after(reporter) -> No
     second = written(server)[1]
     assert "lastTransitionTime" in second  # a new fault, not the old one still there
     assert (second["reason"], second["message"]) == (
-        "GPUReset", f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}. Action: {RESET_GPU}{CLEAR}")
+        "GPUReset",
+        f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}. Action: {RESET_GPU}{CLEAR}",
+    )
 
 
 def test_a_condition_set_before_a_restart_is_kept_in_and_never_downgraded(reporter) -> None:
-    earlier = {"type": CONDITION_TYPE, "status": "True", "reason": "NodeReboot",
-               "message": f"Faults: XID 79 (GPU has fallen off the bus) on {GPU1}. Action: {REBOOT}{CLEAR}",
-               "lastHeartbeatTime": "2025-06-11T18:44:10Z", "lastTransitionTime": "2025-06-11T18:44:10Z"}
+    earlier = {
+        "type": CONDITION_TYPE,
+        "status": "True",
+        "reason": "NodeReboot",
+        "message": f"Faults: XID 79 (GPU has fallen off the bus) on {GPU1}. Action: {REBOOT}{CLEAR}",
+        "lastHeartbeatTime": "2025-06-11T18:44:10Z",
+        "lastTransitionTime": "2025-06-11T18:44:10Z",
+    }
     r, server = reporter(routes(read_status=with_condition(earlier)))  # a fresh agent after a restart
     r.offer(xid_event(48, "0000:10:00"))
     wait_for(lambda: patches(server, STATUS), what="the PATCH")
@@ -171,14 +207,17 @@ def test_a_condition_set_before_a_restart_is_kept_in_and_never_downgraded(report
     condition = dict(condition)
     assert "lastTransitionTime" not in condition
     assert (condition["reason"], condition["message"]) == (
-        "NodeReboot", f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}; XID 79 (GPU has fallen off the bus) on "
-                      f"{GPU1}. Action: {REBOOT}{CLEAR}")
+        "NodeReboot",
+        f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}; XID 79 (GPU has fallen off the bus) on "
+        f"{GPU1}. Action: {REBOOT}{CLEAR}",
+    )
     server.routes[("GET", STATUS)] = with_condition(condition)
     r.offer(xid_event(74, "0000:10:00"))  # a later write still names what the earlier run did
     wait_for(lambda: len(patches(server, STATUS)) == 2, what="the second PATCH")
     assert written(server)[1]["message"] == (
         f"Faults: XID 48 (Double bit ECC error (DBE)) on {GPU0}; XID 74 (NVLink error) on {GPU0}; XID 79 (GPU has "
-        f"fallen off the bus) on {GPU1}. Action: {REBOOT}{CLEAR}")
+        f"fallen off the bus) on {GPU1}. Action: {REBOOT}{CLEAR}"
+    )
 
 
 def test_a_reboot_class_xid_taints_the_node_keeping_its_other_taints(reporter) -> None:
@@ -193,9 +232,15 @@ def test_a_reboot_class_xid_taints_the_node_keeping_its_other_taints(reporter) -
     assert TIME.match(ops[1]["value"][1].pop("timeAdded"))
     assert ops == [
         {"op": "test", "path": "/metadata/resourceVersion", "value": "5120777"},
-        {"op": "add", "path": "/spec/taints", "value": [
-            {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
-            {"key": TAINT_KEY, "value": "NodeReboot", "effect": "NoSchedule"}]}]
+        {
+            "op": "add",
+            "path": "/spec/taints",
+            "value": [
+                {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+                {"key": TAINT_KEY, "value": "NodeReboot", "effect": "NoSchedule"},
+            ],
+        },
+    ]
     server.routes[("GET", OBJECT)] = Reply.recorded("node-gpu-node-1-tainted.json")  # as the API server now has it
     for _ in range(2):
         r.offer(xid_event(79, "0000:10:00"))  # another GPU falls off: the node is tainted already
@@ -215,8 +260,9 @@ def test_a_taint_already_there_is_not_added_twice(reporter) -> None:
 
 
 def test_a_conflict_is_read_again_and_retried(reporter) -> None:
-    r, server = reporter(routes(patch=Reply.recorded("status-422-node-test-failed.json", 422)), condition=False,
-                         taint=True)
+    r, server = reporter(
+        routes(patch=Reply.recorded("status-422-node-test-failed.json", 422)), condition=False, taint=True
+    )
     r.offer(xid_event(79, "0000:20:00"))
     wait_for(lambda: r.state().error, what="giving up after the retries")
     assert [c.method for c in server.requests][:6] == ["GET", "PATCH"] * 3
@@ -230,29 +276,33 @@ def test_rbac_denial_is_one_log_line_and_the_agent_goes_on(reporter, caplog: pyt
         r, server = reporter(routes(status=denied, read=Reply.recorded("status-403-node.json", 403)), taint=True)
         # get on nodes/status allowed, patch refused: the agent reads, then is refused
         r.offer(xid_event(79, "0000:20:00"))
-        wait_for(lambda: r.error_counts().get("node_taint_failed") and r.error_counts().get("node_condition_failed"),
-                 what="both refusals counted")
+        wait_for(
+            lambda: r.error_counts().get("node_taint_failed") and r.error_counts().get("node_condition_failed"),
+            what="both refusals counted",
+        )
         r.offer(xid_event(48, "0000:10:00"))  # retried with the next XID ...
         wait_for(lambda: len(patches(server, STATUS)) >= 2, what="the retry")
         wait_for(lambda: len(patches(server, STATUS)) >= 3, what="the timed retry")  # ... and every retry_seconds
         r.stop()
     lines = [rec.getMessage() for rec in caplog.records]
     sa = "system:serviceaccount:fsdp-observe:fsdp-observe-agent"
-    forbidden = f"403 Forbidden: nodes \"{NODE}\" is forbidden: User \"{sa}\" cannot"
+    forbidden = f'403 Forbidden: nodes "{NODE}" is forbidden: User "{sa}" cannot'
     assert lines == [  # one line per refused permission, however often it is refused
-        f"node health: GET nodes/{NODE} failed: {forbidden} get resource \"nodes\" in API group \"\" at the cluster "
+        f'node health: GET nodes/{NODE} failed: {forbidden} get resource "nodes" in API group "" at the cluster '
         f"scope; give the agent's ServiceAccount get and patch on nodes (daemonsets/components/node-taint); read "
         f"again every 600 s (reported once)",
-        f"node health: PATCH nodes/{NODE}/status failed: {forbidden} patch resource \"nodes/status\" in API group "
-        f"\"\" at the cluster scope; give the agent's ServiceAccount get and patch on nodes/status "
-        f"(daemonsets/components/node-condition); retried with the next XID and every 0.5 s (reported once)"]
+        f'node health: PATCH nodes/{NODE}/status failed: {forbidden} patch resource "nodes/status" in API group '
+        f'"" at the cluster scope; give the agent\'s ServiceAccount get and patch on nodes/status '
+        f"(daemonsets/components/node-condition); retried with the next XID and every 0.5 s (reported once)",
+    ]
     assert not [rec for rec in caplog.records if rec.exc_info]  # no traceback
     assert r.state().status == "" and r.state().error.startswith("GET nodes/gpu-node-1 failed: 403")
 
 
 def test_an_unreachable_api_server_is_counted_not_raised(token) -> None:
-    r = NodeHealthReporter(NODE, KubeNodeApi("http://127.0.0.1:9", token_file=token), condition=True, taint=False,
-                           retry_seconds=60)
+    r = NodeHealthReporter(
+        NODE, KubeNodeApi("http://127.0.0.1:9", token_file=token), condition=True, taint=False, retry_seconds=60
+    )
     r.start()
     try:
         r.offer(xid_event(48, "0000:10:00"))

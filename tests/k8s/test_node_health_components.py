@@ -19,10 +19,13 @@ from observe.k8s import names
 from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 
 DAEMONSETS = REPO / "daemonsets"
-COMPONENTS = {"node-condition": ("FSDP_OBSERVE_NODE_CONDITION", [{"apiGroups": [""], "resources": ["nodes/status"],
-                                                                   "verbs": ["get", "patch"]}]),
-              "node-taint": ("FSDP_OBSERVE_NODE_TAINT", [{"apiGroups": [""], "resources": ["nodes"],
-                                                         "verbs": ["get", "patch"]}])}
+COMPONENTS = {
+    "node-condition": (
+        "FSDP_OBSERVE_NODE_CONDITION",
+        [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["get", "patch"]}],
+    ),
+    "node-taint": ("FSDP_OBSERVE_NODE_TAINT", [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]),
+}
 
 
 def build(tmp_path: Path, *components: str) -> list[dict]:
@@ -44,10 +47,15 @@ def agent_pod(objs: list[dict]) -> dict:
 
 def agent_rules(objs: list[dict]) -> dict[str, list]:
     """ClusterRole name -> rules, for roles bound to the agent's ServiceAccount."""
-    bound = {b["roleRef"]["name"] for b in objs if b["kind"] == "ClusterRoleBinding"
-             and {"kind": "ServiceAccount", "name": names.AGENT_NAME, "namespace": names.NAMESPACE} in b["subjects"]}
-    return {r["metadata"]["name"]: r["rules"] for r in objs if r["kind"] == "ClusterRole" and r["metadata"]["name"]
-            in bound}
+    bound = {
+        b["roleRef"]["name"]
+        for b in objs
+        if b["kind"] == "ClusterRoleBinding"
+        and {"kind": "ServiceAccount", "name": names.AGENT_NAME, "namespace": names.NAMESPACE} in b["subjects"]
+    }
+    return {
+        r["metadata"]["name"]: r["rules"] for r in objs if r["kind"] == "ClusterRole" and r["metadata"]["name"] in bound
+    }
 
 
 def test_by_default_the_agent_has_no_token_and_no_rbac(tmp_path: Path) -> None:

@@ -24,43 +24,62 @@ AGENT = names.AGENT_NAME
 #: also missing restricted lists that under "restricted" (baseline's list applies there too).
 EXCEPTIONS: dict[str, dict[str, dict[str, str]]] = {
     AGENT: {
-        "baseline": {"Capabilities: agent adds SYSLOG":
-                     "XIDs from the kernel ring buffer through syslog(2): CAP_SYSLOG where kernel.dmesg_restrict=1"},
-        "restricted": {"Capabilities: agent adds SYSLOG (restricted)": "the same capability",
-                       "Running as Non-root: agent": "an added capability takes effect only for uid 0",
-                       "Running as Non-root user: agent runAsUser 0": "the same"},
+        "baseline": {
+            "Capabilities: agent adds SYSLOG": "XIDs from the kernel ring buffer through syslog(2): CAP_SYSLOG where kernel.dmesg_restrict=1"
+        },
+        "restricted": {
+            "Capabilities: agent adds SYSLOG (restricted)": "the same capability",
+            "Running as Non-root: agent": "an added capability takes effect only for uid 0",
+            "Running as Non-root user: agent runAsUser 0": "the same",
+        },
     },
     f"{AGENT} + agent-host-processes": {
-        "baseline": {"Capabilities: agent adds SYSLOG": "as the default agent",
-                     "Host Namespaces: hostPID": "the node's processes: users and commands of GPU processes"},
-        "restricted": {"Capabilities: agent adds SYSLOG (restricted)": "as the default agent",
-                       "Running as Non-root: agent": "as the default agent",
-                       "Running as Non-root user: agent runAsUser 0": "as the default agent"},
+        "baseline": {
+            "Capabilities: agent adds SYSLOG": "as the default agent",
+            "Host Namespaces: hostPID": "the node's processes: users and commands of GPU processes",
+        },
+        "restricted": {
+            "Capabilities: agent adds SYSLOG (restricted)": "as the default agent",
+            "Running as Non-root: agent": "as the default agent",
+            "Running as Non-root user: agent runAsUser 0": "as the default agent",
+        },
     },
     f"{AGENT} + agent-restricted": {"baseline": {}, "restricted": {}},
-    **{f"{AGENT} + {component}": {
-        "baseline": {"Capabilities: agent adds SYSLOG": "as the default agent",
-                     "HostPath Volumes: state": "the XID cursor outlives the pod, so a replaced agent does not "
-                                                "set again what a person cleared after the repair"},
-        "restricted": {"Capabilities: agent adds SYSLOG (restricted)": "as the default agent",
-                       "Running as Non-root: agent": "as the default agent",
-                       "Running as Non-root user: agent runAsUser 0": "as the default agent",
-                       "Volume Types: state is hostPath": "the same hostPath"},
-    } for component in ("node-condition", "node-taint")},
+    **{
+        f"{AGENT} + {component}": {
+            "baseline": {
+                "Capabilities: agent adds SYSLOG": "as the default agent",
+                "HostPath Volumes: state": "the XID cursor outlives the pod, so a replaced agent does not "
+                "set again what a person cleared after the repair",
+            },
+            "restricted": {
+                "Capabilities: agent adds SYSLOG (restricted)": "as the default agent",
+                "Running as Non-root: agent": "as the default agent",
+                "Running as Non-root user: agent runAsUser 0": "as the default agent",
+                "Volume Types: state is hostPath": "the same hostPath",
+            },
+        }
+        for component in ("node-condition", "node-taint")
+    },
     "fsdp-observe-etcd": {"baseline": {}, "restricted": {}},
     "fsdp-observe-viewer": {"baseline": {}, "restricted": {}},
-    "fsdp-observe-htop": {"baseline": {"Host Namespaces: hostPID": "htop lists the node's processes (opt-in debug)"},
-                          "restricted": {}},
-    "fsdp-observe-nvtop": {"baseline": {"Host Namespaces: hostPID": "nvtop names GPU processes (opt-in debug)"},
-                           "restricted": {}},
+    "fsdp-observe-htop": {
+        "baseline": {"Host Namespaces: hostPID": "htop lists the node's processes (opt-in debug)"},
+        "restricted": {},
+    },
+    "fsdp-observe-nvtop": {
+        "baseline": {"Host Namespaces: hostPID": "nvtop names GPU processes (opt-in debug)"},
+        "restricted": {},
+    },
     "pytorchjob worker": {"baseline": {}, "restricted": {}},
 }
 
 
 def overlay(tmp: Path, component: str) -> list[dict]:
     rel = os.path.relpath(DAEMONSETS, tmp)
-    (tmp / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [rel], "components": [f"{rel}/components/{component}"]}))
+    (tmp / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": [rel], "components": [f"{rel}/components/{component}"]})
+    )
     return kustomize(tmp)
 
 
@@ -87,8 +106,7 @@ def test_every_pod_is_listed(pods: dict[str, dict]) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXCEPTIONS))
-def test_each_pod_meets_baseline_or_restricted_but_for_its_listed_exceptions(pods: dict[str, dict],
-                                                                             name: str) -> None:
+def test_each_pod_meets_baseline_or_restricted_but_for_its_listed_exceptions(pods: dict[str, dict], name: str) -> None:
     listed = EXCEPTIONS[name]
     assert sorted(violations(pods[name], "baseline")) == sorted(listed["baseline"])
     assert sorted(violations(pods[name], "restricted")) == sorted({**listed["baseline"], **listed["restricted"]})
@@ -109,12 +127,19 @@ def test_the_default_agent_is_unprivileged_with_one_named_capability(pods: dict[
 
 # --- the checker itself: every control catches a pod that breaks it ------------------------------------
 
-GOOD = {"spec": {
-    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-    "containers": [{"name": "c", "image": "x", "securityContext": {"allowPrivilegeEscalation": False,
-                                                                   "capabilities": {"drop": ["ALL"]}}}],
-    "volumes": [{"name": "tmp", "emptyDir": {}}],
-}}
+GOOD = {
+    "spec": {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "c",
+                "image": "x",
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+}
 
 
 def broken(change) -> dict:
@@ -123,31 +148,55 @@ def broken(change) -> dict:
     return pod
 
 
-@pytest.mark.parametrize("level, change, control", [
-    ("baseline", lambda s, c, sc: s.update(hostPID=True), "Host Namespaces: hostPID"),
-    ("baseline", lambda s, c, sc: s.update(hostNetwork=True), "Host Namespaces: hostNetwork"),
-    ("baseline", lambda s, c, sc: s.update(hostIPC=True), "Host Namespaces: hostIPC"),
-    ("baseline", lambda s, c, sc: sc.update(privileged=True), "Privileged Containers: c"),
-    ("baseline", lambda s, c, sc: sc["capabilities"].update(add=["SYS_ADMIN"]), "Capabilities: c adds SYS_ADMIN"),
-    ("baseline", lambda s, c, sc: s["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
-     "HostPath Volumes: h"),
-    ("baseline", lambda s, c, sc: c.update(ports=[{"containerPort": 80, "hostPort": 80}]), "Host Ports: c hostPort 80"),
-    ("baseline", lambda s, c, sc: sc.update(appArmorProfile={"type": "Unconfined"}), "AppArmor: c Unconfined"),
-    ("baseline", lambda s, c, sc: sc.update(seLinuxOptions={"type": "spc_t"}), "SELinux: c"),
-    ("baseline", lambda s, c, sc: sc.update(procMount="Unmasked"), "/proc Mount Type: c"),
-    ("baseline", lambda s, c, sc: sc.update(seccompProfile={"type": "Unconfined"}), "Seccomp: c Unconfined"),
-    ("baseline", lambda s, c, sc: s["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}]),
-     "Sysctls: kernel.msgmax"),
-    ("baseline", lambda s, c, sc: sc.update(windowsOptions={"hostProcess": True}), "HostProcess: hostProcess true"),
-    ("restricted", lambda s, c, sc: s["volumes"].append({"name": "n", "nfs": {"server": "x", "path": "/"}}),
-     "Volume Types: n is nfs"),
-    ("restricted", lambda s, c, sc: sc.pop("allowPrivilegeEscalation"), "Privilege Escalation: c"),
-    ("restricted", lambda s, c, sc: s["securityContext"].pop("runAsNonRoot"), "Running as Non-root: c"),
-    ("restricted", lambda s, c, sc: sc.update(runAsUser=0), "Running as Non-root user: c runAsUser 0"),
-    ("restricted", lambda s, c, sc: s["securityContext"].pop("seccompProfile"), "Seccomp: c unset"),
-    ("restricted", lambda s, c, sc: sc["capabilities"].update(drop=["NET_RAW"]), "Capabilities: c does not drop ALL"),
-    ("restricted", lambda s, c, sc: sc["capabilities"].update(add=["CHOWN"]), "Capabilities: c adds CHOWN (restricted)"),
-])
+@pytest.mark.parametrize(
+    "level, change, control",
+    [
+        ("baseline", lambda s, c, sc: s.update(hostPID=True), "Host Namespaces: hostPID"),
+        ("baseline", lambda s, c, sc: s.update(hostNetwork=True), "Host Namespaces: hostNetwork"),
+        ("baseline", lambda s, c, sc: s.update(hostIPC=True), "Host Namespaces: hostIPC"),
+        ("baseline", lambda s, c, sc: sc.update(privileged=True), "Privileged Containers: c"),
+        ("baseline", lambda s, c, sc: sc["capabilities"].update(add=["SYS_ADMIN"]), "Capabilities: c adds SYS_ADMIN"),
+        (
+            "baseline",
+            lambda s, c, sc: s["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
+            "HostPath Volumes: h",
+        ),
+        (
+            "baseline",
+            lambda s, c, sc: c.update(ports=[{"containerPort": 80, "hostPort": 80}]),
+            "Host Ports: c hostPort 80",
+        ),
+        ("baseline", lambda s, c, sc: sc.update(appArmorProfile={"type": "Unconfined"}), "AppArmor: c Unconfined"),
+        ("baseline", lambda s, c, sc: sc.update(seLinuxOptions={"type": "spc_t"}), "SELinux: c"),
+        ("baseline", lambda s, c, sc: sc.update(procMount="Unmasked"), "/proc Mount Type: c"),
+        ("baseline", lambda s, c, sc: sc.update(seccompProfile={"type": "Unconfined"}), "Seccomp: c Unconfined"),
+        (
+            "baseline",
+            lambda s, c, sc: s["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}]),
+            "Sysctls: kernel.msgmax",
+        ),
+        ("baseline", lambda s, c, sc: sc.update(windowsOptions={"hostProcess": True}), "HostProcess: hostProcess true"),
+        (
+            "restricted",
+            lambda s, c, sc: s["volumes"].append({"name": "n", "nfs": {"server": "x", "path": "/"}}),
+            "Volume Types: n is nfs",
+        ),
+        ("restricted", lambda s, c, sc: sc.pop("allowPrivilegeEscalation"), "Privilege Escalation: c"),
+        ("restricted", lambda s, c, sc: s["securityContext"].pop("runAsNonRoot"), "Running as Non-root: c"),
+        ("restricted", lambda s, c, sc: sc.update(runAsUser=0), "Running as Non-root user: c runAsUser 0"),
+        ("restricted", lambda s, c, sc: s["securityContext"].pop("seccompProfile"), "Seccomp: c unset"),
+        (
+            "restricted",
+            lambda s, c, sc: sc["capabilities"].update(drop=["NET_RAW"]),
+            "Capabilities: c does not drop ALL",
+        ),
+        (
+            "restricted",
+            lambda s, c, sc: sc["capabilities"].update(add=["CHOWN"]),
+            "Capabilities: c adds CHOWN (restricted)",
+        ),
+    ],
+)
 def test_the_checker_catches_each_control(level: str, change, control: str) -> None:
     assert violations(GOOD, "restricted") == []
     assert control in violations(broken(change), level)
@@ -157,9 +206,16 @@ def test_the_checker_catches_each_control(level: str, change, control: str) -> N
 
 def test_the_checker_fails_the_agent_as_it_was() -> None:
     """The DaemonSet before issue 17: privileged, hostPID, the /dev/kmsg hostPath, uid 0."""
-    old = {"spec": {"hostPID": True,
-                    "containers": [{"name": "agent", "securityContext": {"privileged": True, "runAsUser": 0}}],
-                    "volumes": [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg"}}]}}
-    assert sorted(violations(old, "baseline")) == ["Host Namespaces: hostPID", "HostPath Volumes: kmsg",
-                                                   "Privileged Containers: agent"]
+    old = {
+        "spec": {
+            "hostPID": True,
+            "containers": [{"name": "agent", "securityContext": {"privileged": True, "runAsUser": 0}}],
+            "volumes": [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg"}}],
+        }
+    }
+    assert sorted(violations(old, "baseline")) == [
+        "Host Namespaces: hostPID",
+        "HostPath Volumes: kmsg",
+        "Privileged Containers: agent",
+    ]
     assert "NET_BIND_SERVICE" in BASELINE_CAPABILITIES and "SYSLOG" not in BASELINE_CAPABILITIES

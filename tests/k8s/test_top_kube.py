@@ -34,25 +34,33 @@ def test_the_recorded_pods_are_valid_pods(name: str) -> None:
 
 
 def test_discovery_uses_the_shared_selectors_and_named_ports(api_server, kubeconfig) -> None:
-    server = api_server({("GET", AGENT_PODS): Reply.recorded("pods-fsdp-observe-agent.json"),
-                         ("GET", TRAINER_PODS): Reply.recorded("pods-llama2-7b-fsdp.json")})
+    server = api_server(
+        {
+            ("GET", AGENT_PODS): Reply.recorded("pods-fsdp-observe-agent.json"),
+            ("GET", TRAINER_PODS): Reply.recorded("pods-llama2-7b-fsdp.json"),
+        }
+    )
     source = KubeSource(kubeconfig=kubeconfig(server.url))
     agents, trainers, errors = source.discover()
     assert errors == []
     assert [(e.url, e.node) for e in agents] == [
         ("http://10.1.12.34:9401", "ip-10-1-12-34.us-west-2.compute.internal"),
-        ("http://10.1.56.78:9401", "ip-10-1-56-78.us-west-2.compute.internal")]  # the pending pod has no IP yet
+        ("http://10.1.56.78:9401", "ip-10-1-56-78.us-west-2.compute.internal"),
+    ]  # the pending pod has no IP yet
     assert len(trainers) == 16 and trainers[0].url == "http://10.0.12.77:9500/metrics"
     assert {e.node for e in trainers} == {e.node for e in agents}
     selectors = {r.path: r.query["labelSelector"][0] for r in server.calls("GET")}
-    assert selectors == {AGENT_PODS: names.selector(names.AGENT_LABELS),
-                         TRAINER_PODS: names.selector(names.TRAINER_LABELS)}
+    assert selectors == {
+        AGENT_PODS: names.selector(names.AGENT_LABELS),
+        TRAINER_PODS: names.selector(names.TRAINER_LABELS),
+    }
 
 
 def test_forbidden_and_missing_agents_are_reported_not_raised(api_server, kubeconfig) -> None:
     forbidden = Reply(403, (RECORDED / "status-403-pytorchjob.json").read_bytes())
-    server = api_server({("GET", AGENT_PODS): Reply(200, b'{"kind": "PodList", "items": []}'),
-                         ("GET", TRAINER_PODS): forbidden})
+    server = api_server(
+        {("GET", AGENT_PODS): Reply(200, b'{"kind": "PodList", "items": []}'), ("GET", TRAINER_PODS): forbidden}
+    )
     source = KubeSource(kubeconfig=kubeconfig(server.url))
     snapshot = asyncio.run(source.cycle(None, 5.0))
     source.close()
@@ -82,8 +90,12 @@ def test_discovered_pods_are_pulled(api_server, kubeconfig) -> None:
             port = int(fleet.agent(node).rsplit(":", 1)[1])
             pod["status"]["podIP"] = "127.0.0.1"
             pod["spec"]["containers"][0]["ports"][0]["containerPort"] = port
-        server = api_server({("GET", AGENT_PODS): Reply(200, json.dumps(pods).encode()),
-                             ("GET", TRAINER_PODS): Reply(200, b'{"kind": "PodList", "items": []}')})
+        server = api_server(
+            {
+                ("GET", AGENT_PODS): Reply(200, json.dumps(pods).encode()),
+                ("GET", TRAINER_PODS): Reply(200, b'{"kind": "PodList", "items": []}'),
+            }
+        )
         source = KubeSource(kubeconfig=kubeconfig(server.url), timeout=2.0)
         snapshot = asyncio.run(source.cycle(None, 5.0))
         source.close()

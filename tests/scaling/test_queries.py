@@ -33,13 +33,16 @@ def test_plain_selectors_without_matchers() -> None:
     assert "quantile_over_time(0.9," in q.efficiency
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"matchers": '{namespace="x"}'}, "without braces"),
-    ({"info_matchers": "}"}, "without braces"),
-    ({"range_": "six hours"}, "neither $__range nor a duration"),
-    ({"quantile": 0}, "quantile must be in"),
-    ({"quantile": 1.5}, "quantile must be in"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"matchers": '{namespace="x"}'}, "without braces"),
+        ({"info_matchers": "}"}, "without braces"),
+        ({"range_": "six hours"}, "neither $__range nor a duration"),
+        ({"quantile": 0}, "quantile must be in"),
+        ({"quantile": 1.5}, "quantile must be in"),
+    ],
+)
 def test_bad_arguments_are_rejected(kwargs, message) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         scaling_queries(**kwargs)

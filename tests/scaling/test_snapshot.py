@@ -14,14 +14,26 @@ from observe.scaling.snapshot import HistogramState, rank_snapshots
 from observe.training.collector import TrainerMetrics
 from observe.training.window import WindowStats
 
-INFO = {"model": "tiny", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16", "world_size": "2",
-        "device_type": "cpu", "backend": "gloo"}
+INFO = {
+    "model": "tiny",
+    "sharding_strategy": "FULL_SHARD",
+    "mixed_precision": "bf16",
+    "world_size": "2",
+    "device_type": "cpu",
+    "backend": "gloo",
+}
 
 
 def exposition(rank: int, steps: int) -> list[Sample]:
     """Samples parsed from the trainer exporter's own text (the format a /metrics scrape returns)."""
-    m = TrainerMetrics({"run_id": "r1", "rank": str(rank), "local_rank": str(rank), "node": "n1"}, INFO,
-                       planned_steps=10, flops_per_token=1000, peak_flops=None, export_global=rank == 0)
+    m = TrainerMetrics(
+        {"run_id": "r1", "rank": str(rank), "local_rank": str(rank), "node": "n1"},
+        INFO,
+        planned_steps=10,
+        flops_per_token=1000,
+        peak_flops=None,
+        export_global=rank == 0,
+    )
     for step in range(1, steps + 1):
         m.on_step(step, step_seconds=0.2, data_wait_seconds=0.01, labelled_tokens=512, samples=4, learning_rate=1e-3)
     m.on_window(WindowStats(steps, 0.2 * steps, 0.01 * steps, 512 * steps), 2.0, 1.0, 5120.0, None)

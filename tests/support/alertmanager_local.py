@@ -48,9 +48,19 @@ def start(folder: Path, config_text: str, port: int, timeout: float = 20.0) -> L
     config.write_text(config_text)
     log = folder / "alertmanager.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([exe, f"--config.file={config}", f"--storage.path={folder / 'data'}",
-                                 "--cluster.listen-address=", f"--web.listen-address=127.0.0.1:{port}"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                exe,
+                f"--config.file={config}",
+                f"--storage.path={folder / 'data'}",
+                "--cluster.listen-address=",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     running = LocalAlertmanager(proc, f"http://127.0.0.1:{port}", folder)
     if running.wait_ready(timeout):
         return running

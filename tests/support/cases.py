@@ -15,13 +15,17 @@ LONG = "x" * 100_000
 #: Each bullet of exposition.md -> (argv of a real process, the command text that must come out).
 EXPOSITION_CASES: dict[str, tuple[list[str | bytes], str]] = {
     '`python -c "print(\\"}{\\")"`': (["python", "-c", '"print(\\"}{\\")"'], 'python -c "print(\\"}{\\")"'),
-    "a command line holding a newline: `bash -c 'echo a` + newline + `echo b'`":
-        (["bash", "-c", "'echo a\necho b'"], "bash -c 'echo a\\necho b'"),
+    "a command line holding a newline: `bash -c 'echo a` + newline + `echo b'`": (
+        ["bash", "-c", "'echo a\necho b'"],
+        "bash -c 'echo a\\necho b'",
+    ),
     "a backslash at the end: `printf foo\\`": (["printf", "foo\\"], "printf foo\\"),
     "ANSI escapes: `ESC[31mredESC[0m` (byte 0x1b)": (["echo", "\x1b[31mred\x1b[0m"], "echo \\x1b[31mred\\x1b[0m"),
     "invalid UTF-8 bytes in `/proc/<pid>/cmdline` (0xff 0xfe)": ([b"cat", b"\xff\xfe"], "cat \\xff\\xfe"),
-    "an argument of 100,000 characters (cut to a documented length, with a marker)":
-        (["python", LONG], "python " + "x" * MAX_ARG_CHARS + f"…[+{100_000 - MAX_ARG_CHARS} chars]"),
+    "an argument of 100,000 characters (cut to a documented length, with a marker)": (
+        ["python", LONG],
+        "python " + "x" * MAX_ARG_CHARS + f"…[+{100_000 - MAX_ARG_CHARS} chars]",
+    ),
 }
 
 

@@ -8,13 +8,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from observe.training.collector import TrainerMetrics
 
 LABELS = {"run_id": "r1", "rank": "0", "local_rank": "0", "node": "n1"}
-INFO = {"model": "tiny", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16", "world_size": "2",
-        "device_type": "cpu", "backend": "gloo", "activation_checkpointing": "none", "mesh": "2"}
+INFO = {
+    "model": "tiny",
+    "sharding_strategy": "FULL_SHARD",
+    "mixed_precision": "bf16",
+    "world_size": "2",
+    "device_type": "cpu",
+    "backend": "gloo",
+    "activation_checkpointing": "none",
+    "mesh": "2",
+}
 
 
 def make(peak: float | None = None, export_global: bool = True) -> TrainerMetrics:
-    return TrainerMetrics(LABELS, INFO, planned_steps=100, flops_per_token=1_000_000, peak_flops=peak,
-                          export_global=export_global)
+    return TrainerMetrics(
+        LABELS, INFO, planned_steps=100, flops_per_token=1_000_000, peak_flops=peak, export_global=export_global
+    )
 
 
 def scrape(metrics: TrainerMetrics) -> dict[str, dict]:

@@ -33,15 +33,27 @@ from tests.support.cases import CASES
 RELEASE = "4.5.3-4.8.2"
 COUNTERS = CASES / "dcgm" / f"released-{RELEASE}"
 #: DCGM fields of type double (``DCGM_FT_DOUBLE``); the others are int64.
-DOUBLE_FIELDS = frozenset({"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-                           "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY"})
+DOUBLE_FIELDS = frozenset(
+    {
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+    }
+)
 NOT_FOR_MIG = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"})
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 #: The exporter's default --xid-count-window-size (5 minutes), in ms.
 XID_WINDOW_MS = 300_000
 #: dcgm-exporter's text for the XID codes used here (``xidErrCodeToText``).
-XID_TEXT = {0: "No Error", 31: "GPU memory page fault", 48: "DBE (Double Bit Error) ECC Error",
-            79: "GPU has fallen off the bus"}
+XID_TEXT = {
+    0: "No Error",
+    31: "GPU memory page fault",
+    48: "DBE (Double Bit Error) ECC Error",
+    79: "GPU has fallen off the bus",
+}
 
 
 @dataclass(frozen=True)
@@ -82,14 +94,32 @@ class Gpu:
 
 
 #: Readings a busy H200 in a bf16 FSDP fine-tune shows, per field (MiB, MHz, °C, W, ratios).
-BUSY = {"DCGM_FI_DEV_SM_CLOCK": 1980, "DCGM_FI_DEV_MEM_CLOCK": 2619, "DCGM_FI_DEV_MEMORY_TEMP": 58,
-        "DCGM_FI_DEV_GPU_TEMP": 61, "DCGM_FI_DEV_POWER_USAGE": 612.42, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
-        81234567890, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 0, "DCGM_FI_DEV_GPU_UTIL": 100, "DCGM_FI_DEV_MEM_COPY_UTIL": 38,
-        "DCGM_FI_DEV_ENC_UTIL": 0, "DCGM_FI_DEV_DEC_UTIL": 0, "DCGM_FI_DEV_FB_FREE": 19703, "DCGM_FI_DEV_FB_USED": 121344,
-        "DCGM_FI_DEV_FB_RESERVED": 523, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 182340, "DCGM_FI_DEV_VGPU_LICENSE_STATUS": 0,
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.982, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.412,
-        "DCGM_FI_PROF_DRAM_ACTIVE": 0.376, "DCGM_FI_PROF_PCIE_TX_BYTES": 1843200000, "DCGM_FI_PROF_PCIE_RX_BYTES": 2297856000}
+BUSY = {
+    "DCGM_FI_DEV_SM_CLOCK": 1980,
+    "DCGM_FI_DEV_MEM_CLOCK": 2619,
+    "DCGM_FI_DEV_MEMORY_TEMP": 58,
+    "DCGM_FI_DEV_GPU_TEMP": 61,
+    "DCGM_FI_DEV_POWER_USAGE": 612.42,
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 81234567890,
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 0,
+    "DCGM_FI_DEV_GPU_UTIL": 100,
+    "DCGM_FI_DEV_MEM_COPY_UTIL": 38,
+    "DCGM_FI_DEV_ENC_UTIL": 0,
+    "DCGM_FI_DEV_DEC_UTIL": 0,
+    "DCGM_FI_DEV_FB_FREE": 19703,
+    "DCGM_FI_DEV_FB_USED": 121344,
+    "DCGM_FI_DEV_FB_RESERVED": 523,
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 182340,
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": 0,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.982,
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.412,
+    "DCGM_FI_PROF_DRAM_ACTIVE": 0.376,
+    "DCGM_FI_PROF_PCIE_TX_BYTES": 1843200000,
+    "DCGM_FI_PROF_PCIE_RX_BYTES": 2297856000,
+}
 
 
 def _value(name: str, value: float) -> str:
@@ -97,8 +127,13 @@ def _value(name: str, value: float) -> str:
 
 
 def _labels(gpu: Gpu, hostname_label: str, hostname: str, driver: str, attributes: dict[str, str]) -> str:
-    parts = [("gpu", str(gpu.index)), ("UUID", gpu.uuid), ("pci_bus_id", gpu.pci_bus_id),
-             ("device", f"nvidia{gpu.index}"), ("modelName", gpu.model)]
+    parts = [
+        ("gpu", str(gpu.index)),
+        ("UUID", gpu.uuid),
+        ("pci_bus_id", gpu.pci_bus_id),
+        ("device", f"nvidia{gpu.index}"),
+        ("modelName", gpu.model),
+    ]
     if gpu.mig_profile:
         parts += [("GPU_I_PROFILE", gpu.mig_profile), ("GPU_I_ID", gpu.mig_instance)]
     parts.append((hostname_label, hostname))
@@ -109,8 +144,14 @@ def _labels(gpu: Gpu, hostname_label: str, hostname: str, driver: str, attribute
     return ",".join(f'{k}="{v}"' for k, v in parts)
 
 
-def lines(fields: list[Counter], gpus: list[Gpu], hostname: str, *, hostname_label: str = "Hostname",
-          driver: str = "570.124.06") -> Iterator[str]:
+def lines(
+    fields: list[Counter],
+    gpus: list[Gpu],
+    hostname: str,
+    *,
+    hostname_label: str = "Hostname",
+    driver: str = "570.124.06",
+) -> Iterator[str]:
     """The exposition's lines, family by family (HELP, TYPE, then one line per GPU); a family
     with no series (GPU utilisation on a MIG-only node) is left out, as the exporter does."""
     for counter in fields:
@@ -163,11 +204,23 @@ def training_gpus() -> list[Gpu]:
     the exporter's window)."""
     return [
         Gpu(0, TRAINING_UUIDS[0], "00000000:18:00.0", pod=("pytorch", "training", "llama2-7b-ft-worker-0")),
-        Gpu(1, TRAINING_UUIDS[1], "00000000:2A:00.0", pod=("pytorch", "training", "llama2-7b-ft-worker-1"),
-            readings={"DCGM_FI_DEV_GPU_TEMP": 83, "DCGM_FI_DEV_SM_CLOCK": 1755, "DCGM_FI_DEV_POWER_USAGE": 388.07,
-                      "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.913, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1,
-                      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 3, "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1},
-            last_xid=31, xid_counts={31: 2}),
+        Gpu(
+            1,
+            TRAINING_UUIDS[1],
+            "00000000:2A:00.0",
+            pod=("pytorch", "training", "llama2-7b-ft-worker-1"),
+            readings={
+                "DCGM_FI_DEV_GPU_TEMP": 83,
+                "DCGM_FI_DEV_SM_CLOCK": 1755,
+                "DCGM_FI_DEV_POWER_USAGE": 388.07,
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.913,
+                "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1,
+                "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 3,
+                "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1,
+            },
+            last_xid=31,
+            xid_counts={31: 2},
+        ),
     ]
 
 
@@ -175,17 +228,33 @@ def mig_gpus() -> list[Gpu]:
     """An H100 in MIG mode with two 3g.40gb instances (no pods), one of which failed row remapping."""
     uuid = "GPU-3c4d5e6f-0a1b-4c2d-8e3f-5a6b7c8d9e00"
     model, profile = "NVIDIA H100 80GB HBM3", "3g.40gb"
-    return [Gpu(0, uuid, "00000000:C1:00.0", model=model, mig_profile=profile, mig_instance="1"),
-            Gpu(0, uuid, "00000000:C1:00.0", model=model, mig_profile=profile, mig_instance="2",
-                readings={"DCGM_FI_DEV_ROW_REMAP_FAILURE": 1})]
+    return [
+        Gpu(0, uuid, "00000000:C1:00.0", model=model, mig_profile=profile, mig_instance="1"),
+        Gpu(
+            0,
+            uuid,
+            "00000000:C1:00.0",
+            model=model,
+            mig_profile=profile,
+            mig_instance="2",
+            readings={"DCGM_FI_DEV_ROW_REMAP_FAILURE": 1},
+        ),
+    ]
 
 
 def fixtures() -> dict[str, bytes]:
     """File name → body of every recorded fixture (``tests/dashboards/fixtures``)."""
     gpu_operator = counters("dcp-metrics-included.csv")
-    with_count = counters("default-counters.csv", (Counter(XID_COUNT, "gauge", "Count of XID Errors within "
-                                                           "user-specified time window (see xid-count-window-size "
-                                                           "param)."),))
+    with_count = counters(
+        "default-counters.csv",
+        (
+            Counter(
+                XID_COUNT,
+                "gauge",
+                "Count of XID Errors within user-specified time window (see xid-count-window-size param).",
+            ),
+        ),
+    )
     return {
         # What the GPU Operator's exporter (4.5.3-4.8.2, dcp-metrics-included.csv) prints.
         f"dcgm-{RELEASE}-gpu-operator.prom": render(gpu_operator, training_gpus(), NODE),

@@ -62,16 +62,35 @@ class RecordedAPIServer:
             def _answer(self) -> None:
                 url = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
-                server.requests.append(Request(self.command, url.path, parse_qs(url.query),
-                                               self.headers.get("Authorization"), self.rfile.read(length),
-                                               self.headers.get("Content-Type")))
+                server.requests.append(
+                    Request(
+                        self.command,
+                        url.path,
+                        parse_qs(url.query),
+                        self.headers.get("Authorization"),
+                        self.rfile.read(length),
+                        self.headers.get("Content-Type"),
+                    )
+                )
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                    reply = Reply(401, json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                                   "status": "Failure", "message": "Unauthorized",
-                                                   "reason": "Unauthorized", "code": 401}).encode())
+                    reply = Reply(
+                        401,
+                        json.dumps(
+                            {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "metadata": {},
+                                "status": "Failure",
+                                "message": "Unauthorized",
+                                "reason": "Unauthorized",
+                                "code": 401,
+                            }
+                        ).encode(),
+                    )
                 else:
-                    reply = server.routes.get((self.command, url.path),
-                                              Reply(404, b"404 page not found\n", "text/plain; charset=utf-8"))
+                    reply = server.routes.get(
+                        (self.command, url.path), Reply(404, b"404 page not found\n", "text/plain; charset=utf-8")
+                    )
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
                 self.send_header("Content-Length", str(len(reply.body)))
@@ -98,11 +117,18 @@ class RecordedAPIServer:
 
 def write_kubeconfig(path: Path, server: str, namespace: str = "default", token: str = TOKEN) -> Path:
     """A kubeconfig with one context, ``recorded``, pointing at ``server`` with a bearer token."""
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "recorded",
-        "clusters": [{"name": "recorded", "cluster": {"server": server}}],
-        "users": [{"name": "tester", "user": {"token": token}}],
-        "contexts": [{"name": "recorded", "context": {"cluster": "recorded", "user": "tester",
-                                                      "namespace": namespace}}],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "recorded",
+                "clusters": [{"name": "recorded", "cluster": {"server": server}}],
+                "users": [{"name": "tester", "user": {"token": token}}],
+                "contexts": [
+                    {"name": "recorded", "context": {"cluster": "recorded", "user": "tester", "namespace": namespace}}
+                ],
+            }
+        )
+    )
     return path

@@ -98,12 +98,14 @@ class RecordedFleet:
 
     def agent(self, node: str, age: float = 0.5) -> str:
         """Serve ``node``'s recorded snapshot; returns the agent's base URL."""
+
         def answer(path: str) -> tuple[int, str, bytes]:
             snap = recorded(node, time.time(), age)
             if path.startswith("/snapshot"):
                 view = summary(snap) if "view=summary" in path else snap
                 return 200, "application/json", view.to_json().encode()
             return 404, "text/plain", b"not found\n"
+
         return self._add(node, answer)
 
     def malformed(self, name: str = "malformed") -> str:
@@ -112,9 +114,11 @@ class RecordedFleet:
 
     def slow(self, name: str = "slow", delay: float = 5.0) -> str:
         """An endpoint that answers only after ``delay`` seconds."""
+
         def answer(path: str) -> tuple[int, str, bytes]:
             snap = recorded("gpu-node-1", time.time())
             return 200, "application/json", dataclasses.replace(snap, node=name).to_json().encode()
+
         return self._add(name, answer, delay)
 
     def trainer(self, name: str, render: Callable[[], bytes]) -> str:
@@ -124,7 +128,8 @@ class RecordedFleet:
     def trainer_on(self, port: int, render: Callable[[], bytes], name: str = "") -> str:
         """``trainer`` on a chosen port (another process holding a rank's port); its ``/metrics`` URL."""
         server = self.servers[name or f"port-{port}"] = _Server(
-            lambda path: (200, "text/plain; version=0.0.4", render()), port=port)
+            lambda path: (200, "text/plain; version=0.0.4", render()), port=port
+        )
         return server.url + "/metrics"
 
     @staticmethod
@@ -148,9 +153,17 @@ class RecordedFleet:
             server.close()
 
 
-def trainer_exposition(rank: int, node: str, gpu_uuid: str | None, step_seconds: float, data_wait: float,
-                       step: int = 120, world_size: int = 2, run_id: str = "llama-ft-7",
-                       phase: str | None = None) -> Callable[[], bytes]:
+def trainer_exposition(
+    rank: int,
+    node: str,
+    gpu_uuid: str | None,
+    step_seconds: float,
+    data_wait: float,
+    step: int = 120,
+    world_size: int = 2,
+    run_id: str = "llama-ft-7",
+    phase: str | None = None,
+) -> Callable[[], bytes]:
     """A rank's ``/metrics`` as the trainer's own exporter renders it, after ``step`` steps; with
     ``phase``, its ``fsdp_train_phase`` series say the rank is in that phase."""
     from observe.training.collector import TrainerMetrics
@@ -160,15 +173,26 @@ def trainer_exposition(rank: int, node: str, gpu_uuid: str | None, step_seconds:
     labels = {"run_id": run_id, "rank": str(rank), "local_rank": str(rank), "node": node}
     if gpu_uuid:
         labels["gpu_uuid"] = gpu_uuid
-    info = {"model": "llama2-7b", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16",
-            "world_size": str(world_size), "device_type": "cuda" if gpu_uuid else "cpu", "backend": "nccl"}
-    metrics = TrainerMetrics(labels, info, planned_steps=200, flops_per_token=40_000_000_000,
-                             peak_flops=989e12 if gpu_uuid else None, export_global=rank == 0,
-                             phases=PhaseClock(phase) if phase else None)
+    info = {
+        "model": "llama2-7b",
+        "sharding_strategy": "FULL_SHARD",
+        "mixed_precision": "bf16",
+        "world_size": str(world_size),
+        "device_type": "cuda" if gpu_uuid else "cpu",
+        "backend": "nccl",
+    }
+    metrics = TrainerMetrics(
+        labels,
+        info,
+        planned_steps=200,
+        flops_per_token=40_000_000_000,
+        peak_flops=989e12 if gpu_uuid else None,
+        export_global=rank == 0,
+        phases=PhaseClock(phase) if phase else None,
+    )
     for s in range(1, step + 1):
         metrics.on_step(s, step_seconds, data_wait, labelled_tokens=8192, samples=4, learning_rate=2e-5)
-    window = WindowStats(steps=10, seconds=10 * step_seconds, data_wait_seconds=10 * data_wait,
-                         labelled_tokens=81920)
+    window = WindowStats(steps=10, seconds=10 * step_seconds, data_wait_seconds=10 * data_wait, labelled_tokens=81920)
     metrics.on_window(window, loss=2.0 + 100 / step, grad_norm=1.0, global_tokens_per_second=20000.0, memory=None)
     registry = CollectorRegistry()
     registry.register(metrics)

@@ -33,7 +33,7 @@ from typing import Any
 GRAFANA_VERSION = "11.6"
 
 _READS = re.compile(r'if "([^"]+)" in data:\s*\n(?:[^\n]*\n)*?\s*args\["(\w+)"\]')
-_ALWAYS = re.compile(r'payload: dict\[str, object\] = \{(.*?)\n        \}', re.S)
+_ALWAYS = re.compile(r"payload: dict\[str, object\] = \{(.*?)\n        \}", re.S)
 _KEY = re.compile(r'"([^"]+)":')
 _WRITES = re.compile(r'(?:"([^"]+)": self\.(\w+)|payload\["([^"]+)"\] = self\.(\w+))')
 
@@ -79,10 +79,17 @@ class SchemaBuilder:
         required = _KEY.findall(always.group(1)) if always else []
         module = inspect.getmodule(cls)
         hints = typing.get_type_hints(cls, globalns=vars(module) if module else None)
-        properties = {key: self._type(hints[py] if key in required else _not_none(hints[py]))
-                      for py, key in reads.items() if py in hints}
-        return {"type": "object", "additionalProperties": False, "properties": properties,
-                "required": [k for k in required if k in properties]}
+        properties = {
+            key: self._type(hints[py] if key in required else _not_none(hints[py]))
+            for py, key in reads.items()
+            if py in hints
+        }
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": properties,
+            "required": [k for k in required if k in properties],
+        }
 
     def _type(self, tp: Any) -> dict[str, Any]:
         origin = typing.get_origin(tp)

@@ -70,8 +70,11 @@ class HubStandIn:
 
     def fetched(self) -> list[str]:
         """Repository file paths whose contents were downloaded (GET of ``resolve``)."""
-        return [path.split("/resolve/", 1)[1].split("/", 1)[1] for method, path in self.requests
-                if method == "GET" and "/resolve/" in path]
+        return [
+            path.split("/resolve/", 1)[1].split("/", 1)[1]
+            for method, path in self.requests
+            if method == "GET" and "/resolve/" in path
+        ]
 
     def close(self) -> None:
         """Stop serving."""
@@ -84,7 +87,7 @@ class HubStandIn:
         path = unquote(urlsplit(h.path).path)
         self.requests.append(("HEAD" if head else "GET", path))
         if path.startswith("/api/models/"):
-            rest = path[len("/api/models/"):]
+            rest = path[len("/api/models/") :]
             for marker in ("/revision/", "/tree/"):
                 if marker in rest:
                     repo_id, ref = rest.split(marker, 1)
@@ -115,12 +118,19 @@ class HubStandIn:
         if repo is None:
             return
         if kind == "revision":
-            body: object = {"id": repo_id, "modelId": repo_id, "sha": repo.sha, "private": False,
-                    "gated": "manual" if repo.gated_token else False,
-                    "siblings": [{"rfilename": name} for name in repo.files]}
+            body: object = {
+                "id": repo_id,
+                "modelId": repo_id,
+                "sha": repo.sha,
+                "private": False,
+                "gated": "manual" if repo.gated_token else False,
+                "siblings": [{"rfilename": name} for name in repo.files],
+            }
         else:
-            body = [{"type": "file", "oid": _oid(data), "size": len(data), "path": name} for name, data in
-                    repo.files.items()]
+            body = [
+                {"type": "file", "oid": _oid(data), "size": len(data), "path": name}
+                for name, data in repo.files.items()
+            ]
         self._send(h, 200, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
     def _file(self, h: BaseHTTPRequestHandler, repo_id: str, ref: str, name: str, head: bool) -> None:
@@ -131,13 +141,18 @@ class HubStandIn:
         if data is None:
             self._send(h, 404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"})
             return
-        self._send(h, 200, b"" if head else data, {"X-Repo-Commit": repo.sha, "ETag": f'"{_oid(data)}"',
-                                                   "Content-Type": "application/octet-stream"},
-                   length=len(data))
+        self._send(
+            h,
+            200,
+            b"" if head else data,
+            {"X-Repo-Commit": repo.sha, "ETag": f'"{_oid(data)}"', "Content-Type": "application/octet-stream"},
+            length=len(data),
+        )
 
     @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str],
-              length: int | None = None) -> None:
+    def _send(
+        h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str], length: int | None = None
+    ) -> None:
         h.send_response(status)
         for key, value in headers.items():
             h.send_header(key, value)

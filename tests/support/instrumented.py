@@ -83,8 +83,10 @@ class Instrumented:
             if len(last) == len(ports) and all(s.phase == "finished" for s in last.values()):
                 return last
             if self.proc.poll() is not None:
-                raise AssertionError(f"exited with {self.proc.returncode} before every rank finished "
-                                     f"({ {p: s.phase for p, s in last.items()} }):\n{self.output()[-4000:]}")
+                raise AssertionError(
+                    f"exited with {self.proc.returncode} before every rank finished "
+                    f"({ {p: s.phase for p, s in last.items()} }):\n{self.output()[-4000:]}"
+                )
             time.sleep(0.2)
         raise AssertionError(f"no finish within {timeout:g} s: {sorted(last)}\n{self.output()[-4000:]}")
 
@@ -108,14 +110,28 @@ class Instrumented:
 def start(cmd: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> Instrumented:
     """Start ``cmd`` in its own session, output to ``log``."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     return Instrumented(proc, log)
 
 
-def instrument_env(env: dict[str, str], port_base: int, linger: float = 120, log_every: int = 1,
-                   **extra: str) -> dict[str, str]:
+def instrument_env(
+    env: dict[str, str], port_base: int, linger: float = 120, log_every: int = 1, **extra: str
+) -> dict[str, str]:
     """``env`` with instrumentation on: the port base, a long linger, a log window."""
-    return {**env, c.INSTRUMENT_ENV: "1", "FSDP_OBSERVE_PORT_BASE": str(port_base),
-            "FSDP_OBSERVE_ADDRESS": "127.0.0.1", "FSDP_OBSERVE_LINGER_SECONDS": str(linger),
-            "FSDP_OBSERVE_LOG_EVERY": str(log_every), **extra}
+    return {
+        **env,
+        c.INSTRUMENT_ENV: "1",
+        "FSDP_OBSERVE_PORT_BASE": str(port_base),
+        "FSDP_OBSERVE_ADDRESS": "127.0.0.1",
+        "FSDP_OBSERVE_LINGER_SECONDS": str(linger),
+        "FSDP_OBSERVE_LOG_EVERY": str(log_every),
+        **extra,
+    }

@@ -25,8 +25,22 @@ def build_fake_nvml(out_dir: Path, omit: tuple[str, ...] = ()) -> Path:
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     defines = [f"-DOMIT_{name}" for name in omit]
-    subprocess.run([_gcc(), "-O1", "-Wall", "-Werror", "-shared", "-fPIC", f"-Wl,-soname,{NVML_SONAME}", *defines,
-                    "-o", str(out_dir / NVML_SONAME), str(SUPPORT / "fake_nvml.c")], check=True)
+    subprocess.run(
+        [
+            _gcc(),
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            f"-Wl,-soname,{NVML_SONAME}",
+            *defines,
+            "-o",
+            str(out_dir / NVML_SONAME),
+            str(SUPPORT / "fake_nvml.c"),
+        ],
+        check=True,
+    )
     return out_dir
 
 

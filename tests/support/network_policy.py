@@ -39,8 +39,12 @@ def _matches(selector: dict | None, labels: dict[str, str]) -> bool:
         return False
     for expr in selector.get("matchExpressions") or []:
         key, op, values = expr["key"], expr["operator"], expr.get("values", [])
-        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values) or \
-                (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
+        if (
+            (op == "In" and labels.get(key) not in values)
+            or (op == "NotIn" and labels.get(key) in values)
+            or (op == "Exists" and key not in labels)
+            or (op == "DoesNotExist" and key in labels)
+        ):
             return False
     return True
 
@@ -74,7 +78,11 @@ def _direction(policies: list[dict], pod: Pod, kind: str) -> list[dict]:
     for p in policies:
         spec = p["spec"]
         types = spec.get("policyTypes") or (["Ingress", "Egress"] if "egress" in spec else ["Ingress"])
-        if p["metadata"].get("namespace") == pod.namespace and kind in types and _matches(spec["podSelector"], pod.labels):
+        if (
+            p["metadata"].get("namespace") == pod.namespace
+            and kind in types
+            and _matches(spec["podSelector"], pod.labels)
+        ):
             out.append(p)
     return out
 
@@ -89,11 +97,17 @@ def _rule(rule: dict, peers_key: str, policy_namespace: str, other: Pod, target:
 def admits(policies: list[dict], source: Pod, target: Pod, port: int) -> bool:
     """Whether a connection from ``source`` to ``target``'s TCP ``port`` is admitted, both ways checked."""
     ingress = _direction(policies, target, "Ingress")
-    if ingress and not any(_rule(rule, "from", target.namespace, source, target, port)
-                           for p in ingress for rule in p["spec"].get("ingress") or []):
+    if ingress and not any(
+        _rule(rule, "from", target.namespace, source, target, port)
+        for p in ingress
+        for rule in p["spec"].get("ingress") or []
+    ):
         return False
     egress = _direction(policies, source, "Egress")
-    if egress and not any(_rule(rule, "to", source.namespace, target, target, port)
-                          for p in egress for rule in p["spec"].get("egress") or []):
+    if egress and not any(
+        _rule(rule, "to", source.namespace, target, target, port)
+        for p in egress
+        for rule in p["spec"].get("egress") or []
+    ):
         return False
     return True

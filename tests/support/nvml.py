@@ -27,8 +27,11 @@ def running_sampler(tmp_path: Path, **settings) -> Iterator[Sampler]:
 def series(snapshot: NodeSnapshot, process_series: int = 20) -> dict[tuple[str, tuple], float]:
     """``/metrics`` of ``snapshot`` parsed back: (sample name, sorted label items) -> value."""
     text = render(snapshot, process_series).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def names_for_gpu(parsed: dict[tuple[str, tuple], float], gpu: int) -> set[str]:

@@ -66,8 +66,9 @@ def instant(url: str, expr: str) -> list[dict]:
     return body["data"]["result"]
 
 
-def watched_run(name: str, script: list[str], tmp: Path, env: dict[str, str], via_run_command: bool,
-                log_every: int = 5) -> Iterator[WatchedRun]:
+def watched_run(
+    name: str, script: list[str], tmp: Path, env: dict[str, str], via_run_command: bool, log_every: int = 5
+) -> Iterator[WatchedRun]:
     """Run ``script`` (its path and flags) under torchrun, instrumented; yield once it finished.
 
     Args:
@@ -78,19 +79,29 @@ def watched_run(name: str, script: list[str], tmp: Path, env: dict[str, str], vi
     ports = [base, base + 1]
     (tmp / rules.RULES_FILE).write_text(rules.render(Settings()))
     config = {
-        "global": {"scrape_interval": f"{SCRAPE_SECONDS * 1000:.0f}ms", "scrape_timeout": "400ms",
-                   "evaluation_interval": "1s"},
+        "global": {
+            "scrape_interval": f"{SCRAPE_SECONDS * 1000:.0f}ms",
+            "scrape_timeout": "400ms",
+            "evaluation_interval": "1s",
+        },
         "rule_files": [str(tmp / rules.RULES_FILE)],
-        "scrape_configs": [{"job_name": "trainer", "static_configs": [
-            {"targets": [f"127.0.0.1:{p}" for p in ports], "labels": {"namespace": NAMESPACE}}]}],
+        "scrape_configs": [
+            {
+                "job_name": "trainer",
+                "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports], "labels": {"namespace": NAMESPACE}}],
+            }
+        ],
     }
     prometheus = prometheus_local.start(tmp / "prometheus", config, free_port())
     run = None
     try:
+
         def targets_known() -> bool:  # discovery hands targets over after ~5 s: poll, never sleep
             body = httpx.get(f"{prometheus.url}/api/v1/targets", timeout=5).json()
             return len(body["data"]["activeTargets"]) == 2 and all(
-                t["lastScrape"] != "0001-01-01T00:00:00Z" for t in body["data"]["activeTargets"])
+                t["lastScrape"] != "0001-01-01T00:00:00Z" for t in body["data"]["activeTargets"]
+            )
+
         wait_for(targets_known, timeout=30, interval=0.25, what="Prometheus to try the rank ports")
         environ = instrument_env(env, base, linger=600, log_every=log_every)
         if via_run_command:
@@ -103,10 +114,12 @@ def watched_run(name: str, script: list[str], tmp: Path, env: dict[str, str], vi
         def scraped_finished() -> bool:
             done = instant(prometheus.url, f'{c.TRAIN_PHASE.name}{{phase="finished"}} == 1')
             return len(done) == 2
+
         wait_for(scraped_finished, timeout=30, interval=0.25, what="Prometheus to scrape both finished ranks")
         time.sleep(2 * SCRAPE_SECONDS)
-        yield WatchedRun(name, {p - base: s for p, s in ranks.items()}, ports, prometheus.url, started, tmp,
-                         run.output())
+        yield WatchedRun(
+            name, {p - base: s for p, s in ranks.items()}, ports, prometheus.url, started, tmp, run.output()
+        )
     finally:
         if run is not None:
             run.stop()
@@ -124,10 +137,14 @@ def dashboard_panels_showing(run: WatchedRun) -> set[str]:
     shown = set()
     for where, target in panel_queries(board):
         expr = substitute(target["expr"], values)
-        params = ({"query": expr, "time": f"{end:.3f}"} if target.get("instant")
-                  else {"query": expr, "start": f"{run.started:.3f}", "end": f"{end:.3f}", "step": "1"})
-        body = httpx.get(f"{run.prometheus}/api/v1/query{'' if target.get('instant') else '_range'}", params=params,
-                         timeout=30).json()
+        params = (
+            {"query": expr, "time": f"{end:.3f}"}
+            if target.get("instant")
+            else {"query": expr, "start": f"{run.started:.3f}", "end": f"{end:.3f}", "step": "1"}
+        )
+        body = httpx.get(
+            f"{run.prometheus}/api/v1/query{'' if target.get('instant') else '_range'}", params=params, timeout=30
+        ).json()
         assert body["status"] == "success", (where, body)
         for series in body["data"]["result"]:
             points = series.get("values") or [series.get("value")]

@@ -13,17 +13,43 @@ controls, for ``restricted`` the baseline controls and the restricted ones.
 from __future__ import annotations
 
 #: Capabilities baseline allows a container to add (the standard's list).
-BASELINE_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-                                   "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 #: Sysctls baseline allows (the standard's "safe" set as of 1.34).
-SAFE_SYSCTLS = frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-                          "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-                          "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-                          "net.ipv4.tcp_keepalive_probes"})
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
 SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
 #: Volume types restricted allows.
-RESTRICTED_VOLUMES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                                "projected", "secret"})
+RESTRICTED_VOLUMES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+)
 LEVELS = ("baseline", "restricted")
 
 
@@ -40,7 +66,8 @@ def baseline(spec: dict, annotations: dict[str, str] | None = None) -> list[str]
     out: list[str] = []
     pod, containers = _sc(spec), _containers(spec)
     if (pod.get("windowsOptions") or {}).get("hostProcess") or any(
-            (_sc(c).get("windowsOptions") or {}).get("hostProcess") for c in containers):
+        (_sc(c).get("windowsOptions") or {}).get("hostProcess") for c in containers
+    ):
         out.append("HostProcess: hostProcess true")
     for field in ("hostNetwork", "hostPID", "hostIPC"):
         if spec.get(field):

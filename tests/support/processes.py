@@ -22,8 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def spawn_sleeper(sleeper: Path, argv: list[str | bytes]) -> subprocess.Popen:
     """Start the sleeper with exactly ``argv`` as its ``/proc/<pid>/cmdline`` (bytes allowed)."""
-    return subprocess.Popen(argv, executable=str(sleeper), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        argv, executable=str(sleeper), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def wait_for(check: Callable[[], T], timeout: float = 15.0, what: str = "condition", interval: float = 0.05) -> T:
@@ -54,7 +55,12 @@ class AgentProcess:
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "observe.cli", "agent", "--port", "0", "--address", "127.0.0.1", *args],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL)
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            stdin=subprocess.DEVNULL,
+        )
         lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True).start()
         try:

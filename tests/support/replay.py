@@ -19,8 +19,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from observe import catalog as c
 
 #: Families only a CUDA rank exports (plus fsdp_train_info, which carries its gpu_uuid).
-CUDA_ONLY = (c.TRAIN_INFO, c.TRAIN_MFU, c.TRAIN_DEVICE_MEMORY_ALLOCATED, c.TRAIN_DEVICE_MEMORY_RESERVED,
-             c.TRAIN_DEVICE_MEMORY_PEAK, c.TRAIN_DEVICE_ALLOC_RETRIES)
+CUDA_ONLY = (
+    c.TRAIN_INFO,
+    c.TRAIN_MFU,
+    c.TRAIN_DEVICE_MEMORY_ALLOCATED,
+    c.TRAIN_DEVICE_MEMORY_RESERVED,
+    c.TRAIN_DEVICE_MEMORY_PEAK,
+    c.TRAIN_DEVICE_ALLOC_RETRIES,
+)
 
 
 class StaticServer:
@@ -60,8 +66,9 @@ class StaticServer:
         self.httpd.server_close()
 
 
-def cuda_rank_exposition(run_id: str, rank: int, node: str, gpu_uuid: str, world_size: int,
-                         peak_flops: float = 989e12) -> bytes:
+def cuda_rank_exposition(
+    run_id: str, rank: int, node: str, gpu_uuid: str, world_size: int, peak_flops: float = 989e12
+) -> bytes:
     """The CUDA-only families of one rank as the trainer's exporter writes them.
 
     The rank has done 20 steps of one 4096-token sequence at 0.5 s each (MFU about 0.33) (Llama 2 7B shapes, FULL_SHARD,
@@ -71,18 +78,34 @@ def cuda_rank_exposition(run_id: str, rank: int, node: str, gpu_uuid: str, world
     from observe.training.window import WindowStats
 
     labels = {"run_id": run_id, "rank": str(rank), "local_rank": str(rank), "node": node, "gpu_uuid": gpu_uuid}
-    info = {"model": "llama2-7b", "sharding_strategy": "FULL_SHARD", "mixed_precision": "bf16",
-            "world_size": str(world_size), "device_type": "cuda", "backend": "nccl", "activation_checkpointing": "full",
-            "mesh": str(world_size)}
-    metrics = TrainerMetrics(labels, info, planned_steps=1000, flops_per_token=6 * 6_738_000_000,
-                             peak_flops=peak_flops, export_global=rank == 0)
+    info = {
+        "model": "llama2-7b",
+        "sharding_strategy": "FULL_SHARD",
+        "mixed_precision": "bf16",
+        "world_size": str(world_size),
+        "device_type": "cuda",
+        "backend": "nccl",
+        "activation_checkpointing": "full",
+        "mesh": str(world_size),
+    }
+    metrics = TrainerMetrics(
+        labels,
+        info,
+        planned_steps=1000,
+        flops_per_token=6 * 6_738_000_000,
+        peak_flops=peak_flops,
+        export_global=rank == 0,
+    )
     for step in range(1, 21):
         metrics.on_step(step, 0.5, 0.002, 4096, 1, 3e-5)
     gib = 2**30
-    metrics.on_window(WindowStats(steps=20, seconds=10.0, data_wait_seconds=0.04, labelled_tokens=20 * 4096),
-                      loss=1.9, grad_norm=0.8, global_tokens_per_second=world_size * 8192.0,
-                      memory=DeviceMemory(allocated=61 * gib, reserved=70 * gib, peak_allocated=66 * gib,
-                                          alloc_retries=0))
+    metrics.on_window(
+        WindowStats(steps=20, seconds=10.0, data_wait_seconds=0.04, labelled_tokens=20 * 4096),
+        loss=1.9,
+        grad_norm=0.8,
+        global_tokens_per_second=world_size * 8192.0,
+        memory=DeviceMemory(allocated=61 * gib, reserved=70 * gib, peak_allocated=66 * gib, alloc_retries=0),
+    )
     wanted = {m.family for m in CUDA_ONLY}
     families = [f for f in metrics.collect() if f.name in wanted]
 

@@ -32,25 +32,51 @@ def many_gpus(base: NodeSnapshot, name: str, count: int, seed: int = 1) -> NodeS
     """``base`` renamed ``name`` with ``count`` GPUs (readings varied; UUIDs differ at the tail)."""
     template = base.gpus[0]
     r = random.Random(seed)
-    gpus = tuple(replace(template, index=i, uuid=f"GPU-abc00000-1111-2222-3333-00dea{i:07x}",
-                         pci_bus=base.gpus[i].pci_bus if i < len(base.gpus) else f"0000:{0x80 + 0x08 * i:02x}:00", utilization_ratio=round(r.uniform(0.85, 1.0), 2),
-                         memory_used_bytes=(60 + i) << 30, temperature_celsius=float(55 + i * (26 // max(1, count - 1))),
-                         power_watts=float(600 + 10 * i)) for i in range(count))
+    gpus = tuple(
+        replace(
+            template,
+            index=i,
+            uuid=f"GPU-abc00000-1111-2222-3333-00dea{i:07x}",
+            pci_bus=base.gpus[i].pci_bus if i < len(base.gpus) else f"0000:{0x80 + 0x08 * i:02x}:00",
+            utilization_ratio=round(r.uniform(0.85, 1.0), 2),
+            memory_used_bytes=(60 + i) << 30,
+            temperature_celsius=float(55 + i * (26 // max(1, count - 1))),
+            power_watts=float(600 + 10 * i),
+        )
+        for i in range(count)
+    )
     return replace(base, node=name, gpus=gpus)
 
 
 #: What the agent's node health wrote on p5-node-8gpu (components/node-condition and node-taint).
-TAINTED = NodeHealth(condition_type="FsdpObserveGPUFault", status="True", reason="NodeReboot",
-                     message="Faults: XID 79 (GPU has fallen off the bus) on GPU 2 (PCI 0000:90:00). Action: ...",
-                     taint_key="fsdp-observe.io/gpu-fault", taint="fsdp-observe.io/gpu-fault=NodeReboot:NoSchedule",
-                     updated_unix=NOW - 120)
+TAINTED = NodeHealth(
+    condition_type="FsdpObserveGPUFault",
+    status="True",
+    reason="NodeReboot",
+    message="Faults: XID 79 (GPU has fallen off the bus) on GPU 2 (PCI 0000:90:00). Action: ...",
+    taint_key="fsdp-observe.io/gpu-fault",
+    taint="fsdp-observe.io/gpu-fault=NodeReboot:NoSchedule",
+    updated_unix=NOW - 120,
+)
 
 
 def faulted(base: NodeSnapshot, name: str) -> NodeSnapshot:
     """``many_gpus`` with 8 GPUs, tainted by the agent (``TAINTED``), GPU 3's NVML reading stale."""
     snap = many_gpus(base, name, 8)
-    gpus = tuple(replace(g, stale=True, reading_age_seconds=14.0, utilization_ratio=None, memory_used_bytes=None,
-                         temperature_celsius=None, power_watts=None) if g.index == 3 else g for g in snap.gpus)
+    gpus = tuple(
+        replace(
+            g,
+            stale=True,
+            reading_age_seconds=14.0,
+            utilization_ratio=None,
+            memory_used_bytes=None,
+            temperature_celsius=None,
+            power_watts=None,
+        )
+        if g.index == 3
+        else g
+        for g in snap.gpus
+    )
     return replace(snap, gpus=gpus, node_health=TAINTED)
 
 
@@ -82,15 +108,32 @@ def fleet_nodes(focus: str | None) -> list[NodeStatus]:
     """The fleet's nodes (``focus`` keeps its whole snapshot)."""
     snaps = [recorded(n, NOW, age=0.4) for n in NODES]
     base = snaps[0]
-    snaps += [faulted(base, "p5-node-8gpu"), many_gpus(base, "gb200-node-16gpu", 16, seed=2),
-              no_power_reading(base, "p5-node-nopower", 5)]
-    nodes = [node_status(s.node, f"http://10.0.0.{i + 1}:9401", s, NOW, keep=s.node == focus)
-             for i, s in enumerate(snaps)]
-    nodes.append(NodeStatus(name="10.0.0.9:9401", source="http://10.0.0.9:9401", state="unreachable",
-                            error="connection refused", checked_unix=NOW))
-    nodes.append(NodeStatus(name="10.0.0.8:9401", source="http://10.0.0.8:9401", state="malformed",
-                            error="not a snapshot: snapshot schema_version 2 is not 1; upgrade fsdp-observe on the "
-                                  "reading side", checked_unix=NOW))
+    snaps += [
+        faulted(base, "p5-node-8gpu"),
+        many_gpus(base, "gb200-node-16gpu", 16, seed=2),
+        no_power_reading(base, "p5-node-nopower", 5),
+    ]
+    nodes = [
+        node_status(s.node, f"http://10.0.0.{i + 1}:9401", s, NOW, keep=s.node == focus) for i, s in enumerate(snaps)
+    ]
+    nodes.append(
+        NodeStatus(
+            name="10.0.0.9:9401",
+            source="http://10.0.0.9:9401",
+            state="unreachable",
+            error="connection refused",
+            checked_unix=NOW,
+        )
+    )
+    nodes.append(
+        NodeStatus(
+            name="10.0.0.8:9401",
+            source="http://10.0.0.8:9401",
+            state="malformed",
+            error="not a snapshot: snapshot schema_version 2 is not 1; upgrade fsdp-observe on the reading side",
+            checked_unix=NOW,
+        )
+    )
     return nodes
 
 
@@ -108,17 +151,29 @@ def fleet_snapshot(focus: str | None = None) -> ClusterSnapshot:
     """The fleet with a two-rank run in progress (rank 1 on GPU 1 is the straggler), seen for 20 steps
     at its slowest rank's 0.60 s per step."""
     ranks = _ranks()
-    return ClusterSnapshot(time_unix=NOW - 0.3, source=SOURCE, nodes=tuple(fleet_nodes(focus)),
-                           runs=build_runs(ranks, _history(), _rates(ranks)), focus=focus, cycle_seconds=0.042,
-                           trainers=2)
+    return ClusterSnapshot(
+        time_unix=NOW - 0.3,
+        source=SOURCE,
+        nodes=tuple(fleet_nodes(focus)),
+        runs=build_runs(ranks, _history(), _rates(ranks)),
+        focus=focus,
+        cycle_seconds=0.042,
+        trainers=2,
+    )
 
 
 def finished_snapshot() -> ClusterSnapshot:
     """The run after its last step: both ranks said ``finished``; rank 1 has stopped answering since."""
     ranks = _ranks("finished", step=200)
     ranks[1] = replace(ranks[1], state="finished")
-    return ClusterSnapshot(time_unix=NOW - 0.3, source=SOURCE, nodes=tuple(fleet_nodes(None)),
-                           runs=build_runs(ranks, _history()), cycle_seconds=0.042, trainers=2)
+    return ClusterSnapshot(
+        time_unix=NOW - 0.3,
+        source=SOURCE,
+        nodes=tuple(fleet_nodes(None)),
+        runs=build_runs(ranks, _history()),
+        cycle_seconds=0.042,
+        trainers=2,
+    )
 
 
 def big_snapshot(n: int) -> ClusterSnapshot:
@@ -128,10 +183,18 @@ def big_snapshot(n: int) -> ClusterSnapshot:
     gpu = template.gpus[0]
     nodes = []
     for i in range(n):
-        gpus = tuple(replace(gpu, index=g, uuid=f"GPU-{i:08x}-{g:04x}", pci_bus=f"0000:{0x18 + 0x10 * g:02x}:00",
-                             utilization_ratio=round(r.uniform(0.88, 1.0), 2),
-                             memory_used_bytes=r.randrange(55 << 30, 70 << 30),
-                             temperature_celsius=float(r.randrange(50, 70))) for g in range(8))
+        gpus = tuple(
+            replace(
+                gpu,
+                index=g,
+                uuid=f"GPU-{i:08x}-{g:04x}",
+                pci_bus=f"0000:{0x18 + 0x10 * g:02x}:00",
+                utilization_ratio=round(r.uniform(0.88, 1.0), 2),
+                memory_used_bytes=r.randrange(55 << 30, 70 << 30),
+                temperature_celsius=float(r.randrange(50, 70)),
+            )
+            for g in range(8)
+        )
         if i == 37:
             gpus = tuple(replace(x, utilization_ratio=0.02) if x.index == 3 else x for x in gpus)  # idle
         if i == 200:
@@ -140,12 +203,26 @@ def big_snapshot(n: int) -> ClusterSnapshot:
             gpus = tuple(GpuInfo(index=x.index, uuid=x.uuid, lost=True) if x.index == 1 else x for x in gpus)
         xids: tuple[XidEvent, ...] = ()
         if i == 612:
-            xids = (XidEvent(xid=79, name="GPU has fallen off the bus", severity="node_reboot", action="RESTART_BM",
-                             node=f"gpu-node-{i:04d}", gpu=5, time_unix=NOW - 300),)
+            xids = (
+                XidEvent(
+                    xid=79,
+                    name="GPU has fallen off the bus",
+                    severity="node_reboot",
+                    action="RESTART_BM",
+                    node=f"gpu-node-{i:04d}",
+                    gpu=5,
+                    time_unix=NOW - 300,
+                ),
+            )
         snap = replace(template, node=f"gpu-node-{i:04d}", gpus=gpus, xid_events=xids)
         status = node_status(snap.node, f"http://10.1.{i // 250}.{i % 250}:9401", snap, NOW, keep=False)
         if i == 800:
             status = replace(status, state="unreachable", error="connection refused")
         nodes.append(status)
-    return ClusterSnapshot(time_unix=NOW - 0.3, source=f"{n} agents, 0 trainer endpoints", nodes=tuple(nodes),
-                           cycle_seconds=0.31, trainers=0)
+    return ClusterSnapshot(
+        time_unix=NOW - 0.3,
+        source=f"{n} agents, 0 trainer endpoints",
+        nodes=tuple(nodes),
+        cycle_seconds=0.31,
+        trainers=0,
+    )

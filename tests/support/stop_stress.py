@@ -58,13 +58,23 @@ class Shot:
     scenario: str
 
 
-def random_shot(rng: random.Random, scenario: str, max_delay: float, kinds: tuple[int, ...],
-                max_burst: int = 4, max_gap: float = 0.03) -> Shot:
+def random_shot(
+    rng: random.Random,
+    scenario: str,
+    max_delay: float,
+    kinds: tuple[int, ...],
+    max_burst: int = 4,
+    max_gap: float = 0.03,
+) -> Shot:
     """A random ``Shot``: delay uniform in [0, ``max_delay``]; half the time one signal, otherwise a
     burst of 2..``max_burst`` signals of random ``kinds`` a random 0..``max_gap`` s apart."""
     n = 1 if rng.random() < 0.5 else rng.randint(2, max_burst)
-    return Shot(delay=rng.uniform(0, max_delay), signals=tuple(rng.choice(kinds) for _ in range(n)),
-                gaps=tuple(rng.uniform(0, max_gap) for _ in range(n - 1)), scenario=scenario)
+    return Shot(
+        delay=rng.uniform(0, max_delay),
+        signals=tuple(rng.choice(kinds) for _ in range(n)),
+        gaps=tuple(rng.uniform(0, max_gap) for _ in range(n - 1)),
+        scenario=scenario,
+    )
 
 
 @dataclass(frozen=True)
@@ -89,8 +99,13 @@ class Outcome:
         return self.status is None
 
 
-def fire(proc: subprocess.Popen, shot: Shot, hang_seconds: float, ready_timeout: float = 30.0,
-         ready: Callable[[], bool] | None = None) -> Outcome:
+def fire(
+    proc: subprocess.Popen,
+    shot: Shot,
+    hang_seconds: float,
+    ready_timeout: float = 30.0,
+    ready: Callable[[], bool] | None = None,
+) -> Outcome:
     """Wait until ``proc`` catches SIGTERM (and ``ready()``, if given, is true), then signal it per
     ``shot`` and wait for it to exit; SIGKILL it when it is still there ``hang_seconds`` after the
     first signal."""
@@ -158,9 +173,12 @@ class Tally:
             verdicts = Counter(self.verdict(o) for o in mine)
             slowest = max((o.seconds for o in mine if o.seconds is not None), default=None)
             forced = sum("forced" in o.note for o in mine)
-            text = ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + (f" ({forced} forced)" if forced else "")
-            lines.append(f"{scenario:<22} {len(mine):>5}  {text:<37} "
-                         f"{'n/a' if slowest is None else f'{slowest:.2f} s'}")
+            text = ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + (
+                f" ({forced} forced)" if forced else ""
+            )
+            lines.append(
+                f"{scenario:<22} {len(mine):>5}  {text:<37} {'n/a' if slowest is None else f'{slowest:.2f} s'}"
+            )
         total = Counter(self.verdict(o) for o in self.outcomes)
         lines.append(f"{'all':<22} {len(self.outcomes):>5}  " + ", ".join(f"{k} {v}" for k, v in sorted(total.items())))
         return "\n".join(lines)
@@ -218,7 +236,9 @@ class Scrapers:
     def __init__(self, base: str) -> None:
         self.base = base
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._scrape, args=(p,), daemon=True) for p in ("/metrics", "/snapshot")]
+        self._threads = [
+            threading.Thread(target=self._scrape, args=(p,), daemon=True) for p in ("/metrics", "/snapshot")
+        ]
         host, port = base.removeprefix("http://").rsplit(":", 1)
         self._half = socket.create_connection((host, int(port)), timeout=5)
         self._half.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
@@ -240,25 +260,53 @@ class Scrapers:
             t.join(timeout=5)
 
 
-def run_agent_once(shot: Shot, env: dict[str, str], kernel_log: Path, hang_seconds: float, repo: Path = REPO) -> Outcome:
+def run_agent_once(
+    shot: Shot, env: dict[str, str], kernel_log: Path, hang_seconds: float, repo: Path = REPO
+) -> Outcome:
     """Start ``python -m observe.cli agent`` of ``repo`` (0.1 s collections, following ``kernel_log``),
     signal it per ``shot`` (scenario ``serving``: once scrapers are on it), return what happened
     (note ``forced`` when it took the forced exit, ``observe.cli.agent.FORCED_EXIT_SECONDS``)."""
     with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "observe.cli", "agent", "--port", "0", "--address", "127.0.0.1",
-                                 "--interval", "0.1", "--kernel-log", str(kernel_log)],
-                                cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "observe.cli",
+                "agent",
+                "--port",
+                "0",
+                "--address",
+                "127.0.0.1",
+                "--interval",
+                "0.1",
+                "--kernel-log",
+                str(kernel_log),
+            ],
+            cwd=repo,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
         url: list[str] = []
-        threading.Thread(target=lambda: [url.append(line.decode().split("serving ")[-1].split("/metrics")[0])
-                                         for line in proc.stdout if b"serving" in line], daemon=True).start()
+        threading.Thread(
+            target=lambda: [
+                url.append(line.decode().split("serving ")[-1].split("/metrics")[0])
+                for line in proc.stdout
+                if b"serving" in line
+            ],
+            daemon=True,
+        ).start()
         scrapers = None
         try:
             if shot.scenario == "serving":
+
                 def ready() -> bool:
                     nonlocal scrapers
                     if url and scrapers is None:
                         scrapers = Scrapers(url[0])
                     return scrapers is not None
+
                 outcome = fire(proc, shot, hang_seconds=hang_seconds, ready=ready)
             else:
                 outcome = fire(proc, shot, hang_seconds=hang_seconds)
@@ -302,7 +350,8 @@ def rank_processes(pid: int) -> dict[int, tuple[int, int | None]]:
         except OSError:
             continue
         is_rank = (b"trainer" in cmdline and b"-m" in cmdline) or any(  # python -m trainer, or the console script
-            arg.endswith(b"/fsdp-observe-trainer") or arg == b"fsdp-observe-trainer" for arg in cmdline)
+            arg.endswith(b"/fsdp-observe-trainer") or arg == b"fsdp-observe-trainer" for arg in cmdline
+        )
         if not is_rank:
             continue
         for item in environ:

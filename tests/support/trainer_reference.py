@@ -19,9 +19,19 @@ from trainer.runspec.config import ModelConfig
 from trainer.train import lr_lambda
 
 
-def reference_run(files: list[Path], steps: int, seq_len: int, global_batch: int, lr: float, warmup_steps: int,
-                  seed: int = 0, weight_decay: float = 0.1, grad_clip: float = 1.0, min_lr_ratio: float = 0.1,
-                  held_out: float = 0.0) -> tuple[list[float], dict[str, torch.Tensor]]:
+def reference_run(
+    files: list[Path],
+    steps: int,
+    seq_len: int,
+    global_batch: int,
+    lr: float,
+    warmup_steps: int,
+    seed: int = 0,
+    weight_decay: float = 0.1,
+    grad_clip: float = 1.0,
+    min_lr_ratio: float = 0.1,
+    held_out: float = 0.0,
+) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Train the ``tiny`` preset in fp32 on one process.
 
     Returns:
@@ -33,8 +43,9 @@ def reference_run(files: list[Path], steps: int, seq_len: int, global_batch: int
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup_steps, steps, min_lr_ratio))
-    batches = BatchIterator(files, ByteTokenizer(), seq_len, global_batch, rank=0, world_size=1, seed=seed,
-                            held_out=held_out)
+    batches = BatchIterator(
+        files, ByteTokenizer(), seq_len, global_batch, rank=0, world_size=1, seed=seed, held_out=held_out
+    )
     losses = []
     for _ in range(steps):
         batch = next(batches)

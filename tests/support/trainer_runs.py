@@ -15,25 +15,43 @@ from trainer.runspec.launch import installed_script
 FAST = ["--seq-len", "64", "--batch-size", "2", "--lr", "3e-3", "--warmup-steps", "2", "--log-every", "1"]
 
 
-def torchrun_cmd(trainer_args: list[str], nproc: int = 2, rdzv: list[str] | None = None,
-                 max_restarts: int = 0) -> list[str]:
+def torchrun_cmd(
+    trainer_args: list[str], nproc: int = 2, rdzv: list[str] | None = None, max_restarts: int = 0
+) -> list[str]:
     """``python -m torch.distributed.run ... --no-python fsdp-observe-trainer ARGS`` (standalone c10d unless ``rdzv``)."""
     launch = rdzv if rdzv is not None else ["--standalone"]
-    return [sys.executable, "-m", "torch.distributed.run", *launch, f"--nproc-per-node={nproc}",
-            f"--max-restarts={max_restarts}", "--no-python", installed_script(), *trainer_args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *launch,
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "--no-python",
+        installed_script(),
+        *trainer_args,
+    ]
 
 
-def run_trainer(trainer_args: list[str], env: dict[str, str], nproc: int = 2, timeout: float = 240,
-                **kw) -> subprocess.CompletedProcess:
+def run_trainer(
+    trainer_args: list[str], env: dict[str, str], nproc: int = 2, timeout: float = 240, **kw
+) -> subprocess.CompletedProcess:
     """Run a trainer under torchrun to the end; stdout and stderr captured together."""
-    return subprocess.run(torchrun_cmd(trainer_args, nproc, **kw), env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return subprocess.run(
+        torchrun_cmd(trainer_args, nproc, **kw),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
     """Start ``cmd`` in its own session (so ``stop_group`` can end it and every rank it started)."""
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -47,8 +65,9 @@ def stop_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def sigterm_at_step(cmd: list[str], env: dict[str, str], log: Path, step: int, seconds: float = 240,
-                    exit_seconds: float = 90) -> tuple[int, str]:
+def sigterm_at_step(
+    cmd: list[str], env: dict[str, str], log: Path, step: int, seconds: float = 240, exit_seconds: float = 90
+) -> tuple[int, str]:
     """Start ``cmd`` (``start``), SIGTERM its first process once ``log`` has a window at ``step`` or
     later, as the kubelet signals a container's first process; ``(exit status, output)``.
 
@@ -77,7 +96,7 @@ def read_log(path: Path) -> list[dict]:
     if not path.exists():
         return []
     text = path.read_text()
-    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 def events(records: list[dict], kind: str) -> list[dict]:
@@ -118,8 +137,6 @@ def rank_pids(torchrun_pid: int) -> dict[int, int]:
             if item.startswith(b"RANK="):
                 ranks[int(item[5:])] = pid
     return ranks
-
-
 
 
 def final_weights(checkpoint: Path, tmp: Path) -> dict:

@@ -24,8 +24,17 @@ from trainer.runspec.checkpoint_files import (
 
 
 def state(step: int) -> TrainerState:
-    return TrainerState(step=step, batches_consumed=2 * step, scheduler={"last_epoch": step}, layout={"seed": 0},
-                        run_id="run-1", run_started=100.0, productive_seconds=1.5, reason="periodic", saved_at=200.0)
+    return TrainerState(
+        step=step,
+        batches_consumed=2 * step,
+        scheduler={"last_epoch": step},
+        layout={"seed": 0},
+        run_id="run-1",
+        run_started=100.0,
+        productive_seconds=1.5,
+        reason="periodic",
+        saved_at=200.0,
+    )
 
 
 def make(root: Path, step: int, complete: bool = True) -> Path:
@@ -108,20 +117,22 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_its_reason(tmp_path: Path) 
     with open(newest / "__1_0.distcp", "r+b") as f:
         f.truncate(350)  # half the shard, as a copy cut short
     skipped: list[tuple[str, str]] = []
-    assert resolve_resume(str(tmp_path), "auto", lambda p, why: skipped.append((p.name, why))) == \
-        step_dir(tmp_path, 30)
+    assert resolve_resume(str(tmp_path), "auto", lambda p, why: skipped.append((p.name, why))) == step_dir(tmp_path, 30)
     assert skipped == [("step-00000040", "__1_0.distcp is 350 bytes, 700 bytes when saved")]
     assert resolve_resume(str(tmp_path), "latest") == step_dir(tmp_path, 30)
     with pytest.raises(UserError, match="is damaged: __1_0.distcp is 350 bytes"):
         resolve_resume(None, str(newest))
 
 
-@pytest.mark.parametrize("harm, why", [
-    (lambda p: (p / DCP_METADATA).unlink(), "its .metadata index is missing"),
-    (lambda p: (p / DCP_METADATA).write_bytes(b""), "its .metadata index is empty"),
-    (lambda p: (p / "__0_0.distcp").unlink(), "__0_0.distcp is missing"),
-    (lambda p: (p / STATE_FILE).write_text('{"step": 4'), "cannot read"),
-])
+@pytest.mark.parametrize(
+    "harm, why",
+    [
+        (lambda p: (p / DCP_METADATA).unlink(), "its .metadata index is missing"),
+        (lambda p: (p / DCP_METADATA).write_bytes(b""), "its .metadata index is empty"),
+        (lambda p: (p / "__0_0.distcp").unlink(), "__0_0.distcp is missing"),
+        (lambda p: (p / STATE_FILE).write_text('{"step": 4'), "cannot read"),
+    ],
+)
 def test_each_kind_of_damage_is_named(tmp_path: Path, harm, why: str) -> None:
     path = make(tmp_path, 10)
     assert damage(path) is None

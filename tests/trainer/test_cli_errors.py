@@ -15,23 +15,37 @@ from observe.errors import UserError
 from tests.support.cli import assert_one_line_error, run_cli
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["--preset", "llama9-1t"], ("--preset", "unknown preset", "choose one of tiny")),
-    (["--data", "/nonexistent/*.txt"], ("--data", "nothing matches", "pass existing")),
-    (["--seq-len", "4096"], ("--seq-len", "exceeds the model's 1024 positions", "--seq-len 1024 or less")),
-    (["--steps", "0"], ("--steps", "must be positive")),
-    (["--steps", "-5"], ("--steps", "must be positive")),
-    (["--sharding-strategy", "ZERO9"], ("--sharding-strategy", "choose one of FULL_SHARD")),
-    (["--nproc-per-node", "0"], ("--nproc-per-node", "must be positive")),
-    (["--nproc-per-node", "2", "--sharding-strategy", "HYBRID_SHARD", "--replicate-degree", "2", "--shard-degree", "2"],
-     ("--replicate-degree", "does not fit the world size 2", "product is the number of ranks")),
-    (["--checkpoint-every", "10"], ("--checkpoint-every", "nowhere to save", "--checkpoint-dir")),
-    (["--activation-checkpointing", "sometimes"], ("--activation-checkpointing", "every-N")),
-    (["--max-restarts", "-1"], ("--max-restarts", "must be >= 0")),
-    (["--stepz", "3"], ("fsdp-observe train: unrecognized arguments: --stepz 3", "did you mean --steps?")),
-    (["--metrics", "maybe"], ("--metrics: 'maybe' is neither on nor off", "pass --metrics on")),
-    (["--seq-len", "long"], ("--seq-len: invalid int value: 'long'",)),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--preset", "llama9-1t"], ("--preset", "unknown preset", "choose one of tiny")),
+        (["--data", "/nonexistent/*.txt"], ("--data", "nothing matches", "pass existing")),
+        (["--seq-len", "4096"], ("--seq-len", "exceeds the model's 1024 positions", "--seq-len 1024 or less")),
+        (["--steps", "0"], ("--steps", "must be positive")),
+        (["--steps", "-5"], ("--steps", "must be positive")),
+        (["--sharding-strategy", "ZERO9"], ("--sharding-strategy", "choose one of FULL_SHARD")),
+        (["--nproc-per-node", "0"], ("--nproc-per-node", "must be positive")),
+        (
+            [
+                "--nproc-per-node",
+                "2",
+                "--sharding-strategy",
+                "HYBRID_SHARD",
+                "--replicate-degree",
+                "2",
+                "--shard-degree",
+                "2",
+            ],
+            ("--replicate-degree", "does not fit the world size 2", "product is the number of ranks"),
+        ),
+        (["--checkpoint-every", "10"], ("--checkpoint-every", "nowhere to save", "--checkpoint-dir")),
+        (["--activation-checkpointing", "sometimes"], ("--activation-checkpointing", "every-N")),
+        (["--max-restarts", "-1"], ("--max-restarts", "must be >= 0")),
+        (["--stepz", "3"], ("fsdp-observe train: unrecognized arguments: --stepz 3", "did you mean --steps?")),
+        (["--metrics", "maybe"], ("--metrics: 'maybe' is neither on nor off", "pass --metrics on")),
+        (["--seq-len", "long"], ("--seq-len: invalid int value: 'long'",)),
+    ],
+)
 def test_train_rejects_bad_flags(args, needles, capsys) -> None:
     assert_one_line_error(run_cli(["train", *args], capsys), *needles)
 
@@ -57,40 +71,61 @@ def test_a_rank_refuses_a_bad_flag_in_one_line(capsys) -> None:
 
     assert rank_main(["--stepz", "3"]) == 2
     err = capsys.readouterr().err
-    assert err == ("error: fsdp-observe-trainer: unrecognized arguments: --stepz 3; did you mean --steps? "
-                   "(run 'fsdp-observe-trainer --help' for the flags)\n")
+    assert err == (
+        "error: fsdp-observe-trainer: unrecognized arguments: --stepz 3; did you mean --steps? "
+        "(run 'fsdp-observe-trainer --help' for the flags)\n"
+    )
 
 
 def test_unknown_command_is_a_usage_error(capsys) -> None:
     result = run_cli(["frobnicate"], capsys)
     assert result.status == 2
-    assert result.stderr == ("error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, "
-                             "demo, job, run, scaling, top, train\n")
+    assert result.stderr == (
+        "error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, "
+        "demo, job, run, scaling, top, train\n"
+    )
 
 
-@pytest.mark.parametrize("argv, line", [
-    ([], "error: fsdp-observe: the following arguments are required: COMMAND; run 'fsdp-observe --help' for the flags"),
-    (["--bogus"], "error: fsdp-observe: '--bogus' is not a command; options follow the command: fsdp-observe "
-                  "COMMAND --help"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (
+            [],
+            "error: fsdp-observe: the following arguments are required: COMMAND; run 'fsdp-observe --help' for the flags",
+        ),
+        (
+            ["--bogus"],
+            "error: fsdp-observe: '--bogus' is not a command; options follow the command: fsdp-observe COMMAND --help",
+        ),
+    ],
+)
 def test_the_dispatcher_itself_answers_in_one_line(argv, line, capsys) -> None:
     result = run_cli(argv, capsys)
     assert (result.status, result.stderr) == (2, line + "\n")
 
 
-@pytest.mark.parametrize("typo, meant", [("llama2-7B", "llama2-7b"), ("llama-2-7b", "llama2-7b"), ("tine", "tiny"),
-                                         ("Llama3-8B", "llama3-8b")])
+@pytest.mark.parametrize(
+    "typo, meant",
+    [("llama2-7B", "llama2-7b"), ("llama-2-7b", "llama2-7b"), ("tine", "tiny"), ("Llama3-8B", "llama3-8b")],
+)
 def test_a_preset_typo_gets_a_did_you_mean(typo: str, meant: str, capsys) -> None:
-    assert_one_line_error(run_cli(["train", "--preset", typo], capsys),
-                          f"--preset: unknown preset {typo!r}", f"did you mean {meant}?")
+    assert_one_line_error(
+        run_cli(["train", "--preset", typo], capsys), f"--preset: unknown preset {typo!r}", f"did you mean {meant}?"
+    )
 
 
 def test_jsonl_lines_without_the_text_field_are_named(tmp_path: Path, capsys) -> None:
     """Before: every rank said "no train document ...; lower --val-fraction", then a torchrun traceback."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"txt": "hello world", "id": 1}\n{"txt": "more"}\n')
-    line = assert_one_line_error(run_cli(["train", "--data", str(bad)], capsys), "--data", str(bad),
-                                 'no line has a "text" field', "line 1 has keys id, txt", '{"text": "..."}')
+    line = assert_one_line_error(
+        run_cli(["train", "--data", str(bad)], capsys),
+        "--data",
+        str(bad),
+        'no line has a "text" field',
+        "line 1 has keys id, txt",
+        '{"text": "..."}',
+    )
     assert "val-fraction" not in line
 
 
@@ -105,9 +140,13 @@ def test_a_file_too_small_for_one_step_is_refused(content: str, tmp_path: Path, 
     """Before: a 1-byte file trained "successfully" with 4,096 labelled tokens per step."""
     tiny = tmp_path / "one.txt"
     tiny.write_text(content)
-    assert_one_line_error(run_cli(["train", "--data", str(tiny), "--nproc-per-node", "2"], capsys),
-                          "--data: the training text holds", "fewer than one step takes",
-                          "2 rank(s) x 1 micro-batch(es) x 8 sequences x 257 tokens = 4,112", "lower --batch-size")
+    assert_one_line_error(
+        run_cli(["train", "--data", str(tiny), "--nproc-per-node", "2"], capsys),
+        "--data: the training text holds",
+        "fewer than one step takes",
+        "2 rank(s) x 1 micro-batch(es) x 8 sequences x 257 tokens = 4,112",
+        "lower --batch-size",
+    )
 
 
 def test_a_file_that_fills_exactly_one_step_is_accepted(tmp_path: Path) -> None:
@@ -125,8 +164,12 @@ def test_a_file_that_fills_exactly_one_step_is_accepted(tmp_path: Path) -> None:
 def test_an_unwritable_log_json_is_one_line(unwritable_dir: Path, capsys) -> None:
     """Before: rank 0 died with OSError, rank 1 with a gloo RuntimeError, then a torchrun traceback."""
     target = unwritable_dir / "log.jsonl"
-    assert_one_line_error(run_cli(["train", "--log-json", str(target)], capsys),
-                          "--log-json", f"cannot write to {str(target)!r}", "pass a file in a directory you can write")
+    assert_one_line_error(
+        run_cli(["train", "--log-json", str(target)], capsys),
+        "--log-json",
+        f"cannot write to {str(target)!r}",
+        "pass a file in a directory you can write",
+    )
     assert not target.exists()
 
 
@@ -165,9 +208,12 @@ def test_validating_never_removes_a_log_json_another_rank_just_opened(tmp_path: 
 
 
 def test_an_address_that_is_not_this_machines_names_the_address_flag(capsys) -> None:
-    assert_one_line_error(run_cli(["train", "--metrics-address", "10.255.255.1"], capsys),
-                          "--metrics-address: cannot serve on '10.255.255.1'", "not an address of this machine",
-                          "pass --metrics-address 127.0.0.1")
+    assert_one_line_error(
+        run_cli(["train", "--metrics-address", "10.255.255.1"], capsys),
+        "--metrics-address: cannot serve on '10.255.255.1'",
+        "not an address of this machine",
+        "pass --metrics-address 127.0.0.1",
+    )
 
 
 def test_checkpoint_mismatches_offer_a_new_checkpoint_dir(tmp_path: Path) -> None:
@@ -178,14 +224,24 @@ def test_checkpoint_mismatches_offer_a_new_checkpoint_dir(tmp_path: Path) -> Non
 
     text = tmp_path / "text.txt"
     text.write_text("hello world " * 2000)
-    cfg = TrainConfig(data=DataConfig(paths=[str(text)]), steps=100,
-                      checkpoint=CheckpointConfig(dir=str(tmp_path / "ckpt")))
+    cfg = TrainConfig(
+        data=DataConfig(paths=[str(text)]), steps=100, checkpoint=CheckpointConfig(dir=str(tmp_path / "ckpt"))
+    )
     files = cfg.validate(world_size=2)
     done = step_dir(tmp_path / "ckpt", 100)
     done.mkdir(parents=True)
     (done / ".metadata").write_bytes(b"x")
-    TrainerState(step=100, batches_consumed=100, scheduler={}, layout=cfg.layout(files, 2), run_id="r",
-                 run_started=0.0, productive_seconds=1.0, reason="final", saved_at=1.0).write(done)
+    TrainerState(
+        step=100,
+        batches_consumed=100,
+        scheduler={},
+        layout=cfg.layout(files, 2),
+        run_id="r",
+        run_started=0.0,
+        productive_seconds=1.0,
+        reason="final",
+        saved_at=1.0,
+    ).write(done)
     with pytest.raises(UserError) as finished:
         check_not_finished(cfg)
     assert "a new --checkpoint-dir" in finished.value.fix and "--resume never" not in finished.value.fix
@@ -202,12 +258,17 @@ def test_checkpoint_mismatches_offer_a_new_checkpoint_dir(tmp_path: Path) -> Non
 
 def test_a_taken_agent_port_on_demo_names_agent_port(taken_port: int, capsys) -> None:
     """Before: 'error: --port: ...; pass --port with a free port', a flag demo does not have."""
-    line = assert_one_line_error(run_cli(["demo", "--no-tui", "--agent-port", str(taken_port)], capsys),
-                                 f"--agent-port: port {taken_port} on 127.0.0.1 is already in use",
-                                 "pass another --agent-port")
+    line = assert_one_line_error(
+        run_cli(["demo", "--no-tui", "--agent-port", str(taken_port)], capsys),
+        f"--agent-port: port {taken_port} on 127.0.0.1 is already in use",
+        "pass another --agent-port",
+    )
     assert "--port " not in line.replace("--agent-port", "")
 
 
 def test_an_unwritable_demo_out_is_one_line(unwritable_dir: Path, capsys) -> None:
-    assert_one_line_error(run_cli(["demo", "--no-tui", "--out", str(unwritable_dir / "demo")], capsys),
-                          "--out: cannot write to", "pass a directory you can write")
+    assert_one_line_error(
+        run_cli(["demo", "--no-tui", "--out", str(unwritable_dir / "demo")], capsys),
+        "--out: cannot write to",
+        "pass a directory you can write",
+    )

@@ -26,15 +26,18 @@ def prepare_argv(argv: list[str], nproc: int) -> TrainConfig:
     return prepare(TrainConfig.from_argv(argv), nproc)
 
 
-@pytest.mark.parametrize("strategy, world, local, degrees, shape", [
-    ("FULL_SHARD", 4, 4, (None, None), (4,)),
-    ("SHARD_GRAD_OP", 2, 2, (None, None), (2,)),
-    ("NO_SHARD", 4, 2, (None, None), (4, 1)),
-    ("HYBRID_SHARD", 8, 4, (None, None), (2, 4)),  # default: nodes x ranks per node
-    ("HYBRID_SHARD", 4, 4, (2, 2), (2, 2)),
-    ("HYBRID_SHARD", 8, 8, (None, 2), (4, 2)),  # the missing degree is derived
-    ("HYBRID_SHARD", 8, 8, (4, None), (4, 2)),
-])
+@pytest.mark.parametrize(
+    "strategy, world, local, degrees, shape",
+    [
+        ("FULL_SHARD", 4, 4, (None, None), (4,)),
+        ("SHARD_GRAD_OP", 2, 2, (None, None), (2,)),
+        ("NO_SHARD", 4, 2, (None, None), (4, 1)),
+        ("HYBRID_SHARD", 8, 4, (None, None), (2, 4)),  # default: nodes x ranks per node
+        ("HYBRID_SHARD", 4, 4, (2, 2), (2, 2)),
+        ("HYBRID_SHARD", 8, 8, (None, 2), (4, 2)),  # the missing degree is derived
+        ("HYBRID_SHARD", 8, 8, (4, None), (4, 2)),
+    ],
+)
 def test_mesh_shapes(strategy, world, local, degrees, shape) -> None:
     p = ParallelConfig(sharding_strategy=strategy, replicate_degree=degrees[0], shard_degree=degrees[1])
     assert p.mesh_shape(world, local) == shape
@@ -46,10 +49,16 @@ def test_activation_checkpointing_settings(setting: str, every: int) -> None:
 
 
 BAD = [
-    (["--sharding-strategy", "HYBRID_SHARD", "--replicate-degree", "3", "--shard-degree", "1"], 2,
-     "--replicate-degree: --replicate-degree 3 x --shard-degree 1 does not fit the world size 2"),
-    (["--sharding-strategy", "HYBRID_SHARD", "--shard-degree", "3"], 4,
-     "--shard-degree: --shard-degree 3 does not fit the world size 4"),
+    (
+        ["--sharding-strategy", "HYBRID_SHARD", "--replicate-degree", "3", "--shard-degree", "1"],
+        2,
+        "--replicate-degree: --replicate-degree 3 x --shard-degree 1 does not fit the world size 2",
+    ),
+    (
+        ["--sharding-strategy", "HYBRID_SHARD", "--shard-degree", "3"],
+        4,
+        "--shard-degree: --shard-degree 3 does not fit the world size 4",
+    ),
     (["--sharding-strategy", "HYBRID_SHARD", "--replicate-degree", "0"], 2, "--replicate-degree: must be positive"),
     (["--shard-degree", "2"], 2, "--shard-degree: only HYBRID_SHARD uses a (replicate, shard) mesh"),
     (["--sharding-strategy", "NO_SHARD", "--replicate-degree", "2"], 2, "--replicate-degree: only HYBRID_SHARD"),
@@ -86,18 +95,30 @@ def _fake_checkpoint(root: Path, step: int, layout_overrides: dict | None = None
     path = step_dir(root, step)
     path.mkdir(parents=True)
     (path / DCP_METADATA).write_bytes(b"index")  # DCP's index, as every finished save leaves it
-    TrainerState(step=step, batches_consumed=step, scheduler={}, layout=layout, run_id="r", run_started=0.0,
-                 productive_seconds=0.0, reason="periodic", saved_at=0.0).write(path)
+    TrainerState(
+        step=step,
+        batches_consumed=step,
+        scheduler={},
+        layout=layout,
+        run_id="r",
+        run_started=0.0,
+        productive_seconds=0.0,
+        reason="periodic",
+        saved_at=0.0,
+    ).write(path)
     return path
 
 
-@pytest.mark.parametrize("changed, flag", [
-    (["--batch-size", "4"], "--batch-size: checkpoint step-00000010 was written with batch_size 8, this run has 4"),
-    (["--seq-len", "128"], "--seq-len: checkpoint step-00000010 was written with seq_len 256"),
-    (["--seed", "3"], "--seed:"),
-    (["--grad-accum-steps", "2"], "--grad-accum-steps:"),
-    (["--preset", "llama2-7b", "--seq-len", "256"], "--model/--preset:"),
-])
+@pytest.mark.parametrize(
+    "changed, flag",
+    [
+        (["--batch-size", "4"], "--batch-size: checkpoint step-00000010 was written with batch_size 8, this run has 4"),
+        (["--seq-len", "128"], "--seq-len: checkpoint step-00000010 was written with seq_len 256"),
+        (["--seed", "3"], "--seed:"),
+        (["--grad-accum-steps", "2"], "--grad-accum-steps:"),
+        (["--preset", "llama2-7b", "--seq-len", "256"], "--model/--preset:"),
+    ],
+)
 def test_resume_refuses_another_data_layout(changed, flag, tmp_path) -> None:
     _fake_checkpoint(tmp_path / "ckpt", 10)
     with pytest.raises(UserError, match=flag.replace("(", r"\(").replace(")", r"\)")):
@@ -116,13 +137,25 @@ def test_resume_of_a_finished_run_names_steps(tmp_path) -> None:
         prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt")], 2)
     # starting over into a directory that holds another run's checkpoints would mix the two
     with pytest.raises(UserError, match="--resume: never, but .* already holds checkpoints"):
-        prepare_argv(["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"),
-                 "--resume", "never"], 2)
+        prepare_argv(
+            ["--data", __file__, "--metrics", "off", "--checkpoint-dir", str(tmp_path / "ckpt"), "--resume", "never"], 2
+        )
     # an explicit path of an incomplete save is refused
     (tmp_path / "ckpt" / "step-00000200").mkdir()
     with pytest.raises(UserError, match="--resume: .* is not a complete checkpoint"):
-        prepare_argv(["--data", __file__, "--metrics", "off", "--steps", "300",
-                 "--resume", str(tmp_path / "ckpt" / "step-00000200")], 2)
+        prepare_argv(
+            [
+                "--data",
+                __file__,
+                "--metrics",
+                "off",
+                "--steps",
+                "300",
+                "--resume",
+                str(tmp_path / "ckpt" / "step-00000200"),
+            ],
+            2,
+        )
 
 
 def test_resume_path_without_dir_keeps_saving_beside_it(tmp_path) -> None:
@@ -174,8 +207,9 @@ def test_restart_store_hazard_and_the_launchers_remedy(monkeypatch) -> None:
 
 
 def test_model_must_be_a_local_directory(tmp_path) -> None:
-    with pytest.raises(UserError, match="--model: 'meta-llama/Llama-2-7b-hf' is a Hugging Face Hub id, not a local "
-                                        "directory") as hub:
+    with pytest.raises(
+        UserError, match="--model: 'meta-llama/Llama-2-7b-hf' is a Hugging Face Hub id, not a local directory"
+    ) as hub:
         prepare_argv(["--data", __file__, "--metrics", "off", "--model", "meta-llama/Llama-2-7b-hf"], 2)
     assert "hf download meta-llama/Llama-2-7b-hf --local-dir DIR --include" in hub.value.fix  # not huggingface-cli
     with pytest.raises(UserError, match="--model: '/nope/model' is not a local directory"):

@@ -39,8 +39,9 @@ def test_partial_tail_block_is_padded_and_its_padding_carries_no_label() -> None
 
 def test_full_blocks_label_every_position(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("hello world, " * 200)
-    it = BatchIterator(resolve_data_files([str(tmp_path)]), ByteTokenizer(), seq_len=16, batch_size=4,
-                       rank=0, world_size=1, seed=0)
+    it = BatchIterator(
+        resolve_data_files([str(tmp_path)]), ByteTokenizer(), seq_len=16, batch_size=4, rank=0, world_size=1, seed=0
+    )
     batch = next(it)
     assert batch.input_ids.shape == (4, 16)
     assert batch.labelled_tokens == 4 * 16
@@ -77,8 +78,9 @@ def test_skip_batches_resumes_at_the_same_place() -> None:
 
 def test_jsonl_documents_take_the_text_field(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
-    path.write_text("\n".join([json.dumps({"text": "one"}), "not json", json.dumps({"id": 3}),
-                               json.dumps({"text": "two"})]))
+    path.write_text(
+        "\n".join([json.dumps({"text": "one"}), "not json", json.dumps({"id": 3}), json.dumps({"text": "two"})])
+    )
     assert list(read_documents(path)) == ["one", "two"]
 
 
@@ -95,8 +97,7 @@ def test_data_errors_name_the_flag(tmp_path: Path) -> None:
 
 def _docs_file(tmp_path: Path, n: int = 400) -> Path:
     path = tmp_path / "docs.jsonl"
-    path.write_text("\n".join(json.dumps({"text": f"document number {i}: " + "text " * (i % 7 + 1)})
-                              for i in range(n)))
+    path.write_text("\n".join(json.dumps({"text": f"document number {i}: " + "text " * (i % 7 + 1)}) for i in range(n)))
     return path
 
 
@@ -117,8 +118,9 @@ def test_train_and_validation_streams_split_the_documents(tmp_path: Path) -> Non
     tok = ByteTokenizer()
 
     def docs(split: str) -> set[bytes]:
-        return {t.tobytes() for t in token_stream(files, tok, seed=0, epochs=1, held_out=0.1, split=split)
-                if t.size > 1}
+        return {
+            t.tobytes() for t in token_stream(files, tok, seed=0, epochs=1, held_out=0.1, split=split) if t.size > 1
+        }
 
     train, val = docs("train"), docs("val")
     assert val and train and not train & val
@@ -140,8 +142,7 @@ def test_skip_batches_with_a_held_out_split(tmp_path: Path) -> None:
     files = [_docs_file(tmp_path)]
     full = BatchIterator(files, ByteTokenizer(), 16, 2, rank=1, world_size=2, seed=0, held_out=0.1)
     expected = [b.input_ids for b in islice(full, 6)][4:]
-    resumed = BatchIterator(files, ByteTokenizer(), 16, 2, rank=1, world_size=2, seed=0, held_out=0.1,
-                            skip_batches=4)
+    resumed = BatchIterator(files, ByteTokenizer(), 16, 2, rank=1, world_size=2, seed=0, held_out=0.1, skip_batches=4)
     assert resumed.batches_consumed == 4
     for want in expected:
         assert torch.equal(next(resumed).input_ids, want)
@@ -154,8 +155,9 @@ def test_a_resize_continues_the_global_stream_without_repeating_or_skipping() ->
     single = _blocks(files, 0, 1, 38)
 
     def read(rank: int, world: int, n: int, offset: int = 0) -> list[bytes]:
-        it = BatchIterator(files, ByteTokenizer(), seq_len=32, batch_size=2, rank=rank, world_size=world, seed=0,
-                           block_offset=offset)
+        it = BatchIterator(
+            files, ByteTokenizer(), seq_len=32, batch_size=2, rank=rank, world_size=world, seed=0, block_offset=offset
+        )
         return [row.numpy().tobytes() for _ in range(n) for row in next(it).input_ids]
 
     before = [read(r, 2, 5) for r in (0, 1)]

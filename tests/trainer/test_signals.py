@@ -23,12 +23,18 @@ PRELUDE = textwrap.dedent("""
 
 
 def run_script(body: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def test_the_vote_lands_one_step_after_the_signal(subprocess_env) -> None:
-    proc = run_script("""
+    proc = run_script(
+        """
         stop = StopRequest(grace_seconds=30, rank=0)
         stop.install()
         assert stop.agree_now() == 0
@@ -44,19 +50,32 @@ def test_the_vote_lands_one_step_after_the_signal(subprocess_env) -> None:
         stop.close()
         print("ok", flush=True)
         dist.destroy_process_group()
-    """, subprocess_env)
+    """,
+        subprocess_env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
 
 
 def test_watchdog_ends_a_stuck_process_when_the_grace_period_runs_out(subprocess_env) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent("""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PRELUDE
+            + textwrap.dedent("""
         stop = StopRequest(grace_seconds=1.0, rank=3)
         stop.install()
         print("ready", flush=True)
         r, w = os.pipe()
         os.read(r, 1)  # blocks forever, as a rank stuck in a collective or a save would
-    """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    )
     assert proc.stdout.readline().strip() == "ready"
     signalled = time.monotonic()
     proc.terminate()  # SIGTERM
@@ -67,7 +86,8 @@ def test_watchdog_ends_a_stuck_process_when_the_grace_period_runs_out(subprocess
 
 
 def test_sigint_is_voted_like_sigterm_and_sigterm_wins_when_ranks_saw_both(subprocess_env) -> None:
-    proc = run_script("""
+    proc = run_script(
+        """
         stop = StopRequest(grace_seconds=30, rank=0)
         stop.install()
         assert stop.poll() == 0
@@ -78,10 +98,13 @@ def test_sigint_is_voted_like_sigterm_and_sigterm_wins_when_ranks_saw_both(subpr
         stop.close()
         print("ok", flush=True)
         dist.destroy_process_group()
-    """, subprocess_env)
+    """,
+        subprocess_env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
-    both = run_script("""
+    both = run_script(
+        """
         import torch
         stop = StopRequest(grace_seconds=30, rank=0)
         os.kill(os.getpid(), signal.SIGINT)
@@ -91,18 +114,31 @@ def test_sigint_is_voted_like_sigterm_and_sigterm_wins_when_ranks_saw_both(subpr
         assert int(ballot.item()) == signal.SIGTERM
         print("ok", flush=True)
         dist.destroy_process_group()
-    """, subprocess_env)
+    """,
+        subprocess_env,
+    )
     assert both.returncode == 0, both.stderr
 
 
 def test_the_deadline_message_does_not_promise_a_checkpoint_when_none_is_saved(subprocess_env) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent("""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PRELUDE
+            + textwrap.dedent("""
         stop = StopRequest(grace_seconds=0.5, rank=1, checkpointing=False)
         stop.install()
         print("ready", flush=True)
         r, w = os.pipe()
         os.read(r, 1)
-    """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    )
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)

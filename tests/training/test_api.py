@@ -26,8 +26,14 @@ VOCAB, SEQ, BATCH, MASKED = 32, 8, 4, 3  # every sequence's first MASKED labels 
 
 @pytest.fixture(autouse=True)
 def torchrun_env(monkeypatch) -> None:
-    for key, value in {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
-                       "TORCHELASTIC_RUN_ID": "rdzv-7", "NODE_NAME": "node-a"}.items():
+    for key, value in {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "TORCHELASTIC_RUN_ID": "rdzv-7",
+        "NODE_NAME": "node-a",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("FSDP_OBSERVE_RUN_ID", raising=False)
     yield
@@ -41,8 +47,7 @@ def loader(sequences: int = 32) -> DataLoader:
     ids = torch.randint(0, VOCAB, (sequences, SEQ), generator=g)
     labels = ids.clone()
     labels[:, :MASKED] = -100
-    return DataLoader([{"input_ids": i, "labels": lab} for i, lab in zip(ids, labels, strict=True)],
-                      batch_size=BATCH)
+    return DataLoader([{"input_ids": i, "labels": lab} for i, lab in zip(ids, labels, strict=True)], batch_size=BATCH)
 
 
 def model() -> torch.nn.Module:
@@ -111,9 +116,19 @@ def test_values_unknown_to_the_loop_are_absent_never_zero() -> None:
         s.loss(1.5)
     got = samples(m)
     assert got[c.TRAIN_STEPS.name] == 1 and got[c.TRAIN_LOSS.name] == 1.5
-    for metric in (c.TRAIN_PLANNED_STEPS, c.TRAIN_FLOPS_PER_TOKEN, c.TRAIN_LABELLED_TOKENS, c.TRAIN_SAMPLES,
-                   c.TRAIN_GRAD_NORM, c.TRAIN_LEARNING_RATE, c.TRAIN_MFU, c.TRAIN_TOKENS_PER_SECOND,
-                   c.TRAIN_WINDOW_DATA_WAIT_RATIO, c.TRAIN_VALIDATION_LOSS, c.TRAIN_GLOBAL_TOKENS_PER_SECOND):
+    for metric in (
+        c.TRAIN_PLANNED_STEPS,
+        c.TRAIN_FLOPS_PER_TOKEN,
+        c.TRAIN_LABELLED_TOKENS,
+        c.TRAIN_SAMPLES,
+        c.TRAIN_GRAD_NORM,
+        c.TRAIN_LEARNING_RATE,
+        c.TRAIN_MFU,
+        c.TRAIN_TOKENS_PER_SECOND,
+        c.TRAIN_WINDOW_DATA_WAIT_RATIO,
+        c.TRAIN_VALIDATION_LOSS,
+        c.TRAIN_GLOBAL_TOKENS_PER_SECOND,
+    ):
         assert metric.name not in got, metric.name
     for histogram in (c.TRAIN_DATA_WAIT_SECONDS, c.TRAIN_CHECKPOINT_SAVE_SECONDS):
         assert histogram.name + "_count" not in got, histogram.name
@@ -163,8 +178,10 @@ def test_served_on_the_rank_port_and_a_taken_port_falls_back_visibly(port_block,
     assert m.port == base + 1  # LOCAL_RANK 1
     with m.step():
         pass
-    assert 'fsdp_train_steps_total{local_rank="1",node="node-a",rank="3",run_id="rdzv-7"} 1.0' in \
-        httpx.get(f"http://127.0.0.1:{base + 1}/metrics").text
+    assert (
+        'fsdp_train_steps_total{local_rank="1",node="node-a",rank="3",run_id="rdzv-7"} 1.0'
+        in httpx.get(f"http://127.0.0.1:{base + 1}/metrics").text
+    )
     second = TrainingMetrics(port_base=base, address="127.0.0.1")  # same rank again: its port is taken
     assert second.port not in (None, base + 1)
     body = httpx.get(f"http://127.0.0.1:{second.port}/metrics").text
@@ -209,8 +226,9 @@ def test_close_lingers_for_a_final_scrape(monkeypatch) -> None:
     with m.step():
         pass
     httpx.get(f"http://127.0.0.1:{m.port}/metrics", headers={"User-Agent": "Prometheus/2.42"})
-    threading.Timer(0.3, lambda: httpx.get(f"http://127.0.0.1:{m.port}/metrics",
-                                           headers={"User-Agent": "Prometheus/2.42"})).start()
+    threading.Timer(
+        0.3, lambda: httpx.get(f"http://127.0.0.1:{m.port}/metrics", headers={"User-Agent": "Prometheus/2.42"})
+    ).start()
     m.close(sleep=sleep)
     assert m.linger_outcome == "scraped" and 0.2 < sum(slept) < 5  # waited for its scraper's next scrape only
 

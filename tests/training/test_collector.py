@@ -43,15 +43,24 @@ def test_cpu_run_has_no_mfu_and_no_device_memory() -> None:
     m.on_step(1, 0.1, 0.0, 10, 1, 1e-3)
     m.on_window(WindowStats(1, 0.1, 0.0, 10), 3.0, 1.0, 100.0, memory=None)
     s = scrape(m)
-    for metric in (c.TRAIN_MFU, c.TRAIN_DEVICE_MEMORY_ALLOCATED, c.TRAIN_DEVICE_MEMORY_PEAK,
-                   c.TRAIN_DEVICE_ALLOC_RETRIES):
+    for metric in (
+        c.TRAIN_MFU,
+        c.TRAIN_DEVICE_MEMORY_ALLOCATED,
+        c.TRAIN_DEVICE_MEMORY_PEAK,
+        c.TRAIN_DEVICE_ALLOC_RETRIES,
+    ):
         assert metric.name not in s
 
 
 def test_mfu_and_memory_on_a_known_gpu() -> None:
     m = make(peak=1e10)
-    m.on_window(WindowStats(1, 1.0, 0.0, 2_000), 3.0, 1.0, 4_000.0,
-                memory=DeviceMemory(allocated=100, reserved=200, peak_allocated=150, alloc_retries=2))
+    m.on_window(
+        WindowStats(1, 1.0, 0.0, 2_000),
+        3.0,
+        1.0,
+        4_000.0,
+        memory=DeviceMemory(allocated=100, reserved=200, peak_allocated=150, alloc_retries=2),
+    )
     s = scrape(m)
     assert value(s, c.TRAIN_MFU.name) == pytest.approx(1_000_000 * 2_000 / 1e10)
     assert value(s, c.TRAIN_DEVICE_MEMORY_RESERVED.name) == 200
@@ -110,7 +119,10 @@ def test_peak_resident_memory_is_the_kernels_high_water_mark(tmp_path) -> None:
 
 def test_peak_resident_memory_is_exported_and_not_below_current_rss() -> None:
     # Linux /proc, as on every machine the trainer targets (and CI).
-    current = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
-                   if line.startswith("VmRSS:"))
+    current = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
     peak = value(scrape(make()), c.TRAIN_PROCESS_RESIDENT_MEMORY_PEAK.name)
     assert peak >= current > 0

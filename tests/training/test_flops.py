@@ -7,8 +7,14 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from observe.training.flops import flops_per_token, mfu, peak_flops
 
-CASE_SHAPE = dict(vocab_size=256, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=4)
+CASE_SHAPE = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=176,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+)
 
 
 @pytest.mark.parametrize("tied, n_params", [(False, 133_440), (True, 117_056)])
@@ -29,9 +35,14 @@ def test_mfu_vector_h100_sxm() -> None:
     assert mfu(5.79e10, 5_762, peak) == pytest.approx(0.337, abs=5e-4)
 
 
-@pytest.mark.parametrize("name, peak", [
-    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA H200", 989e12), ("NVIDIA H100 PCIe", 756e12),
-])
+@pytest.mark.parametrize(
+    "name, peak",
+    [
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA H200", 989e12),
+        ("NVIDIA H100 PCIe", 756e12),
+    ],
+)
 def test_known_peaks(name: str, peak: float) -> None:
     assert peak_flops(name) == peak
 

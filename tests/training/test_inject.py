@@ -24,8 +24,15 @@ SCRIPT = Path(__file__).parent / "scripts" / "loop.py"
 FSDP_OBSERVE = [sys.executable, "-m", "observe.cli", "run", "--"]
 
 
-def run_loop(tmp_path: Path, env: dict, base: int, *args: str, launcher: list[str] | None = None,
-             python: list[str] | None = None, ports: int = 1) -> tuple[dict, dict, str]:
+def run_loop(
+    tmp_path: Path,
+    env: dict,
+    base: int,
+    *args: str,
+    launcher: list[str] | None = None,
+    python: list[str] | None = None,
+    ports: int = 1,
+) -> tuple[dict, dict, str]:
     """Run the script to its finish; (scrapes by local rank, its record, its output)."""
     record = tmp_path / "record.json"
     cmd = [*(launcher or []), *(python or [sys.executable]), str(SCRIPT), "--record", str(record), *args]
@@ -40,8 +47,9 @@ def run_loop(tmp_path: Path, env: dict, base: int, *args: str, launcher: list[st
 @pytest.fixture
 def env(subprocess_env, port_block) -> tuple[dict, int]:
     base = port_block(2)
-    return instrument_env({**subprocess_env, "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}, base,
-                          log_every=3), base
+    return instrument_env(
+        {**subprocess_env, "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}, base, log_every=3
+    ), base
 
 
 def test_gradient_accumulation_counts_optimizer_steps_and_the_backward_loss(tmp_path, env) -> None:
@@ -57,8 +65,12 @@ def test_gradient_accumulation_counts_optimizer_steps_and_the_backward_loss(tmp_
     assert s.value(c.TRAIN_GRAD_NORM.name) == pytest.approx(record["clip"][-1], rel=1e-5)
     assert s.value(c.TRAIN_LEARNING_RATE.name) == 1e-3
     info = s.labels(c.TRAIN_INFO.name)
-    assert (info["instrumentation"], info["loss_source"], info["grad_norm_source"], info["tokens_source"]) == \
-        ("auto", "backward_heuristic", "clip_grad_norm_heuristic", "labels")
+    assert (info["instrumentation"], info["loss_source"], info["grad_norm_source"], info["tokens_source"]) == (
+        "auto",
+        "backward_heuristic",
+        "clip_grad_norm_heuristic",
+        "labels",
+    )
     seconds = {p: s.value(c.TRAIN_PHASE_SECONDS.name, phase=p) for p in ("loading_weights", "training")}
     assert all(v and v > 0 for v in seconds.values()), seconds
     assert "fsdp-observe" not in output  # nothing to say
@@ -84,8 +96,9 @@ def test_spawned_dataloader_workers_stay_silent(tmp_path, env) -> None:
     """Spawn workers start a fresh interpreter that inherits the variable; they never step, so
     they never bind (a worker that tried would find the rank's port taken and say so)."""
     environ, base = env
-    scrapes, record, output = run_loop(tmp_path, environ, base, "--steps", "4", "--workers", "2",
-                                       "--mp-context", "spawn")
+    scrapes, record, output = run_loop(
+        tmp_path, environ, base, "--steps", "4", "--workers", "2", "--mp-context", "spawn"
+    )
     assert scrapes[0].value(c.TRAIN_STEPS.name) == 4
     assert scrapes[0].value(c.TRAIN_LABELLED_TOKENS.name) == 4 * 4 * 11
     assert "fsdp-observe" not in output and c.TRAIN_INSTRUMENTATION_PROBLEM.name not in scrapes[0].names()
@@ -105,8 +118,9 @@ def test_a_taken_port_is_one_line_and_a_series_never_a_crash(tmp_path, env, take
 def test_a_taken_port_still_serves_the_run_on_the_fallback(tmp_path, env, taken_port) -> None:
     environ, _ = env
     environ = {**environ, "FSDP_OBSERVE_PORT_BASE": str(taken_port)}
-    run = start([sys.executable, str(SCRIPT), "--record", str(tmp_path / "r.json"), "--steps", "2"], environ,
-                tmp_path / "o.log")
+    run = start(
+        [sys.executable, str(SCRIPT), "--record", str(tmp_path / "r.json"), "--steps", "2"], environ, tmp_path / "o.log"
+    )
     try:
         import re
         import time
@@ -140,8 +154,13 @@ def run_loop_plain(folder: Path, env: dict, *args: str) -> tuple[None, dict, str
 
     folder.mkdir()
     record = folder / "record.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--record", str(record), *args], env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--record", str(record), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return None, json.loads(record.read_text()), done.stdout
 
@@ -150,8 +169,9 @@ def test_a_launcher_without_local_rank_is_reported(tmp_path, env) -> None:
     """``mp.spawn`` sets no LOCAL_RANK: each rank serves on base + its global rank and says why."""
     environ, base = env
     environ = {k: v for k, v in environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
-    scrapes, _, output = run_loop(tmp_path, environ, base, "--steps", "3", "--spawn-ranks", "2",
-                                  "--store", str(tmp_path / "store"), ports=2)
+    scrapes, _, output = run_loop(
+        tmp_path, environ, base, "--steps", "3", "--spawn-ranks", "2", "--store", str(tmp_path / "store"), ports=2
+    )
     for rank in (0, 1):
         s = scrapes[rank]
         assert s.value(c.TRAIN_STEPS.name) == 3
@@ -165,8 +185,10 @@ def test_a_launcher_without_local_rank_is_reported(tmp_path, env) -> None:
 def test_nothing_happens_without_the_variable(tmp_path, subprocess_env) -> None:
     import subprocess
 
-    code = ("import sys, torch; print(sorted(m for m in sys.modules if m.startswith('observe')), "
-            "torch.optim.Optimizer.step.__name__)")
+    code = (
+        "import sys, torch; print(sorted(m for m in sys.modules if m.startswith('observe')), "
+        "torch.optim.Optimizer.step.__name__)"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True, timeout=60)
     assert done.stdout.startswith("[] "), done.stdout + done.stderr  # the .pth imported nothing of ours
 
@@ -175,8 +197,10 @@ def test_importing_torch_installs_the_hooks_and_nothing_heavy(env) -> None:
     import subprocess
 
     environ, _ = env
-    code = ("import sys, torch; from observe.training.inject import bootstrap; "
-            "print(bootstrap.hooks_installed, 'torch._dynamo' in sys.modules, 'prometheus_client' in sys.modules)")
+    code = (
+        "import sys, torch; from observe.training.inject import bootstrap; "
+        "print(bootstrap.hooks_installed, 'torch._dynamo' in sys.modules, 'prometheus_client' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["True", "False", "False"], done.stdout + done.stderr  # no endpoint before a step
 
@@ -188,8 +212,10 @@ def test_fsdp_observe_run_chains_to_the_sitecustomize_it_shadows(tmp_path, env) 
     (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIR_SITECUSTOMIZE'] = 'ran'\n")
     environ = {k: v for k, v in environ.items() if k != c.INSTRUMENT_ENV}  # fsdp-observe run sets it
     environ["PYTHONPATH"] = str(theirs)
-    code = ("import os, sys, torch; print(os.environ.get('THEIR_SITECUSTOMIZE'), sys.modules['sitecustomize'].__file__);"
-            "opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1); opt.step()")
+    code = (
+        "import os, sys, torch; print(os.environ.get('THEIR_SITECUSTOMIZE'), sys.modules['sitecustomize'].__file__);"
+        "opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1); opt.step()"
+    )
     run = start([*FSDP_OBSERVE, sys.executable, "-c", code], environ, tmp_path / "o.log")
     try:
         s = run.wait_finished([base])[base]
@@ -201,14 +227,23 @@ def test_fsdp_observe_run_chains_to_the_sitecustomize_it_shadows(tmp_path, env) 
 
 def test_python_flags_that_defeat_injection_are_said(tmp_path, env) -> None:
     assert python_flag_warnings(["python3", "-S", "x.py"]) == [
-        "python -S skips site: nothing can be instrumented in that process; drop -S"]
+        "python -S skips site: nothing can be instrumented in that process; drop -S"
+    ]
     assert python_flag_warnings(["torchrun", "-I", "x.py"]) == []
     assert python_flag_warnings(["python", "-u", "x.py", "-I"]) == []  # a flag of the script, not Python's
     environ, base = env
     # -I ignores PYTHONPATH, but this virtualenv has the .pth: still instrumented, and said so
-    run = start([*FSDP_OBSERVE, sys.executable, "-I", "-c",
-                 "import torch; o = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1); o.step()"],
-                environ, tmp_path / "o.log")
+    run = start(
+        [
+            *FSDP_OBSERVE,
+            sys.executable,
+            "-I",
+            "-c",
+            "import torch; o = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1); o.step()",
+        ],
+        environ,
+        tmp_path / "o.log",
+    )
     try:
         assert run.wait_finished([base])[base].value(c.TRAIN_STEPS.name) == 1
     finally:

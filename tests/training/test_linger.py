@@ -22,8 +22,15 @@ from observe.training.server import Served, serve
 @pytest.fixture
 def served():
     phases = PhaseClock("training")
-    metrics = TrainerMetrics({"run_id": "r", "rank": "0", "local_rank": "0", "node": "n"}, {}, 3, None, None,
-                             export_global=False, phases=phases)
+    metrics = TrainerMetrics(
+        {"run_id": "r", "rank": "0", "local_rank": "0", "node": "n"},
+        {},
+        3,
+        None,
+        None,
+        export_global=False,
+        phases=phases,
+    )
     s = serve(metrics, "127.0.0.1", 0)
     s.metrics, s.phases = metrics, phases  # type: ignore[attr-defined]
     yield s
@@ -66,7 +73,8 @@ def test_it_ends_once_every_recent_scraper_came_back(served: Served) -> None:
     assert waited == [2] and 0.5 < took < 3.0
     for samples in seen:  # both saw the end: the finished phase and the last step
         assert {(s.name, s.labels.get("phase")) for s in samples if s.name == c.TRAIN_PHASE.name and s.value == 1} == {
-            (c.TRAIN_PHASE.name, "finished")}
+            (c.TRAIN_PHASE.name, "finished")
+        }
         assert [s.value for s in samples if s.name == c.TRAIN_STEP.name] == [3]
 
 

@@ -17,17 +17,33 @@ REPO = Path(__file__).resolve().parents[2]
 PTH = REPO / "observe" / "training" / "inject" / PTH_NAME
 
 
-def test_the_wheel_ships_the_pth_at_the_root_the_sitecustomize_and_the_entry_point(tmp_path: Path,
-                                                                                    subprocess_env) -> None:
+def test_the_wheel_ships_the_pth_at_the_root_the_sitecustomize_and_the_entry_point(
+    tmp_path: Path, subprocess_env
+) -> None:
     tree = tmp_path / "src"
     tree.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, tree / name)
     for package in ("observe", "trainer"):
         shutil.copytree(REPO / package, tree / package, ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(tree),
-                           "-w", str(tmp_path / "dist")], capture_output=True, text=True, env=subprocess_env,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(tree),
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as z:
@@ -46,11 +62,14 @@ def test_the_pth_line_starts_the_bootstrap_only_under_the_variable(tmp_path: Pat
     site_dir = tmp_path / "site"
     site_dir.mkdir()
     shutil.copy(PTH, site_dir / "zz_copy.pth")
-    code = (f"import site, sys; site.addsitedir({str(site_dir)!r}); "
-            "print('observe.training.inject.bootstrap' in sys.modules)")
+    code = (
+        f"import site, sys; site.addsitedir({str(site_dir)!r}); "
+        "print('observe.training.inject.bootstrap' in sys.modules)"
+    )
     env = {k: v for k, v in subprocess_env.items() if k != "FSDP_OBSERVE_INSTRUMENT"}
     for value, expected in (("1", "True"), ("0", "False"), (None, "False")):
         environ = env if value is None else {**env, "FSDP_OBSERVE_INSTRUMENT": value}
-        done = subprocess.run([sys.executable, "-S", "-c", code], env=environ, capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-S", "-c", code], env=environ, capture_output=True, text=True, timeout=60
+        )
         assert done.stdout.strip() == expected, (value, done.stdout, done.stderr)

@@ -23,12 +23,15 @@ def test_the_environment_puts_the_injector_first_and_keeps_the_rest() -> None:
     assert sorted(p.name for p in SITE_DIR.iterdir() if p.suffix == ".py") == ["sitecustomize.py"]
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["run"], "error: fsdp-observe run: no command given; write the command after --"),
-    (["run", "--", "no-such-launcher-xyz"], "error: fsdp-observe run: command 'no-such-launcher-xyz' not found"),
-    (["run", "--port-base", "70000", "--", "true"], "error: --port-base: 70000 is not a TCP port"),
-    (["run", "--linger", "-1", "--", "true"], "error: --linger: must be 0 or more, got -1"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["run"], "error: fsdp-observe run: no command given; write the command after --"),
+        (["run", "--", "no-such-launcher-xyz"], "error: fsdp-observe run: command 'no-such-launcher-xyz' not found"),
+        (["run", "--port-base", "70000", "--", "true"], "error: --port-base: 70000 is not a TCP port"),
+        (["run", "--linger", "-1", "--", "true"], "error: --linger: must be 0 or more, got -1"),
+    ],
+)
 def test_mistakes_are_one_line(argv: list[str], line: str, capsys) -> None:
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -37,6 +40,11 @@ def test_mistakes_are_one_line(argv: list[str], line: str, capsys) -> None:
 
 def test_the_command_replaces_it_with_its_own_status(subprocess_env) -> None:
     code = "import os, sys; print(os.environ['FSDP_OBSERVE_INSTRUMENT']); sys.exit(7)"
-    done = subprocess.run([sys.executable, "-m", "observe.cli", "run", "--", sys.executable, "-c", code],
-                          env=subprocess_env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "observe.cli", "run", "--", sys.executable, "-c", code],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (done.returncode, done.stdout.strip()) == (7, "1")

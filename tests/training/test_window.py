@@ -55,8 +55,7 @@ def test_close_must_advance() -> None:
 
 def test_tokens_per_second_vector_8_ranks() -> None:
     """8 ranks x 4 sequences x 4096 tokens per 1.0 s step: 16,384/s per device, 131,072 global."""
-    per_rank = [WindowStats(steps=1, seconds=1.0, data_wait_seconds=0.0, labelled_tokens=4 * 4096)
-                for _ in range(8)]
+    per_rank = [WindowStats(steps=1, seconds=1.0, data_wait_seconds=0.0, labelled_tokens=4 * 4096) for _ in range(8)]
     assert per_rank[0].tokens_per_second == 16_384
     assert sum(w.tokens_per_second for w in per_rank) == 131_072
 

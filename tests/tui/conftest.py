@@ -29,5 +29,3 @@ def fleet() -> Iterator[RecordedFleet]:
 def anyio_backend() -> str:
     """Async tests here run on asyncio (anyio's pytest plugin, which httpx brings)."""
     return "asyncio"
-
-

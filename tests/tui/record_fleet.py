@@ -49,8 +49,11 @@ def record() -> None:
                 fake = FakeNvml(lib, tmp / f"{node}.conf")
                 fake.set(scenario.format(**pids))
                 args = ["--node", node, "--interval", "0.5", "--max-processes", "400"]
-                args += ["--kernel-log", str(CASES / "xid" / "kernel-log.txt")] if kernel_log else \
-                        ["--kernel-log", str(tmp / "empty.log")]
+                args += (
+                    ["--kernel-log", str(CASES / "xid" / "kernel-log.txt")]
+                    if kernel_log
+                    else ["--kernel-log", str(tmp / "empty.log")]
+                )
                 (tmp / "empty.log").touch()
                 agent = AgentProcess(args, fake.env(), tmp)
                 try:
@@ -61,8 +64,10 @@ def record() -> None:
                 keep = {s.pid for s in sleepers} | {p["pid"] for p in data["gpu_processes"]} | {agent.proc.pid}
                 data["processes"] = [p for p in data["processes"] if p["pid"] in keep]
                 (OUT / f"{node}.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-                print(f"recorded {node}: {len(data['gpus'])} GPUs, {len(data['processes'])} processes, "
-                      f"{len(data['xid_events'])} XID events")
+                print(
+                    f"recorded {node}: {len(data['gpus'])} GPUs, {len(data['processes'])} processes, "
+                    f"{len(data['xid_events'])} XID events"
+                )
         finally:
             for proc in sleepers:
                 proc.kill()

@@ -23,8 +23,11 @@ def main(argv: list[str]) -> int:
     out = Path(argv[0]) if argv else Path("/tmp/tui-png")
     out.mkdir(parents=True, exist_ok=True)
     for svg in sorted(SNAPSHOTS.rglob("*.svg")):
-        text = svg.read_text().replace('"Fira Code"', '"DejaVu Sans Mono"').replace("Fira Code, monospace",
-                                                                                     "DejaVu Sans Mono")
+        text = (
+            svg.read_text()
+            .replace('"Fira Code"', '"DejaVu Sans Mono"')
+            .replace("Fira Code, monospace", "DejaVu Sans Mono")
+        )
         target = out / (svg.stem + ".png")
         cairosvg.svg2png(bytestring=text.encode(), write_to=str(target), output_width=1800)
         print(target)

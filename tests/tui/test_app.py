@@ -115,7 +115,7 @@ async def test_filter_drill_down_and_back(fleet) -> None:
         assert len(rows(app)) == 6
         before = len(fleet.requests("gpu-node-2"))
         await until(pilot, lambda: len(fleet.requests("gpu-node-2")) > before + 1, what="more refreshes")
-        assert all("view=summary" in path for path in fleet.requests("gpu-node-2")[before + 1:])
+        assert all("view=summary" in path for path in fleet.requests("gpu-node-2")[before + 1 :])
 
 
 async def test_hostile_command_lines_are_shown_as_text(fleet) -> None:

@@ -18,8 +18,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_fanin_benchmark_runs_and_writes_its_json(tmp_path: Path) -> None:
     out = tmp_path / "tui_fanin.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tui_fanin.py"), "--nodes", "8", "--cycles", "1",
-                           "--out", str(out)], capture_output=True, text=True, timeout=240, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "tui_fanin.py"), "--nodes", "8", "--cycles", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "refresh wall med/max" in proc.stdout and "httpx CPU / ours" in proc.stdout
     (row,) = json.loads(out.read_text())["results"]
@@ -28,6 +33,7 @@ def test_the_fanin_benchmark_runs_and_writes_its_json(tmp_path: Path) -> None:
     assert row["grid_gpus_drawn"] == 64 and row["grid_nodes_ok_min"] == 8  # the GPU grid phase ran
     assert row["node_rss_bytes"] > 0 and row["node_rss_peak_bytes"] >= row["cluster_rss_bytes"] // 2
     assert "RSS (peak)" in proc.stdout and "switch (stall)" in proc.stdout
-    assert all(row[key] > 0 for key in ("grid_switch_ms", "node_switch_ms", "grid_back_switch_ms",
-                                        "node_again_switch_ms"))
+    assert all(
+        row[key] > 0 for key in ("grid_switch_ms", "node_switch_ms", "grid_back_switch_ms", "node_again_switch_ms")
+    )
     assert row["grid_back_switch_stall_ms_max"] >= 0 and "cluster_switch_ms" not in row

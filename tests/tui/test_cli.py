@@ -15,16 +15,22 @@ from observe.sources.direct import DirectSource
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    ([], "error: source: none given; pass --agent URL"),
-    (["--agent", "h:1", "--prometheus", "http://p:9090"], "error: --prometheus: cannot be combined with --agent"),
-    (["--agent", "h:99999"], "error: --agent: 'h:99999' is not an address; give host:port"),
-    (["--trainer", "ftp://h/metrics"], "error: --trainer: 'ftp://h/metrics' is not an address"),
-    (["--agents-file", "/no/such/file"], "error: --agents-file: cannot read /no/such/file (No such file or directory)"),
-    (["--agent", "h:1", "--namespace", "ml"], "error: --namespace: only applies with --kube"),
-    (["--agent", "h:1", "--interval", "0"], "error: --interval: 0 is out of range; give a value from 0.2 to 3600"),
-    (["--kube", "--kubeconfig", "/no/such/kubeconfig"], "error: kubeconfig: no kubeconfig at /no/such/kubeconfig"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "error: source: none given; pass --agent URL"),
+        (["--agent", "h:1", "--prometheus", "http://p:9090"], "error: --prometheus: cannot be combined with --agent"),
+        (["--agent", "h:99999"], "error: --agent: 'h:99999' is not an address; give host:port"),
+        (["--trainer", "ftp://h/metrics"], "error: --trainer: 'ftp://h/metrics' is not an address"),
+        (
+            ["--agents-file", "/no/such/file"],
+            "error: --agents-file: cannot read /no/such/file (No such file or directory)",
+        ),
+        (["--agent", "h:1", "--namespace", "ml"], "error: --namespace: only applies with --kube"),
+        (["--agent", "h:1", "--interval", "0"], "error: --interval: 0 is out of range; give a value from 0.2 to 3600"),
+        (["--kube", "--kubeconfig", "/no/such/kubeconfig"], "error: kubeconfig: no kubeconfig at /no/such/kubeconfig"),
+    ],
+)
 def test_mistakes_are_one_line_and_exit_2(argv: list[str], expected: str, capsys: pytest.CaptureFixture) -> None:
     assert cli_main(["top", *argv]) == 2
     err = capsys.readouterr().err
@@ -41,8 +47,11 @@ def test_an_empty_agents_file_is_refused(tmp_path: Path, capsys: pytest.CaptureF
 def test_agents_file_and_flags_make_one_direct_source(tmp_path: Path) -> None:
     path = tmp_path / "agents.txt"
     path.write_text("# rack 1\n10.0.0.1:9401\nhttp://10.0.0.2:9401/  # trailing comment\n")
-    source = make_source(build_parser().parse_args(["--agent", "10.0.0.3:9401", "--agents-file", str(path),
-                                                    "--trainer", "10.0.0.1:9500", "--concurrency", "8"]))
+    source = make_source(
+        build_parser().parse_args(
+            ["--agent", "10.0.0.3:9401", "--agents-file", str(path), "--trainer", "10.0.0.1:9500", "--concurrency", "8"]
+        )
+    )
     assert isinstance(source, DirectSource)
     assert [e.url for e in source.agents] == ["http://10.0.0.3:9401", "http://10.0.0.1:9401", "http://10.0.0.2:9401"]
     assert [e.url for e in source.trainers] == ["http://10.0.0.1:9500/metrics"]
@@ -50,8 +59,9 @@ def test_agents_file_and_flags_make_one_direct_source(tmp_path: Path) -> None:
 
 
 def test_top_is_a_subcommand_and_has_help() -> None:
-    proc = subprocess.run([sys.executable, "-m", "observe.cli", "top", "--help"], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "observe.cli", "top", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert proc.returncode == 0 and "--agents-file" in proc.stdout and "--prometheus" in proc.stdout
 
 

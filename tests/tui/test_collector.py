@@ -100,8 +100,10 @@ async def test_a_grid_redraws_a_few_rows_per_frame_after_new_data() -> None:
         grid.render_line = recording  # type: ignore[method-assign]
         grid._paint_rows = requesting  # type: ignore[method-assign]
         new = big_snapshot(4096)
-        new = dataclasses.replace(new, nodes=tuple(dataclasses.replace(n, gpu_util_ratios=tuple(
-            reversed(n.gpu_util_ratios))) for n in new.nodes))
+        new = dataclasses.replace(
+            new,
+            nodes=tuple(dataclasses.replace(n, gpu_util_ratios=tuple(reversed(n.gpu_util_ratios))) for n in new.nodes),
+        )
         app.show_snapshot(new)
         height = grid.size.height
         await until(pilot, lambda: height - 1 in {y for frame in drawn for y in frame}, what="the last row")

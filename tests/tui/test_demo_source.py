@@ -41,7 +41,8 @@ def test_a_source_that_follows_one_run_never_shows_another() -> None:
         nothing = asyncio.run(alone.cycle(None, 2.0))
         alone.close()
         assert nothing.runs == () and "someone-else" not in text(no_run_lines(nothing, 200)).replace(
-            "'someone-else'", "")  # named in the error only, never as the run
+            "'someone-else'", ""
+        )  # named in the error only, never as the run
     finally:
         fleet.close()
 
@@ -57,8 +58,7 @@ class _Empty:
     description = "1 agent, 2 trainer endpoints"
 
     async def cycle(self, focus, deadline) -> ClusterSnapshot:
-        return ClusterSnapshot(time_unix=1.0, source=self.description, errors=("trainer x: unreachable",),
-                               trainers=2)
+        return ClusterSnapshot(time_unix=1.0, source=self.description, errors=("trainer x: unreachable",), trainers=2)
 
     def close(self) -> None:
         pass
@@ -67,14 +67,18 @@ class _Empty:
 def test_a_training_that_exited_early_is_said_on_every_screen(tmp_path: Path) -> None:
     """Before: both ranks 'unreachable' indefinitely, no sign the demo's training had exited."""
     log = tmp_path / "train.log"
-    log.write_text("W0101 some torch warning\nerror: --metrics-port: port 9500 on 127.0.0.1 is already in use; "
-                   "stop what holds it\nTraceback (most recent call last):\n  ...\n")
+    log.write_text(
+        "W0101 some torch warning\nerror: --metrics-port: port 9500 on 127.0.0.1 is already in use; "
+        "stop what holds it\nTraceback (most recent call last):\n  ...\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(2)"])
     watch = demo.RunWatch(_Empty(), _Run(proc), log)  # type: ignore[arg-type]
     proc.wait()
     snapshot = asyncio.run(watch.cycle(None, 1.0))
-    assert snapshot.errors[0] == (f"training exited with status 2: error: --metrics-port: port 9500 on 127.0.0.1 is "
-                                  f"already in use; stop what holds it (all its output: {log})")
+    assert snapshot.errors[0] == (
+        f"training exited with status 2: error: --metrics-port: port 9500 on 127.0.0.1 is "
+        f"already in use; stop what holds it (all its output: {log})"
+    )
     assert snapshot.errors[1:] == ("trainer x: unreachable",)
     shown = text(no_run_lines(snapshot, 300))
     assert "the training process exited" in shown and "status 2: error: --metrics-port" in shown

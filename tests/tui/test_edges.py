@@ -74,9 +74,15 @@ async def test_cluster_screen_keeps_state_and_xid_at_small_sizes(size) -> None:
     await ctx.__aexit__(None, None, None)
 
 
-@pytest.mark.parametrize(("node", "gpus", "size"), [("p5-node-8gpu", 8, (80, 24)), ("p5-node-8gpu", 8, (120, 40)),
-                                                    ("gb200-node-16gpu", 16, (120, 40)),
-                                                    ("p5-node-8gpu", 8, (200, 50))])
+@pytest.mark.parametrize(
+    ("node", "gpus", "size"),
+    [
+        ("p5-node-8gpu", 8, (80, 24)),
+        ("p5-node-8gpu", 8, (120, 40)),
+        ("gb200-node-16gpu", 16, (120, 40)),
+        ("p5-node-8gpu", 8, (200, 50)),
+    ],
+)
 async def test_every_gpu_of_a_node_is_on_screen_with_the_command_column(node, gpus, size) -> None:
     app, pilot, ctx = await shown(fleet_snapshot(node), size, node)
     screen = app.screen
@@ -194,9 +200,10 @@ async def test_partial_figures_are_marked_on_the_cluster_and_node_screens() -> N
 async def test_a_finished_run_is_finished_even_after_its_ranks_stop_answering() -> None:
     fleet = RecordedFleet()
     try:
-        urls = [fleet.trainer(f"rank{r}", trainer_exposition(r, "gpu-node-1", uuid, 0.5, 0.02, step=200,
-                                                             phase="finished"))
-                for r, uuid in ((0, GPU0), (1, GPU1))]
+        urls = [
+            fleet.trainer(f"rank{r}", trainer_exposition(r, "gpu-node-1", uuid, 0.5, 0.02, step=200, phase="finished"))
+            for r, uuid in ((0, GPU0), (1, GPU1))
+        ]
         source = DirectSource([], [Endpoint(u) for u in urls], timeout=1.0)
         first = await source.cycle(None, 2.0)
         assert [r.shown_state for r in first.runs[0].ranks] == ["finished", "finished"]
@@ -223,8 +230,13 @@ async def test_the_run_screen_says_finished_with_the_final_figures() -> None:
 
 
 def _run(*seconds: float) -> RunStatus:
-    return RunStatus("r", tuple(RankStatus(rank=i, run_id="r", window_step_seconds=s, step=10, planned_steps=20)
-                                for i, s in enumerate(seconds)))
+    return RunStatus(
+        "r",
+        tuple(
+            RankStatus(rank=i, run_id="r", window_step_seconds=s, step=10, planned_steps=20)
+            for i, s in enumerate(seconds)
+        ),
+    )
 
 
 def test_no_straggler_mark_below_five_percent_and_bars_on_a_deviation_scale() -> None:
@@ -257,14 +269,18 @@ async def test_data_wait_is_a_share_of_the_step_as_in_the_trainer_log() -> None:
     await ctx.__aexit__(None, None, None)
 
 
-@pytest.mark.parametrize(("trainers", "errors", "expected"), [
-    (0, (), "no trainer endpoints"),
-    (2, ("trainer http://h:9500/metrics: unreachable: connection refused",), "2 trainer endpoints given"),
-    (None, (), "Prometheus has no fsdp_train_* series"),
-])
+@pytest.mark.parametrize(
+    ("trainers", "errors", "expected"),
+    [
+        (0, (), "no trainer endpoints"),
+        (2, ("trainer http://h:9500/metrics: unreachable: connection refused",), "2 trainer endpoints given"),
+        (None, (), "Prometheus has no fsdp_train_* series"),
+    ],
+)
 async def test_no_run_says_why(trainers, errors, expected) -> None:
-    app, pilot, ctx = await shown(ClusterSnapshot(time_unix=NOW, trainers=trainers, errors=errors), (120, 40),
-                                  keys=("2",))
+    app, pilot, ctx = await shown(
+        ClusterSnapshot(time_unix=NOW, trainers=trainers, errors=errors), (120, 40), keys=("2",)
+    )
     text = "\n".join(lines_text(app.screen.query_one("#run", Lines)))
     assert expected in text and ("give trainer endpoints" in text) == (trainers == 0)
     if errors:
@@ -295,27 +311,33 @@ def test_a_bad_agents_file_line_is_one_error_naming_the_line(tmp_path: Path, cap
     path.write_text("# rack 1\n10.0.0.1:9401\nnot a url at all\n")
     assert cli_main(["top", "--agents-file", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: --agents-file: {path} line 3: 'not a url at all' is not an address; give host:port or " \
-                  "http://host:port\n"
+    assert (
+        err == f"error: --agents-file: {path} line 3: 'not a url at all' is not an address; give host:port or "
+        "http://host:port\n"
+    )
 
 
 def test_status_messages_are_cut_at_word_boundaries_and_say_how_to_see_them() -> None:
-    error = ("listing agent pods in fsdp-observe: API server https://10.0.0.1:6443 unreachable (Max retries "
-             "exceeded with url: /api/v1/namespaces/fsdp-observe/pods)")
+    error = (
+        "listing agent pods in fsdp-observe: API server https://10.0.0.1:6443 unreachable (Max retries "
+        "exceeded with url: /api/v1/namespaces/fsdp-observe/pods)"
+    )
     (line,) = error_lines((error,), 80)
     text = "".join(t for t, _ in line)
     assert len(text) <= 80 and "(e: all 1 message)" in text
     kept = text.split("…")[0].removeprefix(" ! ")
     assert error.startswith(kept) and error[len(kept)] == " "  # the cut falls before a space
-    one = status_line(ClusterSnapshot(time_unix=NOW, nodes=(NodeStatus(name="a", source="a", state="ok"),)),
-                      "Cluster", 1.0, 80)
+    one = status_line(
+        ClusterSnapshot(time_unix=NOW, nodes=(NodeStatus(name="a", source="a", state="ok"),)), "Cluster", 1.0, 80
+    )
     assert "1 node " in "".join(t for t, _ in one) + " "
 
 
 async def test_e_shows_every_message_in_full() -> None:
     long = "trainer http://10.0.0.1:9500/metrics: unreachable: " + "a very long reason " * 8
-    app, pilot, ctx = await shown(ClusterSnapshot(time_unix=NOW, errors=(long, "second", "third", "fourth")),
-                                  (80, 24), keys=("e",))
+    app, pilot, ctx = await shown(
+        ClusterSnapshot(time_unix=NOW, errors=(long, "second", "third", "fourth")), (80, 24), keys=("e",)
+    )
     assert isinstance(app.screen, MessagesScreen)
     text = " ".join(lines_text(app.screen.query_one("#messages-lines", Lines)))
     assert "fourth" in text and " ".join(long.split()) in " ".join(text.replace("!", "").split())
@@ -330,8 +352,14 @@ async def test_ctrl_c_quits() -> None:
 
 
 def test_top_without_a_terminal_refuses_in_one_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "observe.cli", "top", "--agent", "127.0.0.1:9"],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "observe.cli", "top", "--agent", "127.0.0.1:9"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("error: terminal: stdout is not a terminal; ") and proc.stderr.count("\n") == 1
 
@@ -357,8 +385,9 @@ async def test_help_lists_every_key_a_footer_shows() -> None:
 
 
 def test_help_texts_have_no_restructuredtext_markup() -> None:
-    proc = subprocess.run([sys.executable, "-m", "observe.cli", "top", "--help"], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "observe.cli", "top", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert proc.returncode == 0 and "``" not in proc.stdout
     assert "Give exactly one kind of source" in " ".join(proc.stdout.split())
 

@@ -30,8 +30,10 @@ pytestmark = pytest.mark.anyio
 
 def every_node_in_full() -> ClusterSnapshot:
     """The recorded fleet with every node's whole snapshot (processes), as if each were focused."""
-    nodes = [node_status(name, f"http://10.0.0.{i + 1}:9401", recorded(name, NOW, age=0.4), NOW, keep=True)
-             for i, name in enumerate(NODES)]
+    nodes = [
+        node_status(name, f"http://10.0.0.{i + 1}:9401", recorded(name, NOW, age=0.4), NOW, keep=True)
+        for i, name in enumerate(NODES)
+    ]
     return ClusterSnapshot(time_unix=NOW, source="recorded", nodes=tuple(nodes))
 
 

@@ -16,14 +16,21 @@ NOW = 1_800_000_000.0
 def test_what_the_node_carries_in_one_line() -> None:
     assert k8s_health(None) == {}
     assert k8s_health(NodeHealth(condition_type="FsdpObserveGPUFault", taint_key="fsdp-observe.io/gpu-fault")) == {}
-    assert k8s_health(NodeHealth(condition_type="FsdpObserveGPUFault", status="True", reason="NodeReboot",
-                                 taint=TAINT)) == {
-        "k8s": "taint", "k8s_note": "tainted NodeReboot (fsdp-observe.io/gpu-fault:NoSchedule); condition "
-                                    "FsdpObserveGPUFault=NodeReboot"}
+    assert k8s_health(
+        NodeHealth(condition_type="FsdpObserveGPUFault", status="True", reason="NodeReboot", taint=TAINT)
+    ) == {
+        "k8s": "taint",
+        "k8s_note": "tainted NodeReboot (fsdp-observe.io/gpu-fault:NoSchedule); condition "
+        "FsdpObserveGPUFault=NodeReboot",
+    }
     assert k8s_health(NodeHealth(condition_type="FsdpObserveGPUFault", status="True", reason="GPUReset")) == {
-        "k8s": "fault", "k8s_note": "condition GPUReset (FsdpObserveGPUFault)"}
+        "k8s": "fault",
+        "k8s_note": "condition GPUReset (FsdpObserveGPUFault)",
+    }
     assert k8s_health(NodeHealth(error="PATCH nodes/n/status failed: 403 Forbidden")) == {
-        "k8s": "error", "k8s_note": "node health: PATCH nodes/n/status failed: 403 Forbidden"}
+        "k8s": "error",
+        "k8s_note": "node health: PATCH nodes/n/status failed: 403 Forbidden",
+    }
 
 
 def snapshot(**changes) -> NodeSnapshot:
@@ -33,15 +40,18 @@ def snapshot(**changes) -> NodeSnapshot:
 
 def test_the_cluster_note_says_the_most_urgent_first() -> None:
     base = snapshot()
-    stale = replace(base, gpus=tuple(replace(g, stale=True, utilization_ratio=None) if g.index in (1, 3) else g
-                                     for g in base.gpus))
+    stale = replace(
+        base, gpus=tuple(replace(g, stale=True, utilization_ratio=None) if g.index in (1, 3) else g for g in base.gpus)
+    )
     figures = node_figures(stale, NOW)
     assert (figures.gpus_stale, figures.stale_gpus, figures.util_gpus) == (2, (1, 3), 2)
     node = node_status("gpu-node-1", "http://a:9401", stale, NOW, keep=False)
     assert cluster._note(node) == "GPUs 1, 3: NVML reading stale (a driver call hangs)"
     assert cluster._note_style(node) == "warn"
-    tainted = replace(stale, node_health=NodeHealth(status="True", reason="NodeReboot", taint=TAINT,
-                                                    condition_type="FsdpObserveGPUFault"))
+    tainted = replace(
+        stale,
+        node_health=NodeHealth(status="True", reason="NodeReboot", taint=TAINT, condition_type="FsdpObserveGPUFault"),
+    )
     node = node_status("gpu-node-1", "http://a:9401", tainted, NOW, keep=False)
     assert cluster._note(node).startswith("tainted NodeReboot") and cluster._note_style(node) == "bad"
     (k8s,) = [c for c in cluster.COLUMNS if c.key == "k8s"]

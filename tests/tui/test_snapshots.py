@@ -83,8 +83,15 @@ def test_screen(snap_compare, pinned, name: str, size: str) -> None:
     assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
 
 
-@pytest.mark.parametrize("name,keys", [("node_8gpu_detailed", ("c",)), ("grid_temperature", ("m", "m")),
-                                       ("sort_menu", ("s",)), ("help", ("question_mark",))])
+@pytest.mark.parametrize(
+    "name,keys",
+    [
+        ("node_8gpu_detailed", ("c",)),
+        ("grid_temperature", ("m", "m")),
+        ("sort_menu", ("s",)),
+        ("help", ("question_mark",)),
+    ],
+)
 def test_screen_after_keys(snap_compare, pinned, name: str, keys: tuple[str, ...]) -> None:
     if name.startswith("node"):
         app, run_before = scene(fleet_snapshot("p5-node-8gpu"), "p5-node-8gpu", keys)

@@ -110,8 +110,12 @@ def test_keep_alive_content_length_chunked_gzip_and_close_delimited() -> None:
 
 
 def test_errors_are_typed_and_the_connection_is_not_reused_after_them() -> None:
-    replies = {"/404": b"HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n", "/slow": 1.0,
-               "/junk": b"SSH-2.0-OpenSSH\r\n\r\n", "/ok": ok(b"fine")}
+    replies = {
+        "/404": b"HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n",
+        "/slow": 1.0,
+        "/junk": b"SSH-2.0-OpenSSH\r\n\r\n",
+        "/ok": ok(b"fine"),
+    }
     results, _ = fetch(replies, "/404", "/slow", "/ok", "/junk", "/ok", timeout=0.3)
     assert [getattr(r, "kind", r) for r in results] == ["malformed", "slow", b"fine", "malformed", b"fine"]
     assert str(results[0]) == "HTTP 404: not found" and "within 0.3 s" in str(results[1])
@@ -202,7 +206,9 @@ def test_trainer_endpoints_become_ranks_and_failures_are_reported() -> None:
         (run,) = snapshot.runs
         assert run.run_id == "llama-ft-7" and [r.rank for r in run.ranks] == [0]
         assert run.ranks[0].gpu_uuid == GPU0 and run.ranks[0].node == "gpu-node-1"
-        assert any("malformed" in e for e in snapshot.errors) and any("connection refused" in e for e in snapshot.errors)
+        assert any("malformed" in e for e in snapshot.errors) and any(
+            "connection refused" in e for e in snapshot.errors
+        )
     finally:
         fleet.close()
 
@@ -231,11 +237,20 @@ def test_xids_of_the_last_hour_and_their_worst_severity() -> None:
 
 def test_run_aggregates_straggler_and_eta() -> None:
     def rank(n: int, seconds: float | None, step: float = 100, **kw) -> RankStatus:
-        return RankStatus(rank=n, run_id="r", node=f"node-{n}", window_step_seconds=seconds, step=step,
-                          planned_steps=200, **kw)
+        return RankStatus(
+            rank=n, run_id="r", node=f"node-{n}", window_step_seconds=seconds, step=step, planned_steps=200, **kw
+        )
 
-    run = RunStatus("r", (rank(0, 1.0, global_tokens_per_second=5000.0, mfu_ratio=0.4), rank(1, 1.0),
-                          rank(2, 1.3, step=98, mfu_ratio=0.2), rank(3, 1.0)), seconds_per_step=1.25)
+    run = RunStatus(
+        "r",
+        (
+            rank(0, 1.0, global_tokens_per_second=5000.0, mfu_ratio=0.4),
+            rank(1, 1.0),
+            rank(2, 1.3, step=98, mfu_ratio=0.2),
+            rank(3, 1.0),
+        ),
+        seconds_per_step=1.25,
+    )
     assert run.step == 98 and run.step_seconds == 1.3 and run.eta_seconds == pytest.approx(102 * 1.25)
     assert replace(run, seconds_per_step=None).eta_seconds is None  # never the window's step time
     assert run.global_tokens_per_second == 5000.0 and run.mfu_ratio == pytest.approx(0.3)
@@ -259,7 +274,7 @@ def test_trainer_exposition_parses_to_one_rank_with_its_labels() -> None:
     assert r.window_step_seconds == pytest.approx(0.6) and r.data_wait_ratio == pytest.approx(0.15)
     assert r.global_tokens_per_second is None  # exported by rank 0 only
     with pytest.raises(ValueError):
-        parse_exposition("fsdp_train_step{rank=\"0\" 12\n")
+        parse_exposition('fsdp_train_step{rank="0" 12\n')
 
 
 def test_node_status_keeps_the_snapshot_only_in_focus() -> None:
@@ -273,8 +288,13 @@ def test_xid_event_order_across_nodes() -> None:
     from observe.sources.view import ClusterSnapshot
 
     def node(name: str, *times: float) -> NodeStatus:
-        return NodeStatus(name=name, source=name, xid_events=tuple(
-            XidEvent(xid=13, name="x", severity="application", action="a", node=name, time_unix=t) for t in times))
+        return NodeStatus(
+            name=name,
+            source=name,
+            xid_events=tuple(
+                XidEvent(xid=13, name="x", severity="application", action="a", node=name, time_unix=t) for t in times
+            ),
+        )
 
     snap = ClusterSnapshot(time_unix=NOW, nodes=(node("a", 1.0, 5.0), node("b", 3.0)))
     assert [(x.node, x.time_unix) for x in snap.xid_events()] == [("a", 5.0), ("b", 3.0), ("a", 1.0)]
@@ -287,17 +307,24 @@ def test_the_eta_leaves_the_warm_up_out() -> None:
     from observe.sources.direct import StepRate, build_runs
 
     def seen(step: int, ended: float) -> RankStatus:  # the step-1 window still shows step 1's 2.2 s
-        return RankStatus(rank=0, run_id="r", step=step, planned_steps=200, window_step_seconds=2.2,
-                          last_step_unix=ended, phase="training")
+        return RankStatus(
+            rank=0,
+            run_id="r",
+            step=step,
+            planned_steps=200,
+            window_step_seconds=2.2,
+            last_step_unix=ended,
+            phase="training",
+        )
 
     history, rates = LossHistory(), StepRate()
-    first, = build_runs([seen(1, 1000.0)], history, rates)
+    (first,) = build_runs([seen(1, 1000.0)], history, rates)
     assert first.eta_seconds is None  # one step seen: no pace yet, rather than 199 x 2.2 s
-    later, = build_runs([seen(7, 1004.8)], history, rates)  # six steps of 0.8 s
+    (later,) = build_runs([seen(7, 1004.8)], history, rates)  # six steps of 0.8 s
     assert later.seconds_per_step == pytest.approx(0.8) and later.eta_seconds == pytest.approx(193 * 0.8)
-    again, = build_runs([seen(7, 1004.8)], history, rates)  # a refresh without progress keeps the pace
+    (again,) = build_runs([seen(7, 1004.8)], history, rates)  # a refresh without progress keeps the pace
     assert again.eta_seconds == pytest.approx(193 * 0.8)
-    restarted, = build_runs([seen(5, 1100.0)], history, rates)  # resumed from an older checkpoint: start over
+    (restarted,) = build_runs([seen(5, 1100.0)], history, rates)  # resumed from an older checkpoint: start over
     assert restarted.eta_seconds is None
 
 

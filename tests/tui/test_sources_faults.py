@@ -20,6 +20,7 @@ def snapshot_json(node: str = "n1") -> bytes:
 
 async def serve(parts: list[bytes], pause: float = 0.05) -> tuple[asyncio.base_events.Server, int]:
     """A server answering every connection with ``parts``, ``pause`` seconds apart, then closing."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         for i, part in enumerate(parts):
@@ -37,8 +38,9 @@ def test_an_http_1_0_body_without_content_length_is_read_to_the_end() -> None:
     body = snapshot_json()
 
     async def main() -> bytes:
-        server, port = await serve([b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body[:40],
-                                    body[40:]])
+        server, port = await serve(
+            [b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body[:40], body[40:]]
+        )
         fetcher = HttpFetcher(timeout=3)
         try:
             return await fetcher.get(f"http://127.0.0.1:{port}/snapshot")

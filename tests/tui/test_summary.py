@@ -37,10 +37,15 @@ def test_the_fast_path_gives_the_same_status(index: int) -> None:
     assert fast.xid_events == slow.xid_events and fast.notices == slow.notices
 
 
-@pytest.mark.parametrize(("body", "reason"), [(b'{"schema_version": 2}', "schema_version 2 is not 1"),
-                                              (b'{"schema_version": 1, "gpus": "lots"', "Expecting"),
-                                              (b'{"schema_version": 1, "time_unix": 1}', "wrong shape"),
-                                              (b'[1, 2]', "schema_version None")])
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"schema_version": 2}', "schema_version 2 is not 1"),
+        (b'{"schema_version": 1, "gpus": "lots"', "Expecting"),
+        (b'{"schema_version": 1, "time_unix": 1}', "wrong shape"),
+        (b"[1, 2]", "schema_version None"),
+    ],
+)
 def test_bad_answers_are_malformed_on_both_paths(body: bytes, reason: str) -> None:
     previous = NodeStatus(name="n", source="u")
     for keep in (False, True):
@@ -48,11 +53,14 @@ def test_bad_answers_are_malformed_on_both_paths(body: bytes, reason: str) -> No
         assert status.state == "malformed" and reason in status.error
 
 
-@pytest.mark.parametrize(("text", "orjson_refuses"), [
-    ('{"a": NaN, "b": [Infinity, -Infinity]}', True),
-    ('{"a": 1.5, "b": "ü", "c": [null, true]}', False),
-    ('{"big": 18446744073709551615, "small": -9223372036854775808}', False),
-])
+@pytest.mark.parametrize(
+    ("text", "orjson_refuses"),
+    [
+        ('{"a": NaN, "b": [Infinity, -Infinity]}', True),
+        ('{"a": 1.5, "b": "ü", "c": [null, true]}', False),
+        ('{"big": 18446744073709551615, "small": -9223372036854775808}', False),
+    ],
+)
 def test_loads_reads_what_pythons_encoder_writes(text: str, orjson_refuses: bool) -> None:
     import contextlib
     import json

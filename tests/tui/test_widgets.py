@@ -34,11 +34,21 @@ def test_sparklines_scale_and_leave_gaps_for_unknown_values() -> None:
 
 
 def test_formats() -> None:
-    assert (fmt.pct(None), fmt.pct(0.456), fmt.size(None), fmt.size(1536), fmt.size(80 << 30)) == \
-           ("N/A", "46%", "N/A", "1.5K", "80.0G")
+    assert (fmt.pct(None), fmt.pct(0.456), fmt.size(None), fmt.size(1536), fmt.size(80 << 30)) == (
+        "N/A",
+        "46%",
+        "N/A",
+        "1.5K",
+        "80.0G",
+    )
     assert (fmt.duration(59), fmt.duration(3725), fmt.duration(90061)) == ("59s", "1h02m", "1d01h")
     assert (fmt.cpu_time(61.5), fmt.cpu_time(3 * 3600 + 65)) == ("1:01.50", "3h01:05")
-    assert (fmt.step_time(0.25), fmt.step_time(1.5), fmt.age(None), fmt.age(0.2)) == ("250 ms", "1.50 s", "never", "now")
+    assert (fmt.step_time(0.25), fmt.step_time(1.5), fmt.age(None), fmt.age(0.2)) == (
+        "250 ms",
+        "1.50 s",
+        "never",
+        "now",
+    )
     assert fmt.one_line("a\nb\x1b[31m", 80) == "a\\x0ab\\x1b[31m" and fmt.one_line("abcdef", 4) == "abc…"
 
 

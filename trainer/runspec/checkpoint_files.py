@@ -136,22 +136,32 @@ class TrainerState:
         try:
             data = json.loads((path / STATE_FILE).read_text())
         except FileNotFoundError:
-            raise UserError("--resume", f"{str(path)!r} is not a complete checkpoint (no {STATE_FILE})",
-                              "pass a step-NNNNNNNN directory whose save finished, or --resume auto") from None
+            raise UserError(
+                "--resume",
+                f"{str(path)!r} is not a complete checkpoint (no {STATE_FILE})",
+                "pass a step-NNNNNNNN directory whose save finished, or --resume auto",
+            ) from None
         except (OSError, ValueError) as exc:
-            raise UserError("--resume", f"cannot read {path / STATE_FILE}: {exc}",
-                              "pass another checkpoint or --resume never") from None
+            raise UserError(
+                "--resume", f"cannot read {path / STATE_FILE}: {exc}", "pass another checkpoint or --resume never"
+            ) from None
         if data.get("format") != FORMAT_VERSION:
-            raise UserError("--resume", f"{path} has checkpoint format {data.get('format')!r}, this "
-                              f"trainer reads {FORMAT_VERSION}", "resume with the trainer that wrote it")
+            raise UserError(
+                "--resume",
+                f"{path} has checkpoint format {data.get('format')!r}, this trainer reads {FORMAT_VERSION}",
+                "resume with the trainer that wrote it",
+            )
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def file_sizes(path: Path) -> dict[str, int]:
     """Name -> size of the files in checkpoint directory ``path`` (``trainer.json`` and temporaries aside)."""
-    return {p.name: p.stat().st_size for p in sorted(path.iterdir())
-            if p.is_file() and p.name != STATE_FILE and not p.name.endswith(".tmp")}
+    return {
+        p.name: p.stat().st_size
+        for p in sorted(path.iterdir())
+        if p.is_file() and p.name != STATE_FILE and not p.name.endswith(".tmp")
+    }
 
 
 def _mb(n: int) -> str:
@@ -183,8 +193,7 @@ def damage(path: Path) -> str | None:
     return f"{empty[0]} is empty" if empty else None
 
 
-def resume_candidates(root: str | Path,
-                      on_damaged: Callable[[Path, str], None] | None = None) -> list[Path]:
+def resume_candidates(root: str | Path, on_damaged: Callable[[Path, str], None] | None = None) -> list[Path]:
     """Complete, undamaged checkpoints under ``root``, newest first (what ``--resume auto`` tries).
 
     Args:
@@ -232,16 +241,21 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
         if have is None:
             continue
         if saved.get(key) != have:
-            resharded = ", --resume-any-world-size to continue it resharded (not bit-exact)," if key == "world_size" \
-                else ""
-            raise UserError(flag, f"checkpoint {path.name} was written with {key} {saved.get(key)!r}, this run "
-                              f"has {have!r}, so it cannot continue exactly",
-                            f"use the checkpoint's value ({saved.get(key)!r}) to continue that run{resharded} or a "
-                            "new --checkpoint-dir to start another")
+            resharded = (
+                ", --resume-any-world-size to continue it resharded (not bit-exact)," if key == "world_size" else ""
+            )
+            raise UserError(
+                flag,
+                f"checkpoint {path.name} was written with {key} {saved.get(key)!r}, this run "
+                f"has {have!r}, so it cannot continue exactly",
+                f"use the checkpoint's value ({saved.get(key)!r}) to continue that run{resharded} or a "
+                "new --checkpoint-dir to start another",
+            )
 
 
-def resolve_resume(checkpoint_dir: str | None, resume: str,
-                   on_damaged: Callable[[Path, str], None] | None = None) -> Path | None:
+def resolve_resume(
+    checkpoint_dir: str | None, resume: str, on_damaged: Callable[[Path, str], None] | None = None
+) -> Path | None:
     """The checkpoint to resume from, per ``--resume``.
 
     Args:
@@ -259,19 +273,31 @@ def resolve_resume(checkpoint_dir: str | None, resume: str,
         candidates = resume_candidates(checkpoint_dir, on_damaged) if checkpoint_dir else []
         if not candidates and resume == "latest":
             where = repr(checkpoint_dir) if checkpoint_dir else "(no --checkpoint-dir given)"
-            raise UserError("--resume", f"no complete checkpoint in {where}",
-                              "pass --checkpoint-dir holding step-* checkpoints, or --resume auto")
+            raise UserError(
+                "--resume",
+                f"no complete checkpoint in {where}",
+                "pass --checkpoint-dir holding step-* checkpoints, or --resume auto",
+            )
         return candidates[0] if candidates else None
     path = Path(resume)
     if not path.is_dir():
-        raise UserError("--resume", f"{resume!r} is not a checkpoint directory",
-                          "pass a step-NNNNNNNN directory, or auto, latest or never")
+        raise UserError(
+            "--resume",
+            f"{resume!r} is not a checkpoint directory",
+            "pass a step-NNNNNNNN directory, or auto, latest or never",
+        )
     if not is_complete(path):
-        raise UserError("--resume", f"{resume!r} is not a complete checkpoint (no {STATE_FILE})",
-                          "pass a checkpoint whose save finished, or --resume auto")
+        raise UserError(
+            "--resume",
+            f"{resume!r} is not a complete checkpoint (no {STATE_FILE})",
+            "pass a checkpoint whose save finished, or --resume auto",
+        )
     if (why := damage(path)) is not None:
-        raise UserError("--resume", f"checkpoint {resume!r} is damaged: {why}",
-                          "pass an older checkpoint, or --resume auto to take the newest undamaged one")
+        raise UserError(
+            "--resume",
+            f"checkpoint {resume!r} is damaged: {why}",
+            "pass an older checkpoint, or --resume auto to take the newest undamaged one",
+        )
     return path
 
 

@@ -64,13 +64,21 @@ class ModelConfig:
         tokenizer: a local Hugging Face tokenizer directory; ``None`` uses the byte tokenizer.
     """
 
-    preset: str = field(default="tiny", metadata=flag(
-        "--preset", f"model shape with random weights: {', '.join(PRESETS)}", metavar="NAME"))
-    path: str | None = field(default=None, metadata=flag(
-        "--model", "local save_pretrained directory with safetensors, loaded shard by shard (overrides --preset)",
-        metavar="PATH"))
-    tokenizer: str | None = field(default=None, metadata=flag(
-        "--tokenizer", "local Hugging Face tokenizer", metavar="PATH", default_text="bytes"))
+    preset: str = field(
+        default="tiny",
+        metadata=flag("--preset", f"model shape with random weights: {', '.join(PRESETS)}", metavar="NAME"),
+    )
+    path: str | None = field(
+        default=None,
+        metadata=flag(
+            "--model",
+            "local save_pretrained directory with safetensors, loaded shard by shard (overrides --preset)",
+            metavar="PATH",
+        ),
+    )
+    tokenizer: str | None = field(
+        default=None, metadata=flag("--tokenizer", "local Hugging Face tokenizer", metavar="PATH", default_text="bytes")
+    )
 
     @property
     def name(self) -> str:
@@ -100,9 +108,16 @@ class DataConfig:
         batch_size: sequences per rank per step.
     """
 
-    paths: list[str] = field(default_factory=list, metadata=flag(
-        "--data", ".txt/.md/.py/.jsonl files or globs", nargs="+", metavar="FILE_OR_GLOB",
-        default_text="the Python standard library's sources"))
+    paths: list[str] = field(
+        default_factory=list,
+        metadata=flag(
+            "--data",
+            ".txt/.md/.py/.jsonl files or globs",
+            nargs="+",
+            metavar="FILE_OR_GLOB",
+            default_text="the Python standard library's sources",
+        ),
+    )
     seq_len: int = field(default=256, metadata=flag("--seq-len", "tokens per sequence", metavar="N"))
     batch_size: int = field(default=8, metadata=flag("--batch-size", "sequences per rank per step", metavar="N"))
 
@@ -116,15 +131,22 @@ class OptimConfig:
     """
 
     lr: float = field(default=1e-3, metadata=flag("--lr", "peak learning rate"))
-    warmup_steps: int = field(default=10, metadata=flag("--warmup-steps", "steps of linear learning-rate warm-up",
-                                                        metavar="N"))
-    min_lr_ratio: float = field(default=0.1, metadata=flag(
-        "--min-lr-ratio", "the cosine decay ends at this share of --lr"))
+    warmup_steps: int = field(
+        default=10, metadata=flag("--warmup-steps", "steps of linear learning-rate warm-up", metavar="N")
+    )
+    min_lr_ratio: float = field(
+        default=0.1, metadata=flag("--min-lr-ratio", "the cosine decay ends at this share of --lr")
+    )
     weight_decay: float = field(default=0.1, metadata=flag("--weight-decay", "AdamW weight decay"))
     grad_clip: float = field(default=1.0, metadata=flag("--grad-clip", "clip the gradient norm to this"))
-    grad_accum_steps: int = field(default=1, metadata=flag(
-        "--grad-accum-steps", "micro-batches per optimizer step (global batch = K x batch size x ranks)",
-        metavar="K"))
+    grad_accum_steps: int = field(
+        default=1,
+        metadata=flag(
+            "--grad-accum-steps",
+            "micro-batches per optimizer step (global batch = K x batch size x ranks)",
+            metavar="K",
+        ),
+    )
 
 
 @dataclass
@@ -143,20 +165,36 @@ class ParallelConfig:
             N-1, 2N-1, ... counted from 0, i.e. every N-th layer).
     """
 
-    sharding_strategy: str = field(default="FULL_SHARD", metadata=flag(
-        "--sharding-strategy", ", ".join(SHARDING_STRATEGIES), metavar="STRATEGY", parse=str.upper))
-    mixed_precision: str = field(default="bf16", metadata=flag(
-        "--mixed-precision", ", ".join(MIXED_PRECISION), metavar="POLICY"))
+    sharding_strategy: str = field(
+        default="FULL_SHARD",
+        metadata=flag("--sharding-strategy", ", ".join(SHARDING_STRATEGIES), metavar="STRATEGY", parse=str.upper),
+    )
+    mixed_precision: str = field(
+        default="bf16", metadata=flag("--mixed-precision", ", ".join(MIXED_PRECISION), metavar="POLICY")
+    )
     device: str = field(default="auto", metadata=flag("--device", "auto, cpu or cuda"))
     backend: str = field(default="auto", metadata=flag("--backend", "auto (nccl on CUDA, gloo on CPU), gloo, nccl"))
-    replicate_degree: int | None = field(default=None, metadata=flag(
-        "--replicate-degree", "HYBRID_SHARD: replica groups", metavar="R", default_text="nodes"))
-    shard_degree: int | None = field(default=None, metadata=flag(
-        "--shard-degree", "HYBRID_SHARD: ranks each replica is sharded over", metavar="S",
-        default_text="ranks per node"))
-    activation_checkpointing: str = field(default="none", metadata=flag(
-        "--activation-checkpointing", "recompute activations in backward: no layer, every decoder layer, or "
-        "every N-th", metavar="none|full|every-N"))
+    replicate_degree: int | None = field(
+        default=None,
+        metadata=flag("--replicate-degree", "HYBRID_SHARD: replica groups", metavar="R", default_text="nodes"),
+    )
+    shard_degree: int | None = field(
+        default=None,
+        metadata=flag(
+            "--shard-degree",
+            "HYBRID_SHARD: ranks each replica is sharded over",
+            metavar="S",
+            default_text="ranks per node",
+        ),
+    )
+    activation_checkpointing: str = field(
+        default="none",
+        metadata=flag(
+            "--activation-checkpointing",
+            "recompute activations in backward: no layer, every decoder layer, or every N-th",
+            metavar="none|full|every-N",
+        ),
+    )
 
     def checkpoint_every(self) -> int:
         """Every how many decoder layers one is checkpointed: 0 none, 1 full, N for ``every-N``.
@@ -172,8 +210,11 @@ class ParallelConfig:
         n = value.removeprefix("every-")
         if value.startswith("every-") and n.isdigit() and int(n) >= 1:
             return int(n)
-        raise UserError("--activation-checkpointing", f"unknown setting {value!r}",
-                          "choose none, full, or every-N with N >= 1 (every N-th decoder layer)")
+        raise UserError(
+            "--activation-checkpointing",
+            f"unknown setting {value!r}",
+            "choose none, full, or every-N with N >= 1 (every N-th decoder layer)",
+        )
 
     def mesh_shape(self, world_size: int, local_world_size: int) -> tuple[int, ...]:
         """The device mesh of the strategy (torch-free, so the launcher can check it first).
@@ -189,9 +230,11 @@ class ParallelConfig:
         r, s = self.replicate_degree, self.shard_degree
         for name, value in (("--replicate-degree", r), ("--shard-degree", s)):
             if value is not None and self.sharding_strategy != "HYBRID_SHARD":
-                raise UserError(name, f"only HYBRID_SHARD uses a (replicate, shard) mesh, "
-                                f"the strategy is {self.sharding_strategy}",
-                                f"drop {name} or pass --sharding-strategy HYBRID_SHARD")
+                raise UserError(
+                    name,
+                    f"only HYBRID_SHARD uses a (replicate, shard) mesh, the strategy is {self.sharding_strategy}",
+                    f"drop {name} or pass --sharding-strategy HYBRID_SHARD",
+                )
             if value is not None and value < 1:
                 raise UserError(name, f"must be positive, got {value}", f"pass {name} 1 or more")
         if self.sharding_strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
@@ -200,20 +243,28 @@ class ParallelConfig:
             return (world_size, 1)
         if r is None and s is None:
             if world_size % local_world_size:
-                raise UserError("--sharding-strategy", f"HYBRID_SHARD needs the world size ({world_size}) "
-                                  f"to be a multiple of ranks per node ({local_world_size})",
-                                  "use the same number of ranks on every node, or pass --shard-degree")
+                raise UserError(
+                    "--sharding-strategy",
+                    f"HYBRID_SHARD needs the world size ({world_size}) "
+                    f"to be a multiple of ranks per node ({local_world_size})",
+                    "use the same number of ranks on every node, or pass --shard-degree",
+                )
             r, s = world_size // local_world_size, local_world_size
         elif r is None and s is not None:
             r = world_size // s if world_size % s == 0 else None
         elif s is None and r is not None:
             s = world_size // r if world_size % r == 0 else None
         if r is None or s is None or r * s != world_size:
-            given = " x ".join(f"{f} {v}" for f, v in (("--replicate-degree", self.replicate_degree),
-                                                      ("--shard-degree", self.shard_degree)) if v is not None)
-            raise UserError("--replicate-degree" if self.replicate_degree is not None else "--shard-degree",
-                              f"{given} does not fit the world size {world_size}",
-                              "pass degrees whose product is the number of ranks")
+            given = " x ".join(
+                f"{f} {v}"
+                for f, v in (("--replicate-degree", self.replicate_degree), ("--shard-degree", self.shard_degree))
+                if v is not None
+            )
+            raise UserError(
+                "--replicate-degree" if self.replicate_degree is not None else "--shard-degree",
+                f"{given} does not fit the world size {world_size}",
+                "pass degrees whose product is the number of ranks",
+            )
         return (r, s)
 
 
@@ -235,23 +286,49 @@ class MetricsConfig:
         run_id: the ``run_id`` label; default: torchrun's ``--rdzv-id`` when set, else a new id.
     """
 
-    enabled: bool = field(default=True, metadata=flag(
-        "--metrics", "serve /metrics on every rank", metavar="on|off", parse=_on_off,
-        format=lambda on: "on" if on else "off"))
-    port_base: int = field(default=TRAINER_PORT_BASE, metadata=flag(
-        "--metrics-port", "base port; each rank serves on base + LOCAL_RANK", metavar="PORT"))
-    address: str = field(default="0.0.0.0", metadata=flag("--metrics-address", "bind address of /metrics",
-                                                          metavar="ADDRESS"))
-    linger_seconds: float | None = field(default=None, metadata=flag(
-        "--metrics-linger", "after the last step keep serving /metrics this long (0: stop at once)", metavar="SECONDS",
-        default_text=f"until every scraper of the last {DEFAULT_LINGER_SECONDS:g} s has scraped the end once more, at "
-        f"most {DEFAULT_LINGER_SECONDS:g} s"))
+    enabled: bool = field(
+        default=True,
+        metadata=flag(
+            "--metrics",
+            "serve /metrics on every rank",
+            metavar="on|off",
+            parse=_on_off,
+            format=lambda on: "on" if on else "off",
+        ),
+    )
+    port_base: int = field(
+        default=TRAINER_PORT_BASE,
+        metadata=flag("--metrics-port", "base port; each rank serves on base + LOCAL_RANK", metavar="PORT"),
+    )
+    address: str = field(
+        default="0.0.0.0", metadata=flag("--metrics-address", "bind address of /metrics", metavar="ADDRESS")
+    )
+    linger_seconds: float | None = field(
+        default=None,
+        metadata=flag(
+            "--metrics-linger",
+            "after the last step keep serving /metrics this long (0: stop at once)",
+            metavar="SECONDS",
+            default_text=(
+                f"until every scraper of the last {DEFAULT_LINGER_SECONDS:g} s has scraped the end once more, "
+                f"at most {DEFAULT_LINGER_SECONDS:g} s"
+            ),
+        ),
+    )
     log_every: int = field(default=10, metadata=flag("--log-every", "steps per log window", metavar="N"))
-    log_json: str | None = field(default=None, metadata=flag(
-        "--log-json", "rank 0 appends one JSON object per log window", metavar="FILE"))
-    run_id: str | None = field(default=None, metadata=flag(
-        "--run-id", "run_id label", metavar="ID", env=RUN_ID_ENV,
-        default_text=f"${RUN_ID_ENV}, else torchrun's --rdzv-id, else generated"))
+    log_json: str | None = field(
+        default=None, metadata=flag("--log-json", "rank 0 appends one JSON object per log window", metavar="FILE")
+    )
+    run_id: str | None = field(
+        default=None,
+        metadata=flag(
+            "--run-id",
+            "run_id label",
+            metavar="ID",
+            env=RUN_ID_ENV,
+            default_text=f"${RUN_ID_ENV}, else torchrun's --rdzv-id, else generated",
+        ),
+    )
 
 
 @dataclass
@@ -275,21 +352,41 @@ class CheckpointConfig:
             Off: such a checkpoint is refused, naming ``--nproc-per-node``.
     """
 
-    dir: str | None = field(default=None, metadata=flag(
-        "--checkpoint-dir", "sharded checkpoints go to DIR/step-NNNNNNNN", metavar="DIR"))
-    every: int = field(default=0, metadata=flag(
-        "--checkpoint-every", "save every N steps; 0: at the end and on SIGTERM only", metavar="N"))
+    dir: str | None = field(
+        default=None, metadata=flag("--checkpoint-dir", "sharded checkpoints go to DIR/step-NNNNNNNN", metavar="DIR")
+    )
+    every: int = field(
+        default=0,
+        metadata=flag("--checkpoint-every", "save every N steps; 0: at the end and on SIGTERM only", metavar="N"),
+    )
     keep: int = field(default=2, metadata=flag("--keep-checkpoints", "complete checkpoints kept", metavar="K"))
-    resume: str = field(default="auto", metadata=flag(
-        "--resume", "auto: continue from the newest complete checkpoint in --checkpoint-dir if any; --resume "
-        "alone: the same, but one must exist; never; or one checkpoint directory", nargs="?", const="latest",
-        metavar="auto|latest|never|PATH"))
-    sigterm_grace: float = field(default=25.0, metadata=flag(
-        "--sigterm-grace", "on SIGTERM save and exit within this time (keep it below torchrun's "
-        "--shutdown-timeout)", metavar="SECONDS"))
-    any_world_size: bool = field(default=False, metadata=flag(
-        "--resume-any-world-size", "resume a checkpoint written at another world size (resharded; the data "
-        "continues where the whole run stopped; not bit-exact)"))
+    resume: str = field(
+        default="auto",
+        metadata=flag(
+            "--resume",
+            "auto: continue from the newest complete checkpoint in --checkpoint-dir if any; --resume "
+            "alone: the same, but one must exist; never; or one checkpoint directory",
+            nargs="?",
+            const="latest",
+            metavar="auto|latest|never|PATH",
+        ),
+    )
+    sigterm_grace: float = field(
+        default=25.0,
+        metadata=flag(
+            "--sigterm-grace",
+            "on SIGTERM save and exit within this time (keep it below torchrun's --shutdown-timeout)",
+            metavar="SECONDS",
+        ),
+    )
+    any_world_size: bool = field(
+        default=False,
+        metadata=flag(
+            "--resume-any-world-size",
+            "resume a checkpoint written at another world size (resharded; the data "
+            "continues where the whole run stopped; not bit-exact)",
+        ),
+    )
 
 
 @dataclass
@@ -303,11 +400,14 @@ class ValidationConfig:
         batches: micro-batches per rank per evaluation (the same ones every time).
     """
 
-    every: int = field(default=0, metadata=flag(
-        "--val-every", "held-out loss and perplexity every N steps and at the end; 0: off", metavar="N"))
+    every: int = field(
+        default=0,
+        metadata=flag("--val-every", "held-out loss and perplexity every N steps and at the end; 0: off", metavar="N"),
+    )
     fraction: float = field(default=0.01, metadata=flag("--val-fraction", "share of documents held out"))
-    batches: int = field(default=4, metadata=flag("--val-batches", "micro-batches per rank per evaluation",
-                                                  metavar="N"))
+    batches: int = field(
+        default=4, metadata=flag("--val-batches", "micro-batches per rank per evaluation", metavar="N")
+    )
 
 
 @dataclass
@@ -322,15 +422,22 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     steps: int = field(default=100, metadata=flag("--steps", "optimizer steps", group="optimisation", metavar="N"))
-    seed: int = field(default=0, metadata=flag("--seed", "seed of the weights and the data order",
-                                               group="optimisation"))
-    verify_weights: bool = field(default=False, metadata=flag(
-        "--verify-weights", "at the end, gather the full weights on every rank and check all ranks hold the same",
-        group="parallelism"))
+    seed: int = field(
+        default=0, metadata=flag("--seed", "seed of the weights and the data order", group="optimisation")
+    )
+    verify_weights: bool = field(
+        default=False,
+        metadata=flag(
+            "--verify-weights",
+            "at the end, gather the full weights on every rank and check all ranks hold the same",
+            group="parallelism",
+        ),
+    )
 
     @classmethod
-    def from_argv(cls, argv: list[str], prog: str = TRAINER_COMMAND,
-                  environ: Mapping[str, str] | None = None) -> TrainConfig:
+    def from_argv(
+        cls, argv: list[str], prog: str = TRAINER_COMMAND, environ: Mapping[str, str] | None = None
+    ) -> TrainConfig:
         """The settings of a trainer command line (not yet validated).
 
         Args:
@@ -354,12 +461,19 @@ class TrainConfig:
 
     def layout(self, files: list[Path], world_size: int | None) -> dict:
         """The settings that fix which tokens each rank sees at each step (resume checks)."""
-        return layout_fingerprint({
-            "world_size": world_size, "seq_len": self.data.seq_len, "batch_size": self.data.batch_size,
-            "grad_accum_steps": self.optim.grad_accum_steps, "seed": self.seed, "model": self.model.name,
-            "tokenizer": self.model.tokenizer or "bytes", "data": data_digest(files),
-            "val_fraction": self.validation.fraction if self.validation.every else 0.0,
-        })
+        return layout_fingerprint(
+            {
+                "world_size": world_size,
+                "seq_len": self.data.seq_len,
+                "batch_size": self.data.batch_size,
+                "grad_accum_steps": self.optim.grad_accum_steps,
+                "seed": self.seed,
+                "model": self.model.name,
+                "tokenizer": self.model.tokenizer or "bytes",
+                "data": data_digest(files),
+                "val_fraction": self.validation.fraction if self.validation.every else 0.0,
+            }
+        )
 
     def validate(self, world_size: int | None = None, local_world_size: int | None = None) -> list[Path]:
         """Check every setting and the files it names; return the resolved data files.
@@ -377,8 +491,11 @@ class TrainConfig:
         if m.path is not None:
             check_model_dir(Path(m.path))
         if m.tokenizer is not None and not Path(m.tokenizer).exists():
-            raise UserError("--tokenizer", f"{m.tokenizer!r} does not exist",
-                              "pass a local Hugging Face tokenizer directory, or omit it for bytes")
+            raise UserError(
+                "--tokenizer",
+                f"{m.tokenizer!r} does not exist",
+                "pass a local Hugging Face tokenizer directory, or omit it for bytes",
+            )
         if x.log_json is not None:
             _appendable_file(Path(x.log_json), "--log-json")
         if self.checkpoint.dir is not None:
@@ -388,8 +505,14 @@ class TrainConfig:
             if path.suffix == ".jsonl":
                 check_jsonl_text(path)
         if world_size is not None:
-            check_enough_text(files, world_size, d.batch_size, o.grad_accum_steps, d.seq_len,
-                              self.validation.fraction if self.validation.every else 0.0)
+            check_enough_text(
+                files,
+                world_size,
+                d.batch_size,
+                o.grad_accum_steps,
+                d.seq_len,
+                self.validation.fraction if self.validation.every else 0.0,
+            )
         self._validate_resume(files, world_size)
         return files
 
@@ -403,9 +526,12 @@ class TrainConfig:
         m, d, o, p, x = self.model, self.data, self.optim, self.parallel, self.metrics
         if m.path is None and m.preset not in PRESETS:
             close = did_you_mean(m.preset, PRESETS)
-            raise UserError("--preset", f"unknown preset {m.preset!r}",
-                            (f"did you mean {close}? " if close else "") +
-                            f"choose one of {', '.join(PRESETS)} or pass --model PATH")
+            raise UserError(
+                "--preset",
+                f"unknown preset {m.preset!r}",
+                (f"did you mean {close}? " if close else "")
+                + f"choose one of {', '.join(PRESETS)} or pass --model PATH",
+            )
         _positive("--steps", self.steps)
         _positive("--batch-size", d.batch_size)
         _positive("--seq-len", d.seq_len)
@@ -414,36 +540,46 @@ class TrainConfig:
         if not o.lr > 0:
             raise UserError("--lr", f"must be positive, got {o.lr}", "pass e.g. --lr 3e-4")
         if o.warmup_steps < 0:
-            raise UserError("--warmup-steps", f"must be >= 0, got {o.warmup_steps}",
-                              "pass 0 for no warm-up")
+            raise UserError("--warmup-steps", f"must be >= 0, got {o.warmup_steps}", "pass 0 for no warm-up")
         if not 0 <= o.min_lr_ratio <= 1:
-            raise UserError("--min-lr-ratio", f"must be in [0, 1], got {o.min_lr_ratio}",
-                              "pass e.g. 0.1")
+            raise UserError("--min-lr-ratio", f"must be in [0, 1], got {o.min_lr_ratio}", "pass e.g. 0.1")
         max_pos = m.max_positions()
         if max_pos is not None and d.seq_len > max_pos:
-            raise UserError("--seq-len", f"{d.seq_len} exceeds the model's {max_pos} positions",
-                              f"pass --seq-len {max_pos} or less")
+            raise UserError(
+                "--seq-len", f"{d.seq_len} exceeds the model's {max_pos} positions", f"pass --seq-len {max_pos} or less"
+            )
         if p.sharding_strategy not in SHARDING_STRATEGIES:
-            raise UserError("--sharding-strategy", f"unknown strategy {p.sharding_strategy!r}",
-                              f"choose one of {', '.join(SHARDING_STRATEGIES)}")
+            raise UserError(
+                "--sharding-strategy",
+                f"unknown strategy {p.sharding_strategy!r}",
+                f"choose one of {', '.join(SHARDING_STRATEGIES)}",
+            )
         if p.mixed_precision not in MIXED_PRECISION:
-            raise UserError("--mixed-precision", f"unknown policy {p.mixed_precision!r}",
-                              f"choose one of {', '.join(MIXED_PRECISION)}")
+            raise UserError(
+                "--mixed-precision",
+                f"unknown policy {p.mixed_precision!r}",
+                f"choose one of {', '.join(MIXED_PRECISION)}",
+            )
         if p.device not in ("auto", "cpu", "cuda"):
             raise UserError("--device", f"unknown device {p.device!r}", "choose auto, cpu or cuda")
         every = p.checkpoint_every()
         layers = m.shape().get("num_hidden_layers")
         if layers is not None and every > layers:
-            raise UserError("--activation-checkpointing", f"every-{every} checkpoints no layer of a "
-                              f"{layers}-layer model", f"pass every-N with N <= {layers}, full or none")
+            raise UserError(
+                "--activation-checkpointing",
+                f"every-{every} checkpoints no layer of a {layers}-layer model",
+                f"pass every-N with N <= {layers}, full or none",
+            )
         if world_size is not None:
             p.mesh_shape(world_size, local_world_size or world_size)
         if x.linger_seconds is not None and not x.linger_seconds >= 0:
-            raise UserError("--metrics-linger", f"must be 0 or more, got {x.linger_seconds:g}",
-                            f"pass e.g. --metrics-linger {DEFAULT_LINGER_SECONDS:g}, or 0 to stop serving at once")
+            raise UserError(
+                "--metrics-linger",
+                f"must be 0 or more, got {x.linger_seconds:g}",
+                f"pass e.g. --metrics-linger {DEFAULT_LINGER_SECONDS:g}, or 0 to stop serving at once",
+            )
         if not 0 < x.port_base < 65536:
-            raise UserError("--metrics-port", f"{x.port_base} is not a TCP port",
-                              "pass a port between 1024 and 65535")
+            raise UserError("--metrics-port", f"{x.port_base} is not a TCP port", "pass a port between 1024 and 65535")
         self._validate_checkpointing()
         self._validate_validation()
 
@@ -455,25 +591,33 @@ class TrainConfig:
             raise UserError("--checkpoint-every", "there is nowhere to save", "pass --checkpoint-dir DIR as well")
         _positive("--keep-checkpoints", k.keep)
         if not k.sigterm_grace > 0:
-            raise UserError("--sigterm-grace", f"must be positive, got {k.sigterm_grace}",
-                              "pass the seconds a save may take after SIGTERM, e.g. 25")
+            raise UserError(
+                "--sigterm-grace",
+                f"must be positive, got {k.sigterm_grace}",
+                "pass the seconds a save may take after SIGTERM, e.g. 25",
+            )
 
     def _validate_validation(self) -> None:
         v = self.validation
         if v.every < 0:
             raise UserError("--val-every", f"must be >= 0, got {v.every}", "pass 0 to turn validation off")
         if v.every and not 0 < v.fraction <= 0.5:
-            raise UserError("--val-fraction", f"must be in (0, 0.5], got {v.fraction}",
-                              "hold out a small share of documents, e.g. 0.01")
+            raise UserError(
+                "--val-fraction",
+                f"must be in (0, 0.5], got {v.fraction}",
+                "hold out a small share of documents, e.g. 0.01",
+            )
         if v.every:
             _positive("--val-batches", v.batches)
 
     def _validate_resume(self, files: list[Path], world_size: int | None) -> None:
         if self.checkpoint.resume == "never" and self.checkpoint.dir and newest_complete(self.checkpoint.dir):
-            raise UserError("--resume", f"never, but {self.checkpoint.dir!r} already holds checkpoints of a run, "
-                              "which a restart would resume instead of this one",
-                            "pass a new (empty) --checkpoint-dir to start another run, or --resume auto to continue "
-                            "that one")
+            raise UserError(
+                "--resume",
+                f"never, but {self.checkpoint.dir!r} already holds checkpoints of a run, "
+                "which a restart would resume instead of this one",
+                "pass a new (empty) --checkpoint-dir to start another run, or --resume auto to continue that one",
+            )
         path = resolve_resume(self.checkpoint.dir, self.checkpoint.resume)
         if path is not None:
             state = TrainerState.read(path)
@@ -518,8 +662,9 @@ def _appendable_file(path: Path, flag: str) -> None:
         except FileNotFoundError:
             prove_writable(path.parent)
     except OSError as exc:
-        raise UserError(flag, f"cannot write to {str(path)!r} ({exc.strerror})",
-                        "pass a file in a directory you can write") from None
+        raise UserError(
+            flag, f"cannot write to {str(path)!r} ({exc.strerror})", "pass a file in a directory you can write"
+        ) from None
 
 
 def _positive(flag: str, value: int) -> None:
@@ -528,8 +673,15 @@ def _positive(flag: str, value: int) -> None:
 
 
 #: The ``--help`` section of each nested settings object's flags.
-FLAG_GROUPS = {"model": "model", "data": "data", "optim": "optimisation", "parallel": "parallelism",
-               "checkpoint": "checkpoints and restarts", "validation": "validation", "metrics": "metrics and logs"}
+FLAG_GROUPS = {
+    "model": "model",
+    "data": "data",
+    "optim": "optimisation",
+    "parallel": "parallelism",
+    "checkpoint": "checkpoints and restarts",
+    "validation": "validation",
+    "metrics": "metrics and logs",
+}
 
 
 def build_parser(prog: str = TRAINER_COMMAND) -> OneLineParser:
@@ -543,8 +695,9 @@ def build_parser(prog: str = TRAINER_COMMAND) -> OneLineParser:
     return ap
 
 
-def config_from_values(values: dict[str, Any], base: TrainConfig | None = None,
-                       environ: Mapping[str, str] | None = None) -> TrainConfig:
+def config_from_values(
+    values: dict[str, Any], base: TrainConfig | None = None, environ: Mapping[str, str] | None = None
+) -> TrainConfig:
     """``base`` (default: the defaults) with the flags ``values`` (from ``parse_flags``) set.
 
     ``--resume PATH`` without ``--checkpoint-dir`` keeps saving beside PATH. Not validated.

@@ -30,13 +30,11 @@ def stdlib_sources() -> list[Path]:
         UserError: when the standard library's source files are not on disk.
     """
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(
-        p for p in root.rglob("*.py")
-        if "site-packages" not in p.parts and "dist-packages" not in p.parts
-    )
+    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts)
     if not files:
-        raise UserError("--data", f"no standard-library sources under {root}",
-                          "pass --data with your own .txt/.md/.py/.jsonl files")
+        raise UserError(
+            "--data", f"no standard-library sources under {root}", "pass --data with your own .txt/.md/.py/.jsonl files"
+        )
     return files
 
 
@@ -59,20 +57,23 @@ def resolve_data_files(patterns: list[str]) -> list[Path]:
     for pattern in patterns:
         matches = [Path(m) for m in glob.glob(os.path.expanduser(pattern), recursive=True)]
         if not matches:
-            raise UserError("--data", f"nothing matches {pattern!r}",
-                              "pass existing files, directories or globs")
+            raise UserError("--data", f"nothing matches {pattern!r}", "pass existing files, directories or globs")
         for match in matches:
             if match.is_dir():
                 found.update(p for p in match.rglob("*") if p.suffix in SUPPORTED_SUFFIXES)
             elif match.suffix in SUPPORTED_SUFFIXES:
                 found.add(match)
             elif len(matches) == 1:
-                raise UserError("--data", f"{str(match)!r} has an unsupported type",
-                                  f"use {', '.join(SUPPORTED_SUFFIXES)} files")
+                raise UserError(
+                    "--data", f"{str(match)!r} has an unsupported type", f"use {', '.join(SUPPORTED_SUFFIXES)} files"
+                )
     files = sorted(p for p in found if p.is_file() and p.stat().st_size > 0)
     if not files:
-        raise UserError("--data", f"no non-empty {'/'.join(SUPPORTED_SUFFIXES)} files in "
-                          f"{' '.join(patterns)}", "point --data at files that hold text")
+        raise UserError(
+            "--data",
+            f"no non-empty {'/'.join(SUPPORTED_SUFFIXES)} files in {' '.join(patterns)}",
+            "point --data at files that hold text",
+        )
     return files
 
 
@@ -134,11 +135,16 @@ def check_jsonl_text(path: Path) -> None:
                 return
             if first is None:
                 keys = ", ".join(sorted(map(str, record))) if isinstance(record, dict) else type(record).__name__
-                first = (f"line {number} has {'no keys' if not keys else 'keys ' + keys}"
-                         if isinstance(record, dict) else f"line {number} is a JSON {keys}, not an object")
-    raise UserError("--data", f"{str(path)!r}: no line has a \"text\" field holding a document"
-                    + (f" ({first})" if first else ""),
-                    'write one JSON object per line with the document under "text", e.g. {"text": "..."}')
+                first = (
+                    f"line {number} has {'no keys' if not keys else 'keys ' + keys}"
+                    if isinstance(record, dict)
+                    else f"line {number} is a JSON {keys}, not an object"
+                )
+    raise UserError(
+        "--data",
+        f'{str(path)!r}: no line has a "text" field holding a document' + (f" ({first})" if first else ""),
+        'write one JSON object per line with the document under "text", e.g. {"text": "..."}',
+    )
 
 
 def count_tokens_upto(files: list[Path], limit: int, held_out: float = 0.0) -> int:
@@ -161,8 +167,9 @@ def count_tokens_upto(files: list[Path], limit: int, held_out: float = 0.0) -> i
     return total
 
 
-def check_enough_text(files: list[Path], world_size: int, batch_size: int, grad_accum_steps: int, seq_len: int,
-                      held_out: float = 0.0) -> None:
+def check_enough_text(
+    files: list[Path], world_size: int, batch_size: int, grad_accum_steps: int, seq_len: int, held_out: float = 0.0
+) -> None:
     """Refuse a corpus too small to fill one optimizer step without repeating its text.
 
     One step draws ``world_size x grad_accum_steps x batch_size`` blocks of ``seq_len + 1``
@@ -176,7 +183,10 @@ def check_enough_text(files: list[Path], world_size: int, batch_size: int, grad_
     have = count_tokens_upto(files, need, held_out)
     if have < need:
         held = " (documents held out for validation not counted)" if held_out > 0 else ""
-        raise UserError("--data", f"the training text holds {have:,} tokens at most{held}, fewer than one step "
-                        f"takes ({world_size} rank(s) x {grad_accum_steps} micro-batch(es) x {batch_size} sequences x "
-                        f"{seq_len + 1} tokens = {need:,}), so every step would repeat it",
-                        "add text, or lower --batch-size, --seq-len, --grad-accum-steps or the ranks")
+        raise UserError(
+            "--data",
+            f"the training text holds {have:,} tokens at most{held}, fewer than one step "
+            f"takes ({world_size} rank(s) x {grad_accum_steps} micro-batch(es) x {batch_size} sequences x "
+            f"{seq_len + 1} tokens = {need:,}), so every step would repeat it",
+            "add text, or lower --batch-size, --seq-len, --grad-accum-steps or the ranks",
+        )

@@ -34,11 +34,19 @@ class LaunchConfig:
         max_restarts: worker-group restarts torchrun allows after a rank fails.
     """
 
-    nproc_per_node: int = field(default=2, metadata=flag(
-        "--nproc-per-node", "ranks on this machine", group="launch", metavar="N"))
-    max_restarts: int = field(default=0, metadata=flag(
-        "--max-restarts", "torchrun restarts the ranks up to N times after a failure; they resume from the "
-        "newest checkpoint in --checkpoint-dir", group="launch", metavar="N"))
+    nproc_per_node: int = field(
+        default=2, metadata=flag("--nproc-per-node", "ranks on this machine", group="launch", metavar="N")
+    )
+    max_restarts: int = field(
+        default=0,
+        metadata=flag(
+            "--max-restarts",
+            "torchrun restarts the ranks up to N times after a failure; they resume from the "
+            "newest checkpoint in --checkpoint-dir",
+            group="launch",
+            metavar="N",
+        ),
+    )
 
     def validate(self) -> None:
         """Raises: UserError: a count below its minimum."""
@@ -59,8 +67,7 @@ def restart_store_hazard(env: dict[str, str]) -> bool:
     ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in torchrun's environment avoids it. etcd and
     etcd-v2 rendezvous give each attempt a new store.
     """
-    return (env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-            and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0)
+    return env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0
 
 
 def check_ports_free(address: str, base: int, count: int) -> None:
@@ -76,12 +83,18 @@ def check_ports_free(address: str, base: int, count: int) -> None:
             try:
                 s.bind((address, port))
             except OSError as exc:
-                error = bind_error("--metrics-port", address, port, exc,
-                                   "stop what holds it or pass --metrics-port with a free base port",
-                                   address_field="--metrics-address")
+                error = bind_error(
+                    "--metrics-port",
+                    address,
+                    port,
+                    exc,
+                    "stop what holds it or pass --metrics-port with a free base port",
+                    address_field="--metrics-address",
+                )
                 if isinstance(error, PortInUseError):
-                    raise UserError("--metrics-port", f"port {port} (local_rank {port - base}) is already in use",
-                                    error.fix) from None
+                    raise UserError(
+                        "--metrics-port", f"port {port} (local_rank {port - base}) is already in use", error.fix
+                    ) from None
                 raise error from None
 
 
@@ -110,8 +123,11 @@ def check_not_finished(cfg: TrainConfig) -> None:
     """
     path = resolve_resume(cfg.checkpoint.dir, cfg.checkpoint.resume)
     if path is not None and (step := TrainerState.read(path).step) >= cfg.steps:
-        raise UserError("--steps", f"checkpoint {path} is already at step {step}, the run is done",
-                        f"pass --steps above {step} to continue it, or a new --checkpoint-dir to start another run")
+        raise UserError(
+            "--steps",
+            f"checkpoint {path} is already at step {step}, the run is done",
+            f"pass --steps above {step} to continue it, or a new --checkpoint-dir to start another run",
+        )
 
 
 #: The console script of ``trainer.launcher``: torchrun (the same flags) whose stop on SIGTERM or
@@ -133,8 +149,15 @@ def torchrun_command(cfg: TrainConfig, nproc_per_node: int, max_restarts: int = 
         UserError: a console script is not installed (``installed_script``).
     """
     torchrun = [installed_script(QUIET_TORCHRUN)] if quiet else [sys.executable, "-m", "torch.distributed.run"]
-    return [*torchrun, "--standalone", f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}",
-            "--no-python", installed_script(TRAINER_COMMAND), *cfg.to_argv()]
+    return [
+        *torchrun,
+        "--standalone",
+        f"--nproc-per-node={nproc_per_node}",
+        f"--max-restarts={max_restarts}",
+        "--no-python",
+        installed_script(TRAINER_COMMAND),
+        *cfg.to_argv(),
+    ]
 
 
 def installed_script(name: str = TRAINER_COMMAND) -> str:
@@ -150,8 +173,11 @@ def installed_script(name: str = TRAINER_COMMAND) -> str:
         return str(beside)
     found = shutil.which(name)
     if found is None:
-        raise UserError(name, f"the command is not installed (not beside {sys.executable}, not on PATH)",
-                        "pip install -e '.[trainer]' in this environment")
+        raise UserError(
+            name,
+            f"the command is not installed (not beside {sys.executable}, not on PATH)",
+            "pip install -e '.[trainer]' in this environment",
+        )
     return found
 
 
@@ -162,9 +188,11 @@ def oversubscription(nproc_per_node: int, cores: int | None = None) -> str | Non
     cores = cores or os.cpu_count() or 1
     if nproc_per_node <= cores:
         return None
-    return (f"warning: {nproc_per_node} ranks on this machine's {cores} CPU core{'s' * (cores != 1)}: ranks share "
-            f"cores, so step times and tokens/s measure that oversubscription (--nproc-per-node {cores} or less "
-            "gives each rank a core)")
+    return (
+        f"warning: {nproc_per_node} ranks on this machine's {cores} CPU core{'s' * (cores != 1)}: ranks share "
+        f"cores, so step times and tokens/s measure that oversubscription (--nproc-per-node {cores} or less "
+        "gives each rank a core)"
+    )
 
 
 def torchrun_env(nproc_per_node: int) -> dict[str, str]:

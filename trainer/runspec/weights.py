@@ -30,8 +30,13 @@ _HUB_ID = re.compile(r"[\w\-.]{1,96}/[\w\-.]{1,96}")
 
 def is_hub_id(text: str) -> bool:
     """Whether ``text`` is a hub model id ``org/name`` (not a path: no leading ``/`` or ``.``)."""
-    return (bool(_HUB_ID.fullmatch(text)) and not text.startswith((".", "-")) and "--" not in text
-            and ".." not in text and not text.endswith((".git", ".", "-")))
+    return (
+        bool(_HUB_ID.fullmatch(text))
+        and not text.startswith((".", "-"))
+        and "--" not in text
+        and ".." not in text
+        and not text.endswith((".git", ".", "-"))
+    )
 
 
 def download_hint(repo_id: str = "ORG/NAME", local_dir: str = "DIR") -> str:
@@ -58,16 +63,26 @@ def check_model_dir(path: Path, field: str = "--model") -> None:
     if not path.is_dir():
         text = str(path)
         if is_hub_id(text):
-            raise UserError(field, f"{text!r} is a Hugging Face Hub id, not a local directory (weights are read "
-                            "shard by shard from local files)", f"download it first ({download_hint(text)}) and "
-                            "pass DIR; in a Kubernetes job MODEL=ORG/NAME downloads it for you")
-        raise UserError(field, f"{text!r} is not a local directory (weights are read shard by shard from local "
-                        "files)", f"pass a save_pretrained directory, or download one: {download_hint()}")
+            raise UserError(
+                field,
+                f"{text!r} is a Hugging Face Hub id, not a local directory (weights are read "
+                "shard by shard from local files)",
+                f"download it first ({download_hint(text)}) and "
+                "pass DIR; in a Kubernetes job MODEL=ORG/NAME downloads it for you",
+            )
+        raise UserError(
+            field,
+            f"{text!r} is not a local directory (weights are read shard by shard from local files)",
+            f"pass a save_pretrained directory, or download one: {download_hint()}",
+        )
     if not (path / "config.json").is_file():
         raise UserError(field, f"{str(path)!r} has no config.json", "pass a directory written by save_pretrained")
     if not any(path.glob("*.safetensors")):
-        raise UserError(field, f"no .safetensors files in {str(path)!r} (weights are loaded shard by shard from "
-                        "safetensors only)", "save the model with save_pretrained(..., safe_serialization=True)")
+        raise UserError(
+            field,
+            f"no .safetensors files in {str(path)!r} (weights are loaded shard by shard from safetensors only)",
+            "save the model with save_pretrained(..., safe_serialization=True)",
+        )
 
 
 def has_tokenizer(path: Path) -> bool:

@@ -60,8 +60,9 @@ class _Watcher(importlib.abc.MetaPathFinder):
         self.watched = watched
         self._busy: set[str] = set()
 
-    def find_spec(self, fullname: str, path: object = None,
-                  target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         then = self.watched.get(fullname)
         if then is None or fullname in self._busy:
             return None
@@ -81,8 +82,12 @@ def _call_quietly(then: Callable[[ModuleType], None], module: ModuleType) -> Non
     try:
         then(module)
     except Exception as exc:  # noqa: BLE001 - instrumentation must never break the program
-        print(f"fsdp-observe: instrumentation of {module.__name__} failed, training continues without it: "
-              f"{type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr, flush=True)
+        print(
+            f"fsdp-observe: instrumentation of {module.__name__} failed, training continues without it: "
+            f"{type(exc).__name__}: {exc}".splitlines()[0],
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _after_torch(module: ModuleType) -> None:

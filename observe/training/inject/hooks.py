@@ -168,6 +168,7 @@ def _close_at_exit() -> None:
 
 # -- installation --------------------------------------------------------------------------------
 
+
 def install(torch: ModuleType) -> None:
     """Install every hook into the imported ``torch`` (idempotent)."""
     if bootstrap.hooks_installed:

@@ -19,14 +19,15 @@ from observe.xid import lookup
 COLUMNS = (
     Column("time", "TIME", 11, lambda x: x.time_unix, text=lambda x: fmt.clock(x.time_unix)),
     Column("node", "NODE", 20, lambda x: x.node, style=lambda x: "accent", min_width=12),
-    Column("gpu", "GPU", 4, lambda x: x.gpu, text=lambda x: fmt.NA if x.gpu is None else str(x.gpu), right=True,
-           priority=2),
+    Column(
+        "gpu", "GPU", 4, lambda x: x.gpu, text=lambda x: fmt.NA if x.gpu is None else str(x.gpu), right=True, priority=2
+    ),
     Column("xid", "XID", 5, lambda x: x.xid, right=True, style=lambda x: SEVERITY_STYLE.get(x.severity)),
-    Column("severity", "SEVERITY", 13, lambda x: x.severity, style=lambda x: SEVERITY_STYLE.get(x.severity),
-           priority=1),
+    Column(
+        "severity", "SEVERITY", 13, lambda x: x.severity, style=lambda x: SEVERITY_STYLE.get(x.severity), priority=1
+    ),
     Column("meaning", "MEANING", 0, lambda x: x.name, text=lambda x: fmt.one_line(x.name), min_width=24),
-    Column("action", "ACTION", 60, lambda x: x.action, text=lambda x: fmt.one_line(x.action), priority=3,
-           min_width=30),
+    Column("action", "ACTION", 60, lambda x: x.action, text=lambda x: fmt.one_line(x.action), priority=3, min_width=30),
 )
 
 
@@ -41,8 +42,11 @@ def detail_lines(event: XidEvent | None) -> list[Line]:
     if event.pci_bus:
         where += f", PCI {event.pci_bus}"
     lines: list[Line] = [
-        [(f" XID {event.xid} ", "title"), (f" {fmt.one_line(event.name or info.name)}", "value"),
-         (f"  [{event.severity}]", SEVERITY_STYLE.get(event.severity, "dim"))],
+        [
+            (f" XID {event.xid} ", "title"),
+            (f" {fmt.one_line(event.name or info.name)}", "value"),
+            (f"  [{event.severity}]", SEVERITY_STYLE.get(event.severity, "dim")),
+        ],
         [(" where  ", "label"), (where, "value")],
         [(" action ", "label"), (fmt.one_line(event.action or info.action), "warn")],
     ]
@@ -60,9 +64,15 @@ class AlertsScreen(TableScreen):
 
     def compose(self) -> ComposeResult:
         yield from self.compose_status()
-        yield VirtualTable(COLUMNS, row_key=lambda x: (x.node, x.time_unix, x.xid, x.pci_bus, x.raw),
-                           search_text=lambda x: f"{x.node} {x.xid} {x.severity} {x.name} {x.raw}",
-                           sort_key="time", reverse=True, empty="no XID events", id="xids")
+        yield VirtualTable(
+            COLUMNS,
+            row_key=lambda x: (x.node, x.time_unix, x.xid, x.pci_bus, x.raw),
+            search_text=lambda x: f"{x.node} {x.xid} {x.severity} {x.name} {x.raw}",
+            sort_key="time",
+            reverse=True,
+            empty="no XID events",
+            id="xids",
+        )
         yield Lines(id="xid-detail")
         yield from self.compose_filter()
         yield from self.compose_footer()

@@ -27,12 +27,20 @@ def status_line(snapshot: ClusterSnapshot, title: str, interval: float, width: i
     counts: dict[str, int] = {}
     for node in snapshot.nodes:
         counts[node.state] = counts.get(node.state, 0) + 1
-    pieces: list[tuple[str, str | None, int]] = [(f" {title} ", "title", 0), (f" {snapshot.source} ", "dim", 4),
-                                                 (f" {fmt.plural(len(snapshot.nodes), 'node')}", "value", 0)]
+    pieces: list[tuple[str, str | None, int]] = [
+        (f" {title} ", "title", 0),
+        (f" {snapshot.source} ", "dim", 4),
+        (f" {fmt.plural(len(snapshot.nodes), 'node')}", "value", 0),
+    ]
     for state in STATES:
         if counts.get(state):
-            pieces.append((f" {counts[state]:,} {state}", "ok" if state == "ok" else "bad" if state in
-                           ("unreachable", "malformed") else "warn", 0))
+            pieces.append(
+                (
+                    f" {counts[state]:,} {state}",
+                    "ok" if state == "ok" else "bad" if state in ("unreachable", "malformed") else "warn",
+                    0,
+                )
+            )
     if snapshot.time_unix:
         cycle = fmt.num(snapshot.cycle_seconds, 2, " s") if snapshot.cycle_seconds is not None else fmt.NA
         ago = fmt.now() - snapshot.time_unix

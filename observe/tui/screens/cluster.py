@@ -11,8 +11,14 @@ from observe.tui.widgets.table import Column, VirtualTable
 
 STATE_STYLE = {"ok": "ok", "stale": "warn", "slow": "warn", "unreachable": "bad", "malformed": "bad", "waiting": "dim"}
 #: XID severity class -> cell style.
-SEVERITY_STYLE = {"node_reboot": "bad", "gpu_reset": "bad", "unknown": "bad", "nvlink_fabric": "bad",
-                  "application": "warn", "informational": "dim"}
+SEVERITY_STYLE = {
+    "node_reboot": "bad",
+    "gpu_reset": "bad",
+    "unknown": "bad",
+    "nvlink_fabric": "bad",
+    "application": "warn",
+    "informational": "dim",
+}
 
 
 def _f(node: NodeStatus) -> NodeFigures:
@@ -98,36 +104,116 @@ def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str 
 COLUMNS = (
     Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14),
     Column("state", "STATE", 11, lambda n: n.state, style=lambda n: STATE_STYLE.get(n.state)),
-    Column("age", "AGE", 6, _age, text=lambda n: fmt.age(_age(n)), right=True,
-           style=lambda n: None if n.state == "ok" else "warn", priority=3),
-    Column("cpu", "CPU%", 5, lambda n: _f(n).cpu_ratio, text=lambda n: fmt.pct(_f(n).cpu_ratio), right=True,
-           style=lambda n: _level(_f(n).cpu_ratio), priority=5),
-    Column("mem", "MEM%", 5, lambda n: _f(n).memory_ratio, text=lambda n: fmt.pct(_f(n).memory_ratio), right=True,
-           style=lambda n: _level(_f(n).memory_ratio), priority=5),
-    Column("gpus", "GPUS", 5, lambda n: _f(n).gpus, right=True,
-           text=lambda n: fmt.NA if n.figures is None else str(_f(n).gpus), priority=2),
-    Column("lost", "LOST", 5, lambda n: _f(n).gpus_lost, right=True,
-           text=lambda n: str(_f(n).gpus_lost) if _f(n).gpus_lost else "",
-           style=lambda n: "lost" if _f(n).gpus_lost else None, priority=1),
+    Column(
+        "age",
+        "AGE",
+        6,
+        _age,
+        text=lambda n: fmt.age(_age(n)),
+        right=True,
+        style=lambda n: None if n.state == "ok" else "warn",
+        priority=3,
+    ),
+    Column(
+        "cpu",
+        "CPU%",
+        5,
+        lambda n: _f(n).cpu_ratio,
+        text=lambda n: fmt.pct(_f(n).cpu_ratio),
+        right=True,
+        style=lambda n: _level(_f(n).cpu_ratio),
+        priority=5,
+    ),
+    Column(
+        "mem",
+        "MEM%",
+        5,
+        lambda n: _f(n).memory_ratio,
+        text=lambda n: fmt.pct(_f(n).memory_ratio),
+        right=True,
+        style=lambda n: _level(_f(n).memory_ratio),
+        priority=5,
+    ),
+    Column(
+        "gpus",
+        "GPUS",
+        5,
+        lambda n: _f(n).gpus,
+        right=True,
+        text=lambda n: fmt.NA if n.figures is None else str(_f(n).gpus),
+        priority=2,
+    ),
+    Column(
+        "lost",
+        "LOST",
+        5,
+        lambda n: _f(n).gpus_lost,
+        right=True,
+        text=lambda n: str(_f(n).gpus_lost) if _f(n).gpus_lost else "",
+        style=lambda n: "lost" if _f(n).gpus_lost else None,
+        priority=1,
+    ),
     Column("k8s", "K8S", 5, lambda n: _f(n).k8s, style=lambda n: K8S_STYLE.get(_f(n).k8s), priority=6),
-    Column("util", "UTIL AVG", 10, lambda n: _f(n).gpu_util_mean, text=_util_text, right=True,
-           style=lambda n: "dim" if _f(n).gpu_util_mean is None else _partial_style(n, _f(n).util_gpus),
-           priority=1, min_width=8),
-    Column("util_max", "UTIL MAX", 8, lambda n: _f(n).gpu_util_max, right=True,
-           text=lambda n: _gpu_figure(n, fmt.pct(_f(n).gpu_util_max), _f(n).util_gpus),
-           style=lambda n: _partial_style(n, _f(n).util_gpus), priority=4),
-    Column("gpu_mem", "GPU MEM", 7, lambda n: _f(n).gpu_memory_ratio, right=True,
-           text=lambda n: _gpu_figure(n, fmt.pct(_f(n).gpu_memory_ratio), _f(n).memory_gpus),
-           style=lambda n: _partial_style(n, _f(n).memory_gpus, _level(_f(n).gpu_memory_ratio)), priority=3),
-    Column("hot", "HOT GPU", 9, lambda n: _f(n).hottest_celsius, text=_hot_text, right=True,
-           style=lambda n: "bad" if (_f(n).hottest_celsius or 0) >= 85 else _partial_style(n, _f(n).temperature_gpus),
-           priority=2),
-    Column("power", "GPU POWER", 9, lambda n: _f(n).power_watts, right=True,
-           text=lambda n: _gpu_figure(n, fmt.num(_f(n).power_watts, 0, " W"), _f(n).power_gpus),
-           style=lambda n: _partial_style(n, _f(n).power_gpus), priority=4),
-    Column("xid", "XID/1h", 7, lambda n: _f(n).xids_recent, right=True,
-           text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
-           style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim"),
+    Column(
+        "util",
+        "UTIL AVG",
+        10,
+        lambda n: _f(n).gpu_util_mean,
+        text=_util_text,
+        right=True,
+        style=lambda n: "dim" if _f(n).gpu_util_mean is None else _partial_style(n, _f(n).util_gpus),
+        priority=1,
+        min_width=8,
+    ),
+    Column(
+        "util_max",
+        "UTIL MAX",
+        8,
+        lambda n: _f(n).gpu_util_max,
+        right=True,
+        text=lambda n: _gpu_figure(n, fmt.pct(_f(n).gpu_util_max), _f(n).util_gpus),
+        style=lambda n: _partial_style(n, _f(n).util_gpus),
+        priority=4,
+    ),
+    Column(
+        "gpu_mem",
+        "GPU MEM",
+        7,
+        lambda n: _f(n).gpu_memory_ratio,
+        right=True,
+        text=lambda n: _gpu_figure(n, fmt.pct(_f(n).gpu_memory_ratio), _f(n).memory_gpus),
+        style=lambda n: _partial_style(n, _f(n).memory_gpus, _level(_f(n).gpu_memory_ratio)),
+        priority=3,
+    ),
+    Column(
+        "hot",
+        "HOT GPU",
+        9,
+        lambda n: _f(n).hottest_celsius,
+        text=_hot_text,
+        right=True,
+        style=lambda n: "bad" if (_f(n).hottest_celsius or 0) >= 85 else _partial_style(n, _f(n).temperature_gpus),
+        priority=2,
+    ),
+    Column(
+        "power",
+        "GPU POWER",
+        9,
+        lambda n: _f(n).power_watts,
+        right=True,
+        text=lambda n: _gpu_figure(n, fmt.num(_f(n).power_watts, 0, " W"), _f(n).power_gpus),
+        style=lambda n: _partial_style(n, _f(n).power_gpus),
+        priority=4,
+    ),
+    Column(
+        "xid",
+        "XID/1h",
+        7,
+        lambda n: _f(n).xids_recent,
+        right=True,
+        text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
+        style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim",
+    ),
     Column("note", "NOTE", 0, _note, style=_note_style, min_width=14),
 )
 
@@ -139,9 +225,14 @@ class ClusterScreen(TableScreen):
 
     def compose(self) -> ComposeResult:
         yield from self.compose_status()
-        yield VirtualTable(COLUMNS, row_key=lambda n: n.source,
-                           search_text=lambda n: f"{n.name} {n.state} {n.source}", sort_key="node",
-                           empty="no nodes yet: waiting for the first refresh", id="nodes")
+        yield VirtualTable(
+            COLUMNS,
+            row_key=lambda n: n.source,
+            search_text=lambda n: f"{n.name} {n.state} {n.source}",
+            sort_key="node",
+            empty="no nodes yet: waiting for the first refresh",
+            id="nodes",
+        )
         yield from self.compose_filter()
         yield from self.compose_footer()
 
@@ -149,8 +240,11 @@ class ClusterScreen(TableScreen):
         super().update_snapshot(snapshot)
         table = self.table
         if snapshot.time_unix and not snapshot.nodes:
-            table.empty = ("no nodes: " + ("the source reported problems (above; e shows them in full)"
-                                           if snapshot.errors else "no agents given or found"))
+            table.empty = "no nodes: " + (
+                "the source reported problems (above; e shows them in full)"
+                if snapshot.errors
+                else "no agents given or found"
+            )
         table.set_rows(snapshot.nodes)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:

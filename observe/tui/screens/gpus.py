@@ -67,8 +67,11 @@ class GpuRow:
     @property
     def memory_ratio(self) -> float | None:
         g = self.gpu
-        return None if g.memory_used_bytes is None or not g.memory_total_bytes else \
-            g.memory_used_bytes / g.memory_total_bytes
+        return (
+            None
+            if g.memory_used_bytes is None or not g.memory_total_bytes
+            else g.memory_used_bytes / g.memory_total_bytes
+        )
 
 
 def gpu_rows(gpus: Sequence[GpuInfo], severities: Sequence[str | None] = ()) -> list[GpuRow]:
@@ -110,8 +113,11 @@ def _note(row: GpuRow) -> str:
 
 
 def _note_style(row: GpuRow) -> str | None:
-    if row.gpu.lost or row.gpu.ecc_uncorrected_total or row.xid_severity in ("node_reboot", "gpu_reset", "unknown",
-                                                                            "nvlink_fabric"):
+    if (
+        row.gpu.lost
+        or row.gpu.ecc_uncorrected_total
+        or row.xid_severity in ("node_reboot", "gpu_reset", "unknown", "nvlink_fabric")
+    ):
         return "bad"
     return "warn" if row.xid_severity or row.gpu.throttle_reasons or row.gpu.stale else "dim"
 
@@ -124,25 +130,89 @@ def _na(row: GpuRow, text: str) -> str:
 #: utilisation bar goes first, then FAN, SM clock and UUID, then MEM%, then TEMP and POWER.
 GPU_COLUMNS = (
     Column("gpu", "GPU", 4, lambda r: r.gpu.index, right=True, style=lambda r: "lost" if r.gpu.lost else "accent"),
-    Column("util", "UTIL", 5, lambda r: r.gpu.utilization_ratio, text=_util, right=True,
-           style=lambda r: "lost" if r.gpu.lost else "dim" if r.gpu.utilization_ratio is None else None),
-    Column("util_bar", "", 10, lambda r: r.gpu.utilization_ratio,
-           text=lambda r: text_meter(r.gpu.utilization_ratio, 10), style=lambda r: "accent", priority=6),
-    Column("mem", "MEMORY", 11, lambda r: r.gpu.memory_used_bytes, right=True,
-           text=lambda r: _na(r, f"{fmt.size(r.gpu.memory_used_bytes)}/{fmt.size(r.gpu.memory_total_bytes)}")),
-    Column("mem_pct", "MEM%", 4, lambda r: r.memory_ratio, right=True, text=lambda r: _na(r, fmt.pct(r.memory_ratio)),
-           style=lambda r: level_style(r.memory_ratio), priority=3),
-    Column("temp", "TEMP", 5, lambda r: r.gpu.temperature_celsius, right=True,
-           text=lambda r: _na(r, fmt.num(r.gpu.temperature_celsius, 0, "°C")),
-           style=lambda r: "bad" if (r.gpu.temperature_celsius or 0) >= 85 else None, priority=2),
-    Column("power", "POWER", 9, lambda r: r.gpu.power_watts, right=True, priority=2,
-           text=lambda r: _na(r, f"{fmt.num(r.gpu.power_watts, 0)}/{fmt.num(r.gpu.power_limit_watts, 0)} W")),
-    Column("sm", "SM CLOCK", 8, lambda r: r.gpu.sm_clock_hertz, right=True, priority=4,
-           text=lambda r: _na(r, fmt.hertz(r.gpu.sm_clock_hertz))),
-    Column("fan", "FAN", 4, lambda r: r.gpu.fan_speed_ratio, right=True, priority=5,
-           text=lambda r: _na(r, fmt.pct(r.gpu.fan_speed_ratio))),
-    Column("uuid", "UUID", 10, lambda r: r.gpu.uuid, text=lambda r: r.uuid_text, style=lambda r: "dim", priority=4,
-           min_width=8),
+    Column(
+        "util",
+        "UTIL",
+        5,
+        lambda r: r.gpu.utilization_ratio,
+        text=_util,
+        right=True,
+        style=lambda r: "lost" if r.gpu.lost else "dim" if r.gpu.utilization_ratio is None else None,
+    ),
+    Column(
+        "util_bar",
+        "",
+        10,
+        lambda r: r.gpu.utilization_ratio,
+        text=lambda r: text_meter(r.gpu.utilization_ratio, 10),
+        style=lambda r: "accent",
+        priority=6,
+    ),
+    Column(
+        "mem",
+        "MEMORY",
+        11,
+        lambda r: r.gpu.memory_used_bytes,
+        right=True,
+        text=lambda r: _na(r, f"{fmt.size(r.gpu.memory_used_bytes)}/{fmt.size(r.gpu.memory_total_bytes)}"),
+    ),
+    Column(
+        "mem_pct",
+        "MEM%",
+        4,
+        lambda r: r.memory_ratio,
+        right=True,
+        text=lambda r: _na(r, fmt.pct(r.memory_ratio)),
+        style=lambda r: level_style(r.memory_ratio),
+        priority=3,
+    ),
+    Column(
+        "temp",
+        "TEMP",
+        5,
+        lambda r: r.gpu.temperature_celsius,
+        right=True,
+        text=lambda r: _na(r, fmt.num(r.gpu.temperature_celsius, 0, "°C")),
+        style=lambda r: "bad" if (r.gpu.temperature_celsius or 0) >= 85 else None,
+        priority=2,
+    ),
+    Column(
+        "power",
+        "POWER",
+        9,
+        lambda r: r.gpu.power_watts,
+        right=True,
+        priority=2,
+        text=lambda r: _na(r, f"{fmt.num(r.gpu.power_watts, 0)}/{fmt.num(r.gpu.power_limit_watts, 0)} W"),
+    ),
+    Column(
+        "sm",
+        "SM CLOCK",
+        8,
+        lambda r: r.gpu.sm_clock_hertz,
+        right=True,
+        priority=4,
+        text=lambda r: _na(r, fmt.hertz(r.gpu.sm_clock_hertz)),
+    ),
+    Column(
+        "fan",
+        "FAN",
+        4,
+        lambda r: r.gpu.fan_speed_ratio,
+        right=True,
+        priority=5,
+        text=lambda r: _na(r, fmt.pct(r.gpu.fan_speed_ratio)),
+    ),
+    Column(
+        "uuid",
+        "UUID",
+        10,
+        lambda r: r.gpu.uuid,
+        text=lambda r: r.uuid_text,
+        style=lambda r: "dim",
+        priority=4,
+        min_width=8,
+    ),
     Column("note", "NOTE", 0, _note, style=_note_style, min_width=8),
 )
 
@@ -163,12 +233,21 @@ def summary_line(f: NodeFigures | None, width: int) -> Line:
     hottest = fmt.NA if f.hottest_celsius is None else f"{f.hottest_celsius:.0f}°C g{f.hottest_gpu}"
     pieces: list[tuple[str, str | None, int]] = [
         (f" {f.gpus} GPUs{lost}", "lost" if f.gpus_lost else "title", 0),
-        ("  util ", "label", 0), (fmt.pct(f.gpu_util_mean) + over(f.util_gpus), style(f.util_gpus), 0),
-        ("  memory ", "label", 1), (fmt.pct(f.gpu_memory_ratio) + over(f.memory_gpus), style(f.memory_gpus), 1),
-        ("  power ", "label", 0), (fmt.num(f.power_watts, 0, " W") + over(f.power_gpus), style(f.power_gpus), 0),
-        ("  hottest ", "label", 2), (hottest + over(f.temperature_gpus), style(f.temperature_gpus), 2),
-        ("  XID/1h ", "label", 1), (f"{f.xids_recent}" + (f" worst {f.xid_severity}" if f.xid_severity else ""),
-                                    "bad" if f.xids_recent else "value", 1)]
+        ("  util ", "label", 0),
+        (fmt.pct(f.gpu_util_mean) + over(f.util_gpus), style(f.util_gpus), 0),
+        ("  memory ", "label", 1),
+        (fmt.pct(f.gpu_memory_ratio) + over(f.memory_gpus), style(f.memory_gpus), 1),
+        ("  power ", "label", 0),
+        (fmt.num(f.power_watts, 0, " W") + over(f.power_gpus), style(f.power_gpus), 0),
+        ("  hottest ", "label", 2),
+        (hottest + over(f.temperature_gpus), style(f.temperature_gpus), 2),
+        ("  XID/1h ", "label", 1),
+        (
+            f"{f.xids_recent}" + (f" worst {f.xid_severity}" if f.xid_severity else ""),
+            "bad" if f.xids_recent else "value",
+            1,
+        ),
+    ]
     return fit(pieces, width)
 
 
@@ -193,33 +272,62 @@ def gpu_block(gpu: GpuInfo, history: tuple[tuple, tuple], width: int, uuid_text:
     else:
         util_line = [(" UTIL ", "label"), *bar(gpu.utilization_ratio, meter)]
     util_line.append((" " + spark(util_hist, room), "spark"))
-    mem_ratio = None if gpu.memory_used_bytes is None or not gpu.memory_total_bytes else \
-        gpu.memory_used_bytes / gpu.memory_total_bytes
-    mem_line: Line = [(" MEM  ", "label"), *bar(mem_ratio, meter,
-                                                f"{fmt.size(gpu.memory_used_bytes)}/{fmt.size(gpu.memory_total_bytes)}"),
-                      (" " + spark(mem_hist, room), "spark")]
+    mem_ratio = (
+        None
+        if gpu.memory_used_bytes is None or not gpu.memory_total_bytes
+        else gpu.memory_used_bytes / gpu.memory_total_bytes
+    )
+    mem_line: Line = [
+        (" MEM  ", "label"),
+        *bar(mem_ratio, meter, f"{fmt.size(gpu.memory_used_bytes)}/{fmt.size(gpu.memory_total_bytes)}"),
+        (" " + spark(mem_hist, room), "spark"),
+    ]
     temp = gpu.temperature_celsius
     power = f"{fmt.num(gpu.power_watts, 0)}/{fmt.num(gpu.power_limit_watts, 0)} W"
-    readings = fit([(" TEMP ", "label", 0), (fmt.num(temp, 0, "°C"), "bad" if (temp or 0) >= 85 else "value", 0),
-                    ("  POW ", "label", 0), (power, "value", 0),
-                    ("  SM ", "label", 1), (fmt.hertz(gpu.sm_clock_hertz), "value", 1),
-                    ("  FAN ", "label", 2),
-                    (fmt.pct(gpu.fan_speed_ratio), "value" if gpu.fan_speed_ratio is not None else "na", 2)], width)
+    readings = fit(
+        [
+            (" TEMP ", "label", 0),
+            (fmt.num(temp, 0, "°C"), "bad" if (temp or 0) >= 85 else "value", 0),
+            ("  POW ", "label", 0),
+            (power, "value", 0),
+            ("  SM ", "label", 1),
+            (fmt.hertz(gpu.sm_clock_hertz), "value", 1),
+            ("  FAN ", "label", 2),
+            (fmt.pct(gpu.fan_speed_ratio), "value" if gpu.fan_speed_ratio is not None else "na", 2),
+        ],
+        width,
+    )
     readings = _pairs_only(readings)
-    pcie = fit([(" PCIe RX ", "label", 0), (fmt.rate(gpu.pcie_rx_bytes_per_second), "value", 0),
-                ("  TX ", "label", 0), (fmt.rate(gpu.pcie_tx_bytes_per_second), "value", 0),
-                ("  ECC corrected ", "label", 1), (fmt.num(gpu.ecc_corrected_total, 0), "value", 1),
-                ("  uncorrected ", "label", 1),
-                (fmt.num(gpu.ecc_uncorrected_total, 0), "bad" if gpu.ecc_uncorrected_total else "value", 1)], width)
+    pcie = fit(
+        [
+            (" PCIe RX ", "label", 0),
+            (fmt.rate(gpu.pcie_rx_bytes_per_second), "value", 0),
+            ("  TX ", "label", 0),
+            (fmt.rate(gpu.pcie_tx_bytes_per_second), "value", 0),
+            ("  ECC corrected ", "label", 1),
+            (fmt.num(gpu.ecc_corrected_total, 0), "value", 1),
+            ("  uncorrected ", "label", 1),
+            (fmt.num(gpu.ecc_uncorrected_total, 0), "bad" if gpu.ecc_uncorrected_total else "value", 1),
+        ],
+        width,
+    )
     reasons = gpu.throttle_reasons
-    throttle: Line = [(" THROTTLE ", "label"),
-                      (fmt.NA if reasons is None else ", ".join(reasons) or "none",
-                       "na" if reasons is None else "warn" if any(r not in ("gpu_idle",) for r in reasons) else "dim")]
+    throttle: Line = [
+        (" THROTTLE ", "label"),
+        (
+            fmt.NA if reasons is None else ", ".join(reasons) or "none",
+            "na" if reasons is None else "warn" if any(r not in ("gpu_idle",) for r in reasons) else "dim",
+        ),
+    ]
     lines = [title, util_line, mem_line, readings, _pairs_only(pcie), throttle]
     for mig in gpu.mig_instances:
-        lines.append([(f"   MIG {mig.index} ", "label"),
-                      (f"GI {mig.gpu_instance_id} CI {mig.compute_instance_id} ", "dim"),
-                      (f"{fmt.size(mig.memory_used_bytes)}/{fmt.size(mig.memory_total_bytes)}", "value")])
+        lines.append(
+            [
+                (f"   MIG {mig.index} ", "label"),
+                (f"GI {mig.gpu_instance_id} CI {mig.compute_instance_id} ", "dim"),
+                (f"{fmt.size(mig.memory_used_bytes)}/{fmt.size(mig.memory_total_bytes)}", "value"),
+            ]
+        )
     lines.append([])
     return lines
 
@@ -235,8 +343,15 @@ def detail_lines(gpu: GpuInfo, history: tuple[tuple, tuple], width: int) -> list
     """One GPU in full: the detailed block with the whole UUID, then PCI bus and driver."""
     lines = gpu_block(gpu, history, width)
     lines.insert(1, [(" UUID ", "label"), (gpu.uuid or fmt.NA, "value")])
-    lines.insert(2, [(" PCI ", "label"), (gpu.pci_bus or fmt.NA, "value"), ("  driver ", "label"),
-                     (gpu.driver_version or fmt.NA, "value")])
+    lines.insert(
+        2,
+        [
+            (" PCI ", "label"),
+            (gpu.pci_bus or fmt.NA, "value"),
+            ("  driver ", "label"),
+            (gpu.driver_version or fmt.NA, "value"),
+        ],
+    )
     return lines
 
 

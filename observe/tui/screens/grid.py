@@ -23,16 +23,33 @@ def legend_line(mode: Mode, nodes: int, gpus: int, width: int, below: int = 0) -
     if below:
         pieces.insert(1, (f" {below} more rows below (PgDn) ", "warn", 0))
     if mode.key == "xid":
-        pieces += [("█", "x-none", 0), (" none ", "dim", 0), ("█", "x-info", 0), (" info ", "dim", 1),
-                   ("█", "x-app", 0), (" application ", "dim", 1), ("█", "x-reset", 0), (" reset ", "dim", 1),
-                   ("█", "x-reboot", 0), (" reboot", "dim", 0)]
+        pieces += [
+            ("█", "x-none", 0),
+            (" none ", "dim", 0),
+            ("█", "x-info", 0),
+            (" info ", "dim", 1),
+            ("█", "x-app", 0),
+            (" application ", "dim", 1),
+            ("█", "x-reset", 0),
+            (" reset ", "dim", 1),
+            ("█", "x-reboot", 0),
+            (" reboot", "dim", 0),
+        ]
         pieces = pieces[:1] + pieces[2:]
     else:
         pieces += [("█", f"{scale}{i}", 0) for i in range(LEVELS)] + [(f" {mode.high}", "dim", 0)]
-    pieces += [("   █", "g-na", 2), (" N/A", "dim", 2), ("  █", "g-lost", 1), (" LOST", "dim", 1),
-               ("  ░", "bad", 1), (" not answering", "dim", 1), ("  ·", "dim", 3), (" no GPUs", "dim", 3),
-               (f"   {fmt.plural(gpus, 'GPU')} on {fmt.plural(nodes, 'node')}", "value", 4),
-               ("   m: colour by", "dim", 5)]
+    pieces += [
+        ("   █", "g-na", 2),
+        (" N/A", "dim", 2),
+        ("  █", "g-lost", 1),
+        (" LOST", "dim", 1),
+        ("  ░", "bad", 1),
+        (" not answering", "dim", 1),
+        ("  ·", "dim", 3),
+        (" no GPUs", "dim", 3),
+        (f"   {fmt.plural(gpus, 'GPU')} on {fmt.plural(nodes, 'node')}", "value", 4),
+        ("   m: colour by", "dim", 5),
+    ]
     return fit(pieces, width)
 
 
@@ -41,8 +58,10 @@ def node_line(node: NodeStatus | None, mode: Mode, width: int) -> Line:
     if node is None:
         return [(" no node", "dim")]
     f = node.figures
-    pieces: list[tuple[str, str | None, int]] = [(f" {node.name} ", "title", 0),
-                                                 (f" {node.state}", STATE_STYLE.get(node.state, "dim"), 0)]
+    pieces: list[tuple[str, str | None, int]] = [
+        (f" {node.name} ", "title", 0),
+        (f" {node.state}", STATE_STYLE.get(node.state, "dim"), 0),
+    ]
     if node.error:
         pieces.append((f" {node.error}", "bad", 1))
     if f is None:
@@ -85,8 +104,11 @@ class GridScreen(TopScreen):
     """Every GPU of the cluster, one half cell each."""
 
     TITLE = "GPU grid"
-    BINDINGS = [Binding("m", "next_mode", "colour by"), Binding("escape", "back", "back"),
-                Binding("e", "messages", "messages", show=False)]
+    BINDINGS = [
+        Binding("m", "next_mode", "colour by"),
+        Binding("escape", "back", "back"),
+        Binding("e", "messages", "messages", show=False),
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -125,8 +147,9 @@ class GridScreen(TopScreen):
 
     def _legend(self) -> None:
         grid, width = self.grid, self.size.width or 80
-        self.query_one("#grid-legend", Lines).set_lines([legend_line(MODES[self.mode_index], len(grid.nodes),
-                                                                     grid.gpus(), width, grid.rows_below())])
+        self.query_one("#grid-legend", Lines).set_lines(
+            [legend_line(MODES[self.mode_index], len(grid.nodes), grid.gpus(), width, grid.rows_below())]
+        )
 
     def _describe(self) -> None:
         width = self.size.width or 80

@@ -77,14 +77,38 @@ def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
         known = gpu_mem.get(p.pid)
         gpu_mem[p.pid] = None if used is None and known is None else (known or 0) + (used or 0)
         gpus.setdefault(p.pid, []).append(str(p.gpu))
-    rows = [ProcessRow(p.pid, p.user, p.state, p.cpu_cores, p.memory_ratio, p.cpu_seconds, gpu_mem.get(p.pid),
-                       ",".join(gpus.get(p.pid, [])), p.command or p.name, p.rss_bytes) for p in snapshot.processes]
+    rows = [
+        ProcessRow(
+            p.pid,
+            p.user,
+            p.state,
+            p.cpu_cores,
+            p.memory_ratio,
+            p.cpu_seconds,
+            gpu_mem.get(p.pid),
+            ",".join(gpus.get(p.pid, [])),
+            p.command or p.name,
+            p.rss_bytes,
+        )
+        for p in snapshot.processes
+    ]
     listed = {p.pid for p in snapshot.processes}
     for p in snapshot.gpu_processes:  # not in the agent's /proc: keep the row, user unknown
         if p.pid not in listed:
             listed.add(p.pid)
-            rows.append(ProcessRow(p.pid, p.user, None, None, None, None, gpu_mem.get(p.pid), ",".join(gpus[p.pid]),
-                                   p.command or p.name))
+            rows.append(
+                ProcessRow(
+                    p.pid,
+                    p.user,
+                    None,
+                    None,
+                    None,
+                    None,
+                    gpu_mem.get(p.pid),
+                    ",".join(gpus[p.pid]),
+                    p.command or p.name,
+                )
+            )
     return rows
 
 
@@ -93,23 +117,66 @@ def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
 #: shrinking to 6), S, RES and GPU MEM. htop's RES is resident memory, S the one-letter state.
 PROCESS_COLUMNS = (
     Column("pid", "PID", 7, lambda p: p.pid, right=True, style=lambda p: "accent"),
-    Column("user", "USER", 9, lambda p: p.user, text=lambda p: p.user or "?",
-           style=lambda p: None if p.user else "dim", priority=3, min_width=6),
-    Column("state", "S", 1, lambda p: p.state_letter, style=lambda p: "ok" if p.state == "running" else
-           "bad" if p.state in ("zombie", "disk_sleep") else None, priority=2),
-    Column("cpu", "CPU%", 6, lambda p: p.cpu_ratio, right=True,
-           text=lambda p: fmt.NA if p.cpu_ratio is None else f"{p.cpu_ratio * 100:.1f}",
-           style=lambda p: "dim" if p.cpu_ratio is None else "warn" if p.cpu_ratio >= 0.9 else None),
-    Column("mem", "MEM%", 5, lambda p: p.memory_ratio, right=True,
-           text=lambda p: fmt.NA if p.memory_ratio is None else f"{p.memory_ratio * 100:.1f}",
-           style=lambda p: "dim" if p.memory_ratio is None else None, priority=4),
-    Column("res", "RES", 6, lambda p: p.rss_bytes, right=True, text=lambda p: fmt.size(p.rss_bytes),
-           style=lambda p: "dim" if p.rss_bytes is None else None, priority=1),
-    Column("time", "TIME+", 9, lambda p: p.cpu_seconds, text=lambda p: fmt.cpu_time(p.cpu_seconds), right=True,
-           priority=5),
-    Column("gpu_mem", "GPU MEM", 7, lambda p: p.gpu_memory_bytes, right=True,
-           text=lambda p: fmt.size(p.gpu_memory_bytes) if p.gpus else "",
-           style=lambda p: "accent" if p.gpus else None, priority=1),
+    Column(
+        "user",
+        "USER",
+        9,
+        lambda p: p.user,
+        text=lambda p: p.user or "?",
+        style=lambda p: None if p.user else "dim",
+        priority=3,
+        min_width=6,
+    ),
+    Column(
+        "state",
+        "S",
+        1,
+        lambda p: p.state_letter,
+        style=lambda p: "ok" if p.state == "running" else "bad" if p.state in ("zombie", "disk_sleep") else None,
+        priority=2,
+    ),
+    Column(
+        "cpu",
+        "CPU%",
+        6,
+        lambda p: p.cpu_ratio,
+        right=True,
+        text=lambda p: fmt.NA if p.cpu_ratio is None else f"{p.cpu_ratio * 100:.1f}",
+        style=lambda p: "dim" if p.cpu_ratio is None else "warn" if p.cpu_ratio >= 0.9 else None,
+    ),
+    Column(
+        "mem",
+        "MEM%",
+        5,
+        lambda p: p.memory_ratio,
+        right=True,
+        text=lambda p: fmt.NA if p.memory_ratio is None else f"{p.memory_ratio * 100:.1f}",
+        style=lambda p: "dim" if p.memory_ratio is None else None,
+        priority=4,
+    ),
+    Column(
+        "res",
+        "RES",
+        6,
+        lambda p: p.rss_bytes,
+        right=True,
+        text=lambda p: fmt.size(p.rss_bytes),
+        style=lambda p: "dim" if p.rss_bytes is None else None,
+        priority=1,
+    ),
+    Column(
+        "time", "TIME+", 9, lambda p: p.cpu_seconds, text=lambda p: fmt.cpu_time(p.cpu_seconds), right=True, priority=5
+    ),
+    Column(
+        "gpu_mem",
+        "GPU MEM",
+        7,
+        lambda p: p.gpu_memory_bytes,
+        right=True,
+        text=lambda p: fmt.size(p.gpu_memory_bytes) if p.gpus else "",
+        style=lambda p: "accent" if p.gpus else None,
+        priority=1,
+    ),
     Column("gpus", "GPU", 4, lambda p: p.gpus or None, text=lambda p: p.gpus, priority=4),
     Column("command", "COMMAND", 0, lambda p: p.command, text=lambda p: fmt.one_line(p.command), min_width=24),
 )
@@ -148,7 +215,7 @@ def cpu_lines(cores: tuple[float, ...], busy: float | None, cpu_count: int, widt
         room = max(8, width - 7)
         strip = spark(cores, len(cores))
         for start in range(0, len(strip), room):
-            lines.append([(" cores " if start == 0 else "       ", "label"), (strip[start:start + room], "spark")])
+            lines.append([(" cores " if start == 0 else "       ", "label"), (strip[start : start + room], "spark")])
     return lines
 
 
@@ -157,39 +224,70 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int, he
     age; CPU meters (``cpu_lines``); Mem and Swp meters side by side; tasks, load and uptime; the
     agent's notices; ``GPUs: none`` with NVML's reason on a node without GPUs."""
     state = status.state
-    head: Line = fit([(f" {status.name} ", "title", 0), (f" {state} ", STATE_STYLE.get(state, "dim"), 0),
-                      (f" {_updated(status.age(fmt.now()))}", "dim" if state == "ok" else "warn", 1),
-                      (f"  {status.error}" if status.error else "", "bad", 0)], width)
+    head: Line = fit(
+        [
+            (f" {status.name} ", "title", 0),
+            (f" {state} ", STATE_STYLE.get(state, "dim"), 0),
+            (f" {_updated(status.age(fmt.now()))}", "dim" if state == "ok" else "warn", 1),
+            (f"  {status.error}" if status.error else "", "bad", 0),
+        ],
+        width,
+    )
     lines = [head]
     if snapshot is None:
         text = " loading this node's snapshot…" if status.figures is not None else " no data from this node yet"
         return lines + [[(text, "dim")]]
     host = snapshot.host
-    lines += cpu_lines(host.cpu.core_busy_ratios, host.cpu.busy_ratio, host.cpu_count, width,
-                       core_rows_budget(height))
+    lines += cpu_lines(host.cpu.core_busy_ratios, host.cpu.busy_ratio, host.cpu_count, width, core_rows_budget(height))
     mem = host.memory
     half = max(14, (width - 12) // 2)
-    lines.append([(" Mem ", "label"), *bar(_ratio(mem.used_bytes, mem.total_bytes), half,
-                                            f"{fmt.size(mem.used_bytes)}/{fmt.size(mem.total_bytes)}"),
-                  ("  Swp ", "label"), *bar(_ratio(mem.swap_used_bytes, mem.swap_total_bytes), half,
-                                             f"{fmt.size(mem.swap_used_bytes)}/{fmt.size(mem.swap_total_bytes)}")])
+    lines.append(
+        [
+            (" Mem ", "label"),
+            *bar(
+                _ratio(mem.used_bytes, mem.total_bytes), half, f"{fmt.size(mem.used_bytes)}/{fmt.size(mem.total_bytes)}"
+            ),
+            ("  Swp ", "label"),
+            *bar(
+                _ratio(mem.swap_used_bytes, mem.swap_total_bytes),
+                half,
+                f"{fmt.size(mem.swap_used_bytes)}/{fmt.size(mem.swap_total_bytes)}",
+            ),
+        ]
+    )
     running = host.processes_by_state.get("running")
-    lines.append(fit([(" Tasks: ", "label", 0), (f"{host.processes:,}", "value", 0),
-                      (f", {host.threads:,} thr", "value", 3),
-                      (f"; {running if running is not None else fmt.NA} running", "label", 2),
-                      ("  Load average: ", "label", 0),
-                      (" ".join(fmt.num(v, 2) for v in (host.load1, host.load5, host.load15)), "value", 0),
-                      ("  Uptime: ", "label", 1), (fmt.duration(host.uptime_seconds), "value", 1)], width))
+    lines.append(
+        fit(
+            [
+                (" Tasks: ", "label", 0),
+                (f"{host.processes:,}", "value", 0),
+                (f", {host.threads:,} thr", "value", 3),
+                (f"; {running if running is not None else fmt.NA} running", "label", 2),
+                ("  Load average: ", "label", 0),
+                (" ".join(fmt.num(v, 2) for v in (host.load1, host.load5, host.load15)), "value", 0),
+                ("  Uptime: ", "label", 1),
+                (fmt.duration(host.uptime_seconds), "value", 1),
+            ],
+            width,
+        )
+    )
     k8s = k8s_health(snapshot.node_health)
     if k8s:
-        lines.append([(" K8s ", "label"), (fmt.shorten(k8s["k8s_note"], max(8, width - 5)),
-                                            "warn" if k8s["k8s"] == "error" else "bad")])
+        lines.append(
+            [
+                (" K8s ", "label"),
+                (fmt.shorten(k8s["k8s_note"], max(8, width - 5)), "warn" if k8s["k8s"] == "error" else "bad"),
+            ]
+        )
     for notice in snapshot.agent.notices:
         lines.append([(" ! ", "warn"), (fmt.shorten(notice, max(8, width - 3)), "warn")])
     if not snapshot.gpus:
         reason = snapshot.agent.sources.get("nvml")
-        why = f" ({fmt.one_line(reason)})" if reason and reason != "ok" and reason not in " ".join(
-            snapshot.agent.notices) else ""
+        why = (
+            f" ({fmt.one_line(reason)})"
+            if reason and reason != "ok" and reason not in " ".join(snapshot.agent.notices)
+            else ""
+        )
         lines.append([(" GPUs: ", "label"), ("none", "dim"), (fmt.shorten(why, max(0, width - 12)), "dim")])
     return lines
 
@@ -224,13 +322,20 @@ class NodeScreen(TableScreen):
         with Horizontal(id="node-body"):
             with Vertical(id="htop"):
                 yield Lines(id="host")
-                yield VirtualTable(PROCESS_COLUMNS, row_key=lambda p: p.pid,
-                                   search_text=lambda p: f"{p.pid} {p.user or ''} {p.command or ''}",
-                                   sort_key="cpu", reverse=True, empty="processes: loading…", id="processes")
+                yield VirtualTable(
+                    PROCESS_COLUMNS,
+                    row_key=lambda p: p.pid,
+                    search_text=lambda p: f"{p.pid} {p.user or ''} {p.command or ''}",
+                    sort_key="cpu",
+                    reverse=True,
+                    empty="processes: loading…",
+                    id="processes",
+                )
             with Vertical(id="nvtop"):
                 yield Lines(id="gpu-summary")
-                yield VirtualTable(GPU_COLUMNS, row_key=lambda r: r.gpu.index, sort_key="gpu",
-                                   empty="GPUs: loading…", id="gpu-table")
+                yield VirtualTable(
+                    GPU_COLUMNS, row_key=lambda r: r.gpu.index, sort_key="gpu", empty="GPUs: loading…", id="gpu-table"
+                )
                 with VerticalScroll(id="gpu-blocks"):
                     yield Lines(id="gpus")
         yield from self.compose_filter()
@@ -328,8 +433,11 @@ class NodeScreen(TableScreen):
         if not compact and snap is not None:
             history = self.top.poller.history
             tails = uuid_tails([g.uuid for g in snap.gpus])
-            lines = [line for gpu, tail in zip(snap.gpus, tails, strict=False)
-                     for line in gpu_block(gpu, history.get(status.name, gpu.index), gpu_width, tail)]
+            lines = [
+                line
+                for gpu, tail in zip(snap.gpus, tails, strict=False)
+                for line in gpu_block(gpu, history.get(status.name, gpu.index), gpu_width, tail)
+            ]
             self.query_one("#gpus", Lines).set_lines(lines)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:

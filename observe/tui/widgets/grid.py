@@ -34,8 +34,14 @@ LEVELS = 8
 #: Temperatures mapped onto the scale: 30 °C is its first step, 90 °C its last.
 TEMPERATURE_RANGE = (30.0, 90.0)
 #: XID severity class -> its cell class (``observe.xid.SEVERITIES``); no event: ``x-none``.
-XID_CLASSES = {"informational": "x-info", "application": "x-app", "nvlink_fabric": "x-reset", "gpu_reset": "x-reset",
-               "unknown": "x-reset", "node_reboot": "x-reboot"}
+XID_CLASSES = {
+    "informational": "x-info",
+    "application": "x-app",
+    "nvlink_fabric": "x-reset",
+    "gpu_reset": "x-reset",
+    "unknown": "x-reset",
+    "node_reboot": "x-reboot",
+}
 #: Cells drawn per frame after new data (``GpuGrid._paint_rows``); a bigger grid takes more frames.
 CELLS_PER_PAINT = 2400
 #: Node states whose data is not fresh: hatched cells of this class.
@@ -98,13 +104,31 @@ def _xids(f: NodeFigures) -> list[str]:
 MODES: tuple[Mode, ...] = (
     Mode("util", "GPU utilisation", "0%", "100%", lambda f: _ratios(f.gpu_util_ratios, f.gpu_lost)),
     Mode("memory", "GPU memory used", "0%", "100%", lambda f: _ratios(f.gpu_memory_ratios, f.gpu_lost)),
-    Mode("temperature", "GPU temperature", f"{TEMPERATURE_RANGE[0]:.0f}°C", f"{TEMPERATURE_RANGE[1]:.0f}°C",
-         _temperatures),
+    Mode(
+        "temperature",
+        "GPU temperature",
+        f"{TEMPERATURE_RANGE[0]:.0f}°C",
+        f"{TEMPERATURE_RANGE[1]:.0f}°C",
+        _temperatures,
+    ),
     Mode("xid", "XID errors, last hour", "none", "node_reboot", lambda f: _xids(f)),
 )
 #: Every cell class the grid uses.
-CELL_CLASSES = ("na", "lost", "warn", "bad", "dim", "cursor", "x-none", "x-info", "x-app", "x-reset", "x-reboot",
-                *(f"s{i}" for i in range(LEVELS)), *(f"heat{i}" for i in range(LEVELS)))
+CELL_CLASSES = (
+    "na",
+    "lost",
+    "warn",
+    "bad",
+    "dim",
+    "cursor",
+    "x-none",
+    "x-info",
+    "x-app",
+    "x-reset",
+    "x-reboot",
+    *(f"s{i}" for i in range(LEVELS)),
+    *(f"heat{i}" for i in range(LEVELS)),
+)
 
 
 def node_cells(node: NodeStatus, mode: Mode) -> list[tuple[str, str, str | None]]:

@@ -20,11 +20,33 @@ from observe.tui.fmt import NA
 Piece = tuple[str, "str | None"]
 Line = list[Piece]
 #: Style names a piece may carry.
-STYLES = ("label", "value", "low", "mid", "high", "empty", "na", "ok", "warn", "bad", "dim", "accent", "lost",
-          "title", "spark",
-          # the GPU grid's legend (``observe.tui.widgets.grid``): its scales and XID classes
-          *(f"s{i}" for i in range(8)), *(f"heat{i}" for i in range(8)),
-          "x-none", "x-info", "x-app", "x-reset", "x-reboot", "g-na", "g-lost")
+STYLES = (
+    "label",
+    "value",
+    "low",
+    "mid",
+    "high",
+    "empty",
+    "na",
+    "ok",
+    "warn",
+    "bad",
+    "dim",
+    "accent",
+    "lost",
+    "title",
+    "spark",
+    # the GPU grid's legend (``observe.tui.widgets.grid``): its scales and XID classes
+    *(f"s{i}" for i in range(8)),
+    *(f"heat{i}" for i in range(8)),
+    "x-none",
+    "x-info",
+    "x-app",
+    "x-reset",
+    "x-reboot",
+    "g-na",
+    "g-lost",
+)
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
@@ -35,8 +57,7 @@ def level(ratio: float | None) -> str:
     return "low" if ratio < 0.5 else "mid" if ratio < 0.8 else "high"
 
 
-def bar(ratio: float | None, width: int, text: str | None = None, style: str | None = None,
-        outside: int = 0) -> Line:
+def bar(ratio: float | None, width: int, text: str | None = None, style: str | None = None, outside: int = 0) -> Line:
     """An htop meter ``[|||||     45%]`` of ``width`` cells; ``text`` is written inside at the right.
 
     ``None`` draws an empty meter reading ``N/A`` (or ``text``). With ``outside`` > 0 the text goes
@@ -45,8 +66,10 @@ def bar(ratio: float | None, width: int, text: str | None = None, style: str | N
     """
     if outside:
         label = text if text is not None else (NA if ratio is None else f"{ratio * 100:.1f}%")
-        return [*bar(ratio, width - outside, "", style), (label.rjust(outside)[:outside], "value" if ratio is not None
-                                                            else "na")]
+        return [
+            *bar(ratio, width - outside, "", style),
+            (label.rjust(outside)[:outside], "value" if ratio is not None else "na"),
+        ]
     inner = max(1, width - 2)
     label = text if text is not None else (NA if ratio is None else f"{ratio * 100:.1f}%")
     label = label[:inner]

@@ -85,8 +85,9 @@ def column_layout(columns: Sequence[Column], total: int) -> list[tuple[Column, i
         return sum(widths[id(c)] for c in shown) + max(0, len(shown) - 1)
 
     excess = used() - total
-    for column in sorted((c for c in shown if c.width and c.least < c.width),
-                         key=lambda c: (-c.priority, -shown.index(c))):
+    for column in sorted(
+        (c for c in shown if c.width and c.least < c.width), key=lambda c: (-c.priority, -shown.index(c))
+    ):
         if excess <= 0:
             break
         cut = min(excess, widths[id(column)] - column.least)
@@ -128,8 +129,13 @@ class VirtualTable(Widget, can_focus=True):
         sort_key: the column sorted on at first; reverse: descending at first.
     """
 
-    COMPONENT_CLASSES = {"table--header", "table--sorted", "table--cursor", "table--empty",
-                         *(f"table--{name}" for name in STYLES)}
+    COMPONENT_CLASSES = {
+        "table--header",
+        "table--sorted",
+        "table--cursor",
+        "table--empty",
+        *(f"table--{name}" for name in STYLES),
+    }
     BINDINGS = [
         Binding("up,k", "cursor(-1)", "up", show=False),
         Binding("down,j", "cursor(1)", "down", show=False),
@@ -148,10 +154,18 @@ class VirtualTable(Widget, can_focus=True):
     class Selected(_RowMessage):
         """Enter (or a double click) on a row."""
 
-    def __init__(self, columns: Sequence[Column], row_key: Callable[[Any], Any],
-                 search_text: Callable[[Any], str] | None = None, sort_key: str | None = None,
-                 reverse: bool = False, empty: str = "nothing to show", *, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        row_key: Callable[[Any], Any],
+        search_text: Callable[[Any], str] | None = None,
+        sort_key: str | None = None,
+        reverse: bool = False,
+        empty: str = "nothing to show",
+        *,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
         super().__init__(id=id, classes=classes)
         self.columns = list(columns)
         self.row_key = row_key
@@ -244,8 +258,10 @@ class VirtualTable(Widget, can_focus=True):
         self.rows = list(rows)
         index = 0
         if current_key is not None:
-            index = next((i for i, r in enumerate(self.rows) if self.row_key(r) == current_key),
-                         min(self.cursor, len(self.rows) - 1))
+            index = next(
+                (i for i, r in enumerate(self.rows) if self.row_key(r) == current_key),
+                min(self.cursor, len(self.rows) - 1),
+            )
         self.cursor = max(0, min(index, len(self.rows) - 1))
         self._scroll_to_cursor()
         self.refresh()

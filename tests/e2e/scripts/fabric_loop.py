@@ -26,13 +26,17 @@ ap.add_argument("--record", required=True)
 args = ap.parse_args()
 
 world = 2
-fabric = L.Fabric(accelerator="cpu", devices=world, strategy=ModelParallelStrategy(
-    parallelize_fn=parallelize, data_parallel_size=world, tensor_parallel_size=1))
+fabric = L.Fabric(
+    accelerator="cpu",
+    devices=world,
+    strategy=ModelParallelStrategy(parallelize_fn=parallelize, data_parallel_size=world, tensor_parallel_size=1),
+)
 fabric.launch()
 model = fabric.setup(tiny_llama.model())
 opt = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-3))
-loader = fabric.setup_dataloaders(DataLoader(tiny_llama.sequences(args.steps * args.batch_size * world),
-                                             batch_size=args.batch_size))
+loader = fabric.setup_dataloaders(
+    DataLoader(tiny_llama.sequences(args.steps * args.batch_size * world), batch_size=args.batch_size)
+)
 losses = []
 for batch in loader:
     loss = model(**batch).loss

@@ -32,11 +32,23 @@ else:
     model = LlamaForCausalLM.from_pretrained(args.model_dir)
 every = args.eval_and_save_at or None
 training_args = TrainingArguments(
-    output_dir=args.out, max_steps=args.steps, per_device_train_batch_size=args.batch_size,
-    gradient_accumulation_steps=args.accum, learning_rate=1e-3, logging_steps=5, max_grad_norm=1.0,
-    report_to="none", use_cpu=True, dataloader_drop_last=True, seed=0,
-    eval_strategy="steps" if every else "no", eval_steps=every, per_device_eval_batch_size=args.batch_size,
-    save_strategy="steps" if every else "no", save_steps=every, save_only_model=True,
+    output_dir=args.out,
+    max_steps=args.steps,
+    per_device_train_batch_size=args.batch_size,
+    gradient_accumulation_steps=args.accum,
+    learning_rate=1e-3,
+    logging_steps=5,
+    max_grad_norm=1.0,
+    report_to="none",
+    use_cpu=True,
+    dataloader_drop_last=True,
+    seed=0,
+    eval_strategy="steps" if every else "no",
+    eval_steps=every,
+    per_device_eval_batch_size=args.batch_size,
+    save_strategy="steps" if every else "no",
+    save_steps=every,
+    save_only_model=True,
     include_num_input_tokens_seen="all" if args.count_input_tokens else "no",
 )
 callbacks = []
@@ -46,8 +58,13 @@ if args.with_callback:
     callbacks.append(FsdpObserveCallback())
 # exactly one epoch per rank: every batch fetched is trained on
 train = tiny_llama.sequences(args.steps * args.accum * args.batch_size * world)
-trainer = Trainer(model=model, args=training_args, train_dataset=train, callbacks=callbacks,
-                  eval_dataset=tiny_llama.sequences(4 * world, seed=1) if every else None)
+trainer = Trainer(
+    model=model,
+    args=training_args,
+    train_dataset=train,
+    callbacks=callbacks,
+    eval_dataset=tiny_llama.sequences(4 * world, seed=1) if every else None,
+)
 trainer.train()
 if trainer.is_world_process_zero():
     with open(os.path.join(args.out, "log_history.json"), "w") as fh:

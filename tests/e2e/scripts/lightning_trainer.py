@@ -55,9 +55,19 @@ if args.with_callback:
 world = 2
 train = DataLoader(tiny_llama.sequences(args.steps * args.accum * args.batch_size * world), batch_size=args.batch_size)
 val = DataLoader(tiny_llama.sequences(2 * args.batch_size * world, seed=1), batch_size=args.batch_size)
-trainer = L.Trainer(accelerator="cpu", devices=world, strategy=ModelParallelStrategy(data_parallel_size=world,
-                    tensor_parallel_size=1), max_steps=args.steps, accumulate_grad_batches=args.accum,
-                    log_every_n_steps=1, logger=CSVLogger(args.out, name="run"), enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False, val_check_interval=args.val_every,
-                    num_sanity_val_steps=0, callbacks=callbacks)
+trainer = L.Trainer(
+    accelerator="cpu",
+    devices=world,
+    strategy=ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1),
+    max_steps=args.steps,
+    accumulate_grad_batches=args.accum,
+    log_every_n_steps=1,
+    logger=CSVLogger(args.out, name="run"),
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    val_check_interval=args.val_every,
+    num_sanity_val_steps=0,
+    callbacks=callbacks,
+)
 trainer.fit(Module(), train, val)

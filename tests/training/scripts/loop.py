@@ -50,8 +50,12 @@ def main(rank=0, world=1, args=None):
     else:
         first, second = torch.optim.AdamW(params[:2], lr=1e-3), torch.optim.SGD(params[2:], lr=1e-2)
         opt = Pair(first, second) if args.optimizers == "container" else None
-    loader = DataLoader(data(args.steps * args.accum * BATCH), batch_size=BATCH, num_workers=args.workers,
-                        multiprocessing_context=args.mp_context if args.workers else None)
+    loader = DataLoader(
+        data(args.steps * args.accum * BATCH),
+        batch_size=BATCH,
+        num_workers=args.workers,
+        multiprocessing_context=args.mp_context if args.workers else None,
+    )
     record = {"step_loss": [], "clip": []}
     step_loss = 0.0
     for i, batch in enumerate(loader):
@@ -74,6 +78,7 @@ def main(rank=0, world=1, args=None):
         step_loss = 0.0
     if args.compile:
         from torch._dynamo.utils import counters
+
         record["recompiles"] = sum(counters["recompiles"].values())
         record["graph_breaks"] = sum(counters["graph_break"].values())
         record["frames"] = dict(counters["frames"])

@@ -17,8 +17,11 @@ def _start() -> None:
     try:
         from observe.training.inject import bootstrap
     except ImportError as exc:
-        print(f"fsdp-observe: not instrumenting {sys.executable}: fsdp-observe is not installed for it ({exc})",
-              file=sys.stderr, flush=True)
+        print(
+            f"fsdp-observe: not instrumenting {sys.executable}: fsdp-observe is not installed for it ({exc})",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     bootstrap.start()
 
