@@ -306,6 +306,95 @@ TRAIN_VALIDATION_PERPLEXITY = Metric(
     "exp(validation loss) of the last evaluation.",
 )
 
+# --- trainer: which rank is stuck, which is slow (collectives, compute vs wait, stalls) -------
+
+#: Values of ``fsdp_train_state``'s ``state`` label: what the rank's training thread does now.
+#: ``computing``: running the loop's own code (forward, backward, optimizer, user code);
+#: ``collective``: blocked in a collective's wait (gloo; on NCCL the host rarely blocks there);
+#: ``data``: waiting for the next batch; ``phase``: outside the training steps, in the phase
+#: ``fsdp_train_phase`` names (loading, validating, checkpointing, finished).
+TRAIN_STATES: tuple[str, ...] = ("computing", "collective", "data", "phase")
+TRAIN_STATE = Metric(
+    "fsdp_train_state",
+    "gauge",
+    "State series: 1 for what this rank's training thread does now (computing, collective: blocked "
+    "in a collective's wait, data: waiting for a batch, phase: outside the steps), 0 for the others.",
+    ("state",),
+)
+TRAIN_COLLECTIVES_ENQUEUED = Metric(
+    "fsdp_train_collectives_enqueued_total",
+    "counter",
+    "Collectives this rank issued on each process group: the sequence number of its last one "
+    "(Flight Recorder's last_enqueued_collective where it answers, else counted by fsdp-observe).",
+    ("pg",),
+)
+TRAIN_COLLECTIVES_COMPLETED = Metric(
+    "fsdp_train_collectives_completed_total",
+    "counter",
+    "Collectives of each process group that completed on this rank (sequence number of the last).",
+    ("pg",),
+)
+TRAIN_COLLECTIVE_BLOCKED_SECONDS = Metric(
+    "fsdp_train_collective_blocked_seconds",
+    "gauge",
+    "Seconds this rank's training thread has been blocked in its current collective's wait, 0 when "
+    "it is not waiting (host side: on NCCL the host seldom blocks in a collective).",
+)
+TRAIN_COLLECTIVE_WAITING = Metric(
+    "fsdp_train_collective_waiting",
+    "gauge",
+    "Sequence number of the collective this rank's training thread is blocked in, labelled with its "
+    "process group and op; absent when it is not waiting.",
+    ("pg", "op"),
+)
+TRAIN_COMPUTE_SECONDS = Metric(
+    "fsdp_train_compute_seconds_total",
+    "counter",
+    "Step time this rank spent neither waiting for data nor blocked in a collective (host side): "
+    "the straggler signal, since synchronous ranks share one step time.",
+)
+TRAIN_COLLECTIVE_WAIT_SECONDS = Metric(
+    "fsdp_train_collective_wait_seconds_total",
+    "counter",
+    "Step time this rank's training thread spent blocked in collectives' waits (host side).",
+)
+TRAIN_WINDOW_COMPUTE_SECONDS = Metric(
+    "fsdp_train_window_compute_seconds",
+    "gauge",
+    "Mean compute time per step over the last log window (step time - data wait - collective wait).",
+)
+TRAIN_WINDOW_COLLECTIVE_WAIT_SECONDS = Metric(
+    "fsdp_train_window_collective_wait_seconds",
+    "gauge",
+    "Mean collective wait per step over the last log window.",
+)
+TRAIN_STALLED = Metric(
+    "fsdp_train_stalled",
+    "gauge",
+    "1 while this rank's stall watchdog sees no progress (no step, no completed collective, no batch) "
+    "for longer than fsdp_train_stall_threshold_seconds, else 0.",
+)
+TRAIN_STALL_THRESHOLD = Metric(
+    "fsdp_train_stall_threshold_seconds",
+    "gauge",
+    "The stall watchdog's threshold: max(floor, k x this rank's median step time), k = 3, floor 30 s.",
+)
+
+#: Which rank is stuck and which is slow.
+TRAINER_FORENSICS_METRICS: tuple[Metric, ...] = (
+    TRAIN_STATE,
+    TRAIN_COLLECTIVES_ENQUEUED,
+    TRAIN_COLLECTIVES_COMPLETED,
+    TRAIN_COLLECTIVE_BLOCKED_SECONDS,
+    TRAIN_COLLECTIVE_WAITING,
+    TRAIN_COMPUTE_SECONDS,
+    TRAIN_COLLECTIVE_WAIT_SECONDS,
+    TRAIN_WINDOW_COMPUTE_SECONDS,
+    TRAIN_WINDOW_COLLECTIVE_WAIT_SECONDS,
+    TRAIN_STALLED,
+    TRAIN_STALL_THRESHOLD,
+)
+
 #: Where wall time goes: phases, restarts, checkpoints, goodput, validation.
 TRAINER_RUN_METRICS: tuple[Metric, ...] = (
     TRAIN_PHASE,
@@ -322,6 +411,7 @@ TRAINER_RUN_METRICS: tuple[Metric, ...] = (
 
 TRAINER_METRICS: tuple[Metric, ...] = (
     *TRAINER_RUN_METRICS,
+    *TRAINER_FORENSICS_METRICS,
     TRAIN_INFO,
     TRAIN_STEPS,
     TRAIN_LABELLED_TOKENS,

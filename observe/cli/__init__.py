@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "scaling": ("observe.cli.scaling", "throughput, step time and memory against the number of ranks", "scaling"),
     "job": ("observe.cli.job", "render a PyTorchJob; show, read and stop one on Kubernetes", "k8s"),
+    "diagnose": (
+        "observe.cli.diagnose",
+        "which rank is stuck (hang, mismatch) or slow (straggler): rank, pod, node, GPU, collective, stack",
+        "",
+    ),
     "top": ("observe.cli.top", "the terminal UI: nodes, GPUs, processes, the training run and XID alerts", ""),
     "agent": (
         "observe.cli.agent",

@@ -41,9 +41,10 @@ from typing import Any
 
 from observe import catalog as c
 from observe.errors import PortInUseError
-from observe.training import session
+from observe.training import hangwatch, session
 from observe.training.collector import DeviceMemory, TrainerMetrics
 from observe.training.flops import flops_per_token, peak_flops
+from observe.training.forensics import RankForensics
 from observe.training.inject import bootstrap
 from observe.training.phases import Goodput, PhaseClock, process_start_time
 from observe.training.rankenv import (
@@ -268,8 +269,15 @@ class TrainingMetrics:
         if optimizer is not None:
             self._hook = optimizer.register_step_pre_hook(self.read_learning_rate)
         self.served: Served | None = None
+        self.hang: hangwatch.HangWatch | None = None
         if serve:
             self._serve(port_base, address, port_fallback, port_setting)
+        identity = {**labels, "world_size": env.world_size, "restarts": env.restarts, "port": self.port}
+        self.hang = hangwatch.start(
+            identity, lambda: self.phases.current, lambda: self.step_index, watchdog=self.served is not None
+        )
+        if self.hang is not None:
+            self.collector.forensics = self.hang.forensics
         replaced = session.register(self)
         if replaced is not None and replaced is not self and replaced.instrumentation == "auto":
             replaced.close(linger_seconds=0)
@@ -279,16 +287,19 @@ class TrainingMetrics:
     def _serve(self, base: int | None, address: str | None, fallback: bool, setting: str) -> None:
         addr, port = bind_address(address), rank_port(self.rank_env.local_rank, port_base(base))
         try:
-            self.served = serve(self.collector, addr, port, field=setting)
+            self.served = serve(self.collector, addr, port, field=setting, debug=self._forensics)
         except PortInUseError:
             if not fallback:
                 raise
-            self.served = serve(self.collector, addr, 0, field=setting)
+            self.served = serve(self.collector, addr, 0, field=setting, debug=self._forensics)
             self.problem(
                 "port_taken",
                 f"port {port} is taken: serving on {addr}:{self.served.port} instead, "
                 f"where no PodMonitor looks; set FSDP_OBSERVE_PORT_BASE to a free base",
             )
+
+    def _forensics(self) -> RankForensics | None:
+        return None if self.hang is None else self.hang.forensics
 
     @property
     def port(self) -> int | None:
@@ -319,11 +330,18 @@ class TrainingMetrics:
         batch to a device."""
         iterator = iter(iterable)
         while True:
+            forensics = self._forensics()
+            if forensics is not None:
+                forensics.data_started()
             started = time.perf_counter()
             try:
                 batch = next(iterator)
             except StopIteration:
+                if forensics is not None:
+                    forensics.data_ended(exhausted=True)
                 return
+            if forensics is not None:
+                forensics.data_ended()
             self.record_batch(batch, started, time.perf_counter())
             yield batch
 
@@ -438,6 +456,10 @@ class TrainingMetrics:
             self._window_tokens.add(tokens_host)
         if self._data_wait is not None:
             self._window_data_wait = (self._window_data_wait or 0.0) + self._data_wait
+        if self.hang is not None:
+            self.hang.forensics.step_ended(seconds, self._data_wait)
+            if self.collector.planned_steps and self.step_index >= self.collector.planned_steps:
+                self.hang.forensics.end_loop("planned_steps")
         lr = self._learning_rate
         self.collector.on_step(
             self.step_index, seconds, self._data_wait, tokens_host, self._samples, None if is_tensor(lr) else lr
@@ -498,6 +520,8 @@ class TrainingMetrics:
         self._window_tokens, self._window_tokens_device, self._window_tokens_known = Accumulator(), Accumulator(), False
         self._loss_sum.reset()
         self._loss_weight.reset()
+        if self.hang is not None:
+            self.hang.forensics.window_closed()
         report = WindowReport(self.step_index, stats, loss, grad_norm, global_tps, self.collector.learning_rate)
         if self.on_window is not None:
             self.on_window(report)
@@ -648,6 +672,8 @@ class TrainingMetrics:
         this process, which closes at exit, after anything the script does next."""
         self.close_window()
         self.enter_phase("finished")
+        if self.hang is not None:
+            self.hang.forensics.end_loop("train_end")
         if not bootstrap.hooks_installed:
             self.close()
 
@@ -672,6 +698,9 @@ class TrainingMetrics:
         except Exception:  # noqa: BLE001 - e.g. a process group already destroyed: keep what we have
             log.debug("last window not read", exc_info=True)
         self.phases.enter("finished")
+        if self.hang is not None:
+            self.hang.forensics.end_loop("closed")
+            self.hang.stop()
         ended = time.monotonic()
         if self._hook is not None:
             self._hook.remove()

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -122,6 +123,8 @@ class TrainerMetrics(Collector):
         self.last_checkpoint_timestamp: float | None = None
         self.validation_loss: float | None = None
         self.validation_perplexity: float | None = None
+        #: The rank's hang and straggler evidence (``observe.training.forensics``), when tracking is on.
+        self.forensics: Any = None
         self._once = OnceLog(log)
 
     # -- updates from the training loop (host values only) ------------------------------------
@@ -273,6 +276,8 @@ class TrainerMetrics(Collector):
                 yield self._gauge(metric, value)
         if self.memory is not None:
             yield self._counter(c.TRAIN_DEVICE_ALLOC_RETRIES, self.memory.alloc_retries)
+        if self.forensics is not None:
+            yield from self.forensics.families(self.labels)
 
     def _problem_family(self) -> GaugeMetricFamily:
         metric = c.TRAIN_INSTRUMENTATION_PROBLEM

@@ -27,6 +27,8 @@ from prometheus_client.registry import Collector
 
 from observe.catalog import TRAINER_PORT_BASE
 from observe.errors import bind_error
+from observe.training import debug as debug_pages
+from observe.training.forensics import RankForensics
 
 #: How often a linger looks whether every scraper has been back (seconds).
 LINGER_POLL_SECONDS = 0.05
@@ -126,13 +128,19 @@ class Served:
 
 
 def serve(
-    metrics: Collector, address: str, port: int, field: str = "--metrics-port", address_field: str | None = None
+    metrics: Collector,
+    address: str,
+    port: int,
+    field: str = "--metrics-port",
+    address_field: str | None = None,
+    debug: Callable[[], RankForensics | None] | None = None,
 ) -> Served:
     """Serve ``metrics`` (and this process's CPU/RSS) as Prometheus text on ``address:port``.
 
     Uses a fresh ``CollectorRegistry`` (never the global one) and prometheus_client's threaded
     HTTP server on a daemon thread; every request is recorded (``Served.scrapes``) for the linger.
-    Port 0 lets the kernel choose (``Served.port`` says which).
+    Port 0 lets the kernel choose (``Served.port`` says which). With ``debug`` (returning the rank's
+    evidence), the ``/debug/`` pages are served too (``observe.training.debug``).
 
     Raises:
         UserError: the port is taken (``PortInUseError``) or cannot be bound (naming ``field``), or
@@ -150,5 +158,7 @@ def serve(
     scrapes = ScrapeLog()
     app = httpd.get_app()
     assert app is not None  # start_http_server made its server with prometheus_client's WSGI app
+    if debug is not None:
+        app = debug_pages.wrap(app, debug)
     httpd.set_app(scrapes.wrap(app))
     return Served(registry, address, int(httpd.server_port), httpd, scrapes)

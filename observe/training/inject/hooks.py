@@ -36,7 +36,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from observe.training import session
+from observe.training import collectives, session
 from observe.training.inject import bootstrap
 from observe.training.tensors import Accumulator, count_batch, is_tensor
 
@@ -63,6 +63,10 @@ class AutoState:
         self.grad_norm: Any = None
         self.learning_rate: Any = None
         self.first_activity: float | None = None
+        #: a batch was fetched in the open step (its start begins the step)
+        self.batch_seen = False
+        #: ``time.perf_counter()`` at the end of the last run step: where a step with no batch begins
+        self.last_end: float | None = None
         #: batches fetched before the first step made the endpoint: (counts, started, ended)
         self.pending: list[tuple[Any, float, float]] = []
 
@@ -92,11 +96,14 @@ class AutoState:
         m = session.current()
         if m is None:
             m = make_metrics()
-            if self.first_activity is not None:
-                m.begin_step(self.first_activity)
         if "steps" not in ACCEPTS.get(m.instrumentation, frozenset()):
             self._forget_step()
             return
+        # A step begins at its first batch; in a loop without a DataLoader, where the last one ended
+        # (the first step: at its first backward()).
+        begun = self.first_activity if self.batch_seen or self.last_end is None else self.last_end
+        if begun is not None:
+            m.begin_step(begun)
         if not self.loss.empty:
             m.add_loss(self.loss.device if self.loss.device is not None else self.loss.host)
             if m.collector.info.get("loss_source") != "backward_heuristic":
@@ -107,10 +114,11 @@ class AutoState:
             m.record_learning_rate(self.learning_rate)
         self._forget_step()
         m.end_step()
+        self.last_end = time.perf_counter()
 
     def _forget_step(self) -> None:
         self.loss.reset()
-        self.grad_norm, self.first_activity = None, None
+        self.grad_norm, self.first_activity, self.batch_seen = None, None, False
 
     # -- backward, clipping, data ------------------------------------------------------------
 
@@ -135,6 +143,7 @@ class AutoState:
         """One DataLoader batch: its wait and counts go to the open step."""
         if self.first_activity is None or started < self.first_activity:
             self.first_activity = started
+        self.batch_seen = True
         m = self.accepts("data_wait")
         if m is None:
             if session.current() is None:  # before the first step: counts kept until the endpoint exists
@@ -177,6 +186,8 @@ def install(torch: ModuleType) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch.utils.data import dataloader
 
+    if collectives.enabled():
+        collectives.install(torch)  # from the start, so the counts cover the collectives before step 1
     register_optimizer_step_pre_hook(STATE.pre_step)
     register_optimizer_step_post_hook(STATE.post_step)
     _wrap(torch.autograd, "backward", _backward_wrapper)
@@ -215,10 +226,25 @@ def _clip_wrapper(original: Any) -> Any:
     return clip_grad_norm_
 
 
+def _forensics() -> Any:
+    m = session.current()
+    return None if m is None else m._forensics()
+
+
 def _next_wrapper(original: Any) -> Any:
     def timed_next(self: Any) -> Any:
+        forensics = _forensics()
+        if forensics is not None:
+            forensics.data_started()
         started = time.perf_counter()
-        batch = original(self)
+        try:
+            batch = original(self)
+        except StopIteration:
+            if forensics is not None:
+                forensics.data_ended(exhausted=True)
+            raise
+        if forensics is not None:
+            forensics.data_ended()
         STATE.on_batch(batch, started, time.perf_counter())
         return batch
 
