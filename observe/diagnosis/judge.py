@@ -25,7 +25,7 @@ A culprit that is checkpointing or validating while the others wait for it is a 
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -150,6 +150,7 @@ def _unreached_culprit(
 ) -> Culprit:
     alive = None if peer is None else peer.get("alive")
     gil = None if peer is None else peer.get("gil_stacks")
+    thread = None if peer is None else peer.get("thread")
     if alive is False or (alive is None and u.reason == "refused"):
         kind = "dead"
         note = "its process is not running" if alive is False else f"nothing answers at {u.address} ({u.reason})"
@@ -160,7 +161,7 @@ def _unreached_culprit(
             if alive or u.reason == "timeout"
             else f"it does not answer at {u.address} ({u.reason}{': ' + u.detail if u.detail else ''})"
         )
-    stack = _gil_stack(gil) if gil else []
+    stack = _gil_stack(gil, thread) if gil else []
     return Culprit(
         rank=u.rank,
         kind=kind,
@@ -177,12 +178,12 @@ def _unreached_culprit(
     )
 
 
-def _gil_stack(text: str) -> list[str]:
-    """The training thread's frames from faulthandler's last dump (``File "x", line N in f``), innermost last."""
-    blocks = text.strip().split("\n\n")
-    last = blocks[-1] if blocks else ""
-    threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", last)
-    main = next((t for t in threads if "Current thread" in t.splitlines()[0]), threads[-1] if threads else "")
+def _gil_stack(text: str, thread: str | None = None) -> list[str]:
+    """The training thread's frames (``thread``: faulthandler's ``0x…`` id; default the last thread
+    listed) from the last dump in ``text``, innermost last, ``file:line in function``."""
+    dumps = re.split(r"(?m)^Timeout \(", text)
+    threads = re.split(r"\n\s*\n(?=(?:Current thread|Thread) 0x)", dumps[-1].strip())
+    main = next((t for t in threads if thread and f"hread {thread} " in t.split("(most recent", 1)[0]), threads[-1])
     frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', main)
     return [f"{f}:{n} in {fn}" for f, n, fn in reversed(frames)]
 
@@ -306,8 +307,9 @@ def _mismatch(ranks: list[RankEvidence], seconds: float) -> tuple[list[Culprit],
     """Ranks whose op at a group's last sequence number differs from the majority's, and a line
     saying what the majority issued (empty when there is no mismatch)."""
     by_rank = {r.rank: r for r in ranks}
-    for pg in sorted({pg for r in ranks for pg in r.last_issued}):
-        last = {r.rank: r.last_issued[pg] for r in ranks if pg in r.last_issued}
+    lasts = {r.rank: dict(r.last_issued) or ({r.blocked.pg: r.blocked} if r.blocked else {}) for r in ranks}
+    for pg in sorted({pg for issued in lasts.values() for pg in issued}):
+        last = {rank: issued[pg] for rank, issued in lasts.items() if pg in issued}
         if len({c.seq for c in last.values()}) != 1 or len(last) < 2:
             continue
         ops = Counter(c.op for c in last.values()).most_common()
@@ -317,7 +319,11 @@ def _mismatch(ranks: list[RankEvidence], seconds: float) -> tuple[list[Culprit],
         majority = [] if tie else [r for r, c in last.items() if c.op == ops[0][0]]
         odd = [r for r in last if r not in majority]
         if tie:
-            said = "no op has a majority: every side is named"
+            sides = defaultdict(list)
+            for r, c in last.items():
+                sides[(c.op, c.shapes)].append(r)
+            said = "; ".join(f"{ranks_text(rs)} issued {op} {_shapes(sh)}".rstrip() for (op, sh), rs in sides.items())
+            said += ": no op has a majority, every side is named"
         else:
             said = f"{ranks_text(majority)} issued {ops[0][0]} {_shapes(last[majority[0]].shapes)}".rstrip()
         culprits = [
@@ -388,12 +394,12 @@ def _hang_line(culprits: list[Culprit], waiting: list[int], waited: Collective |
 
 def _mismatch_line(culprits: list[Culprit], majority: str) -> str:
     c = culprits[0]
+    at = f"mismatch: at collective #{c.seq} on process group {c.pg}, "
+    if not c.waiting_ranks:  # no majority: ``majority`` lists every side
+        return f"{at}{majority}; for {seconds_text(c.seconds)}"
     odd = ranks_text([x.rank for x in culprits if x.rank is not None])
     issued = f"{c.op} {_shapes(tuple(tuple(s) for s in c.shapes))}".rstrip()
-    return (
-        f"mismatch: at collective #{c.seq} on process group {c.pg}, {odd} issued {issued} while "
-        f"{majority}; for {seconds_text(c.seconds)}"
-    )
+    return f"{at}{odd} issued {issued} while {majority}; for {seconds_text(c.seconds)}"
 
 
 def _stopped(ranks: list[RankEvidence], unreached: list[Unreached], seconds: float, base: dict) -> Verdict:
@@ -451,12 +457,14 @@ def _straggler(ranks: list[RankEvidence], ratio: float, share: float, base: dict
         return healthy
     found.sort(key=lambda c: -(c.excess_seconds or 0.0))
     c = found[0]
-    waits = [x.wait_seconds for x in timed if x.rank != c.rank and x.wait_seconds is not None]
+    others = [x for x in timed if x.rank != c.rank and x.wait_seconds is not None]
+    waits = [x.wait_seconds or 0.0 for x in others]
     summary = (
         f"straggler: rank {c.rank}{_place(c)} computes {seconds_text(c.seconds)} per step against a median of "
         f"{seconds_text(median)} (+{seconds_text(c.excess_seconds)}, "
         f"{(c.excess_seconds or 0) / step_median:.0%} of the {seconds_text(step_median)} step)"
     )
     if waits:
-        summary += f"; the other ranks wait {seconds_text(_lower_median(waits))} per step in collectives"
+        verb = "waits" if len(others) == 1 else "wait"
+        summary += f"; {ranks_text([x.rank for x in others])} {verb} {seconds_text(_lower_median(waits))} per step in collectives"
     return Verdict("straggler", summary, culprits=found, **base)

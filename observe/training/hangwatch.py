@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,8 @@ def start(
         return None
     tracker = collectives.install(torch)
     ident = {k: v for k, v in identity.items() if v is not None}
+    # faulthandler names threads by this id (``Thread 0x00007f...``): the GIL file's training thread
+    ident["thread"] = f"0x{threading.main_thread().ident or 0:016x}"
     index = gpu_index()
     if index is not None:
         ident["gpu_index"] = index

@@ -91,7 +91,7 @@ def read_peers(directory: Path, me: dict[str, Any]) -> dict[str, Any]:
             continue
         if peer.get("rank") == me.get("rank") or any(peer.get(k) != me.get(k) for k in SAME):
             continue
-        entry: dict[str, Any] = {k: peer.get(k) for k in ("pid", "local_rank", "port", "node")}
+        entry: dict[str, Any] = {k: peer.get(k) for k in ("pid", "local_rank", "port", "node", "thread")}
         pid = peer.get("pid")
         entry["alive"] = alive(int(pid)) if isinstance(pid, int) else None
         gil = gil_file(directory, int(peer["rank"]))

@@ -100,7 +100,10 @@ class StallWatchdog:
         return max(self.floor, K * median) if median is not None else self.floor
 
     def start(self) -> None:
-        """Start the daemon thread (``fsdp-observe-watchdog``)."""
+        """Arm the GIL watch (so a GIL taken before the first look is caught too), then start the
+        daemon thread (``fsdp-observe-watchdog``)."""
+        if self.gil is not None:
+            self.gil.arm()
         self._thread = threading.Thread(target=self._run, name="fsdp-observe-watchdog", daemon=True)
         self._thread.start()
 

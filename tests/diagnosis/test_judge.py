@@ -109,15 +109,18 @@ def test_a_refused_rank_while_the_others_wait_is_dead_and_identified_by_its_peer
 
 
 def test_a_rank_that_does_not_answer_but_lives_holds_the_gil_and_its_peer_serves_the_stack() -> None:
+    # faulthandler's own text (an earlier firing first; the training thread is not the last listed)
     gil = (
-        "Timeout (0:00:30)!\nThread 0x00007f01 (most recent call first):\n"
-        '  File "/venv/lib/python3.11/threading.py", line 320 in wait\n\n'
-        "Current thread 0x00007f00 (most recent call first):\n"
+        "Timeout (0:00:30)!\nThread 0x00007f00 (most recent call first):\n"
+        '  File "/home/me/old.py", line 1 in main\n\n'
+        "Timeout (0:00:30)!\nThread 0x00007f00 (most recent call first):\n"
         '  File "/venv/lib/python3.11/re/__init__.py", line 166 in match\n'
         '  File "/home/me/train.py", line 40 in main\n'
-        '  File "/home/me/train.py", line 60 in <module>\n'
+        '  File "/home/me/train.py", line 60 in <module>\n\n'
+        "Thread 0x00007f01 (most recent call first):\n"
+        '  File "/venv/lib/python3.11/threading.py", line 320 in wait\n'
     )
-    peers = {1: {"pid": 4242, "alive": True, "port": 9501, "gil_stacks": gil}}
+    peers = {1: {"pid": 4242, "alive": True, "port": 9501, "gil_stacks": gil, "thread": "0x00007f00"}}
     v = judge([waiting(0, peers=peers, world=2)], [Unreached("127.0.0.1:9501", "timeout", "no answer within 5.0 s")])
     assert v.culprit_ranks == [1]
     c = v.culprits[0]
@@ -183,7 +186,7 @@ def test_the_straggler_is_named_by_compute_not_step_time() -> None:
         "rank 1 (pod job-worker-0, node node-0, GPU 1 GPU-1) computes 313 ms per step against a median of 14 ms"
         in v.summary
     )
-    assert "the other ranks wait 395 ms per step" in v.summary
+    assert "ranks 0, 2, 3 wait 395 ms per step in collectives" in v.summary
 
 
 def test_small_compute_differences_are_not_a_straggler() -> None:
@@ -246,3 +249,14 @@ def test_from_state_reads_a_real_debug_state_document() -> None:
     assert e.stalled and abs((e.stalled_seconds or 0) - 15.93) < 0.01
     assert e.peers[1]["port"] == 23501
     assert e.stack == (("/tmp/spike/user_train.py", 24, "<module>", "loss = m(x)"),)
+
+
+def test_a_mismatch_is_found_from_the_blocked_collectives_alone_as_metrics_give_them() -> None:
+    # Prometheus and the TUI's /metrics carry the collective each rank waits in, not its last issued one.
+    extra = Collective("0", 99, "all_reduce")
+    gather = Collective("0", 99, "all_gather_single")
+    ranks = [
+        rank(r, state="collective", groups={"0": Group(99, 98)}, blocked=extra if r == 2 else gather) for r in range(4)
+    ]
+    v = judge(ranks)
+    assert (v.verdict, v.culprit_ranks) == ("mismatch", [2])
