@@ -466,5 +466,6 @@ def _straggler(ranks: list[RankEvidence], ratio: float, share: float, base: dict
     )
     if waits:
         verb = "waits" if len(others) == 1 else "wait"
-        summary += f"; {ranks_text([x.rank for x in others])} {verb} {seconds_text(_lower_median(waits))} per step in collectives"
+        wait = seconds_text(_lower_median(waits))
+        summary += f"; {ranks_text([x.rank for x in others])} {verb} {wait} per step in collectives"
     return Verdict("straggler", summary, culprits=found, **base)
