@@ -156,11 +156,12 @@ def _unreached_culprit(
         note = "its process is not running" if alive is False else f"nothing answers at {u.address} ({u.reason})"
     else:
         kind = "unresponsive"
-        note = (
-            "its process is alive but its Python threads do not run: its training thread holds the GIL"
-            if alive or u.reason == "timeout"
-            else f"it does not answer at {u.address} ({u.reason}{': ' + u.detail if u.detail else ''})"
-        )
+        if peer is not None and peer.get("process_state") in ("T", "t"):
+            note = "its process is stopped (SIGSTOP, a debugger, a frozen cgroup)"
+        elif alive or u.reason == "timeout":
+            note = "its process is alive but its Python threads do not run: its training thread holds the GIL"
+        else:
+            note = f"it does not answer at {u.address} ({u.reason}{': ' + u.detail if u.detail else ''})"
     stack = _gil_stack(gil, thread) if gil else []
     return Culprit(
         rank=u.rank,

@@ -79,6 +79,9 @@ class RankForensics:
         self.window_compute: float | None = None
         self.window_wait: float | None = None
         self.step_times: deque[float] = deque(maxlen=MEDIAN_STEPS)
+        #: (compute, collective wait) of the last ``MEDIAN_STEPS`` steps: the verdict's straggler
+        #: figures (a log window of a few steps is too short on a noisy host).
+        self.recent: deque[tuple[float, float]] = deque(maxlen=MEDIAN_STEPS)
         self.in_data_since: float | None = None
         self.batches = 0
         self.last_step_unix: float | None = None
@@ -107,6 +110,7 @@ class RankForensics:
         self._window_wait += wait
         self._window_steps += 1
         self.step_times.append(step_seconds)
+        self.recent.append((compute, wait))
         self.last_step_unix = time.time()
         self.loop_ended = None if self.loop_ended == "loader_exhausted" else self.loop_ended
 
@@ -203,6 +207,7 @@ class RankForensics:
                 "compute_seconds_total": round(self.compute_seconds_total, 6),
                 "collective_wait_seconds_total": round(self.wait_seconds_total, 6),
                 "median_step_seconds": self.median_step_seconds(),
+                **self._recent_means(),
             },
             "stall": self.stall,
             "stall_threshold_seconds": self.stall_threshold,
@@ -212,6 +217,17 @@ class RankForensics:
         if self.peers is not None:
             doc["peers"] = self.peers()
         return doc
+
+    def _recent_means(self) -> dict[str, float | int]:
+        """Mean compute and collective wait per step over the last ``MEDIAN_STEPS`` steps."""
+        recent = list(self.recent)
+        if not recent:
+            return {}
+        return {
+            "recent_steps": len(recent),
+            "recent_compute_seconds": sum(c for c, _ in recent) / len(recent),
+            "recent_collective_wait_seconds": sum(w for _, w in recent) / len(recent),
+        }
 
     def families(self, labels: dict[str, str]) -> Iterator[Any]:
         """The forensics series with the rank's constant ``labels``."""

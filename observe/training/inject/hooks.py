@@ -196,6 +196,7 @@ def install(torch: ModuleType) -> None:
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip
     base = dataloader._BaseDataLoaderIter
     base.__next__ = _next_wrapper(base.__next__)  # type: ignore[method-assign]
+    _wrap(torch, "save", _checkpoint_wrapper)
     atexit.register(_close_at_exit)
 
 
@@ -229,6 +230,32 @@ def _clip_wrapper(original: Any) -> Any:
 def _forensics() -> Any:
     m = session.current()
     return None if m is None else m._forensics()
+
+
+def _checkpoint_wrapper(original: Any) -> Any:
+    """A save function (``torch.save``, ``torch.distributed.checkpoint.save``) that puts a zero-code
+    rank in phase ``checkpointing`` while it runs after training began: a rank saving while the
+    others wait for it in a barrier is pausing them, not hanging them."""
+
+    def save(*args: Any, **kwargs: Any) -> Any:
+        m = session.current()
+        if m is None or m.instrumentation != "auto" or m.phases.current != "training":
+            return original(*args, **kwargs)
+        with m.phase("checkpointing"):
+            return original(*args, **kwargs)
+
+    save.__name__ = save.__qualname__ = getattr(original, "__name__", "save")
+    save.__wrapped__ = original  # type: ignore[attr-defined]
+    save.__doc__ = original.__doc__
+    return save
+
+
+def attach_dcp(saver: ModuleType) -> None:
+    """Wrap ``torch.distributed.checkpoint.state_dict_saver``'s blocking savers (``save`` and the
+    deprecated ``save_state_dict``) before its package re-exports them (``_checkpoint_wrapper``)."""
+    for name in ("save", "save_state_dict"):
+        if callable(getattr(saver, name, None)):
+            _wrap(saver, name, _checkpoint_wrapper)
 
 
 def _next_wrapper(original: Any) -> Any:
