@@ -40,13 +40,17 @@ ap.add_argument("--sleep", type=float, default=0.3)
 ap.add_argument("--pause", type=float, default=12.0)
 ap.add_argument("--width", type=int, default=256)
 ap.add_argument("--keeper-file", default="keeper.pid")
+ap.add_argument("--backend", default="gloo", help="nccl on a GPU (benchmarks/gpu_check.py --hang)")
 args = ap.parse_args()
 
-dist.init_process_group("gloo")
+dist.init_process_group(args.backend)
 rank, world = dist.get_rank(), dist.get_world_size()
-mesh = init_device_mesh("cpu", (world,))
+device = "cuda" if args.backend == "nccl" else "cpu"
+if device == "cuda":
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+mesh = init_device_mesh(device, (world,))
 torch.manual_seed(0)
-model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(4)])
+model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(4)]).to(device)
 for layer in model:
     fully_shard(layer, mesh=mesh)
 fully_shard(model, mesh=mesh)
@@ -78,10 +82,11 @@ def validation(seconds: float) -> float:
     with torch.no_grad():
         while time.monotonic() < until:
             for (x,) in batches:
-                total += model(x).pow(2).mean()
+                total += model(x.to(device)).pow(2).mean().cpu()
                 time.sleep(0.2)
                 if time.monotonic() >= until:
                     break
+    total = total.to(device)
     dist.all_reduce(total)
     return float(total)
 
@@ -97,7 +102,7 @@ for x, y in loader:
             time.sleep(10**6)
         elif args.fault == "extra":
             fault("extra")
-            dist.all_reduce(torch.ones(3))
+            dist.all_reduce(torch.ones(3, device=device))
         elif args.fault == "gil":
             fault("gil")
             re.match(r"(a+)+$", "a" * 64 + "b")
@@ -134,6 +139,7 @@ for x, y in loader:
         fault("validate")
         validation(args.pause)
         print(f"VALIDATED rank {rank} at {time.time():.3f}", flush=True)
+    x, y = x.to(device), y.to(device)
     loss = (model(x) - y).pow(2).mean()
     loss.backward()
     opt.step()
