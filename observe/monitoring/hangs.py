@@ -49,7 +49,9 @@ PLACE = "namespace, run_id, rank, local_rank, pod, node, gpu_uuid, instance"
 PAUSING_PHASES = ("checkpointing", "validating")
 
 #: Recording rules of the hang group (``level:metric:operations``): per run and process group, the
-#: ranks that wait in one of its collectives while their watchdog says they are stalled ...
+#: ranks that wait in one of its collectives (blocked in it, or one issued and not completed) ...
+WAITING_RANKS = f"namespace_run_id_pg:{c.TRAIN_COLLECTIVE_WAITING.name}:ranks"
+#: ... those of them whose watchdog says they are stalled ...
 STALLED_WAITING = f"namespace_run_id_pg:{c.TRAIN_COLLECTIVE_WAITING.name}:stalled_ranks"
 #: ... and per run, group and op, the ranks whose training thread is blocked in that op.
 WAITING_OPS = f"namespace_run_id_pg_op:{c.TRAIN_COLLECTIVE_WAITING.name}:ranks"
@@ -57,7 +59,7 @@ WAITING_OPS = f"namespace_run_id_pg_op:{c.TRAIN_COLLECTIVE_WAITING.name}:ranks"
 COMPUTE_PER_STEP = f"rank:{c.TRAIN_COMPUTE_SECONDS.name}:per_step_rate5m"
 #: ... and the run's lower median of it.
 COMPUTE_MEDIAN = f"namespace_run_id:{c.TRAIN_COMPUTE_SECONDS.name}:per_step_lower_median5m"
-RECORDED = (STALLED_WAITING, WAITING_OPS, COMPUTE_PER_STEP, COMPUTE_MEDIAN)
+RECORDED = (WAITING_RANKS, STALLED_WAITING, WAITING_OPS, COMPUTE_PER_STEP, COMPUTE_MEDIAN)
 
 
 def _stalled(s: Settings) -> str:
@@ -70,21 +72,22 @@ def _in_flight(s: Settings) -> str:
 
 
 def recording_rules(s: Settings) -> list[dict[str, str]]:
-    """The hang group's records: ``STALLED_WAITING`` and ``WAITING_OPS``."""
+    """The hang group's records: ``WAITING_RANKS``, ``STALLED_WAITING`` and ``WAITING_OPS``."""
     waiting = s.trainer(c.TRAIN_COLLECTIVE_WAITING.name)
+    ranks = f"group by ({RANK}, pg) ({waiting}) or group by ({RANK}, pg) ({_in_flight(s)})"
     return [
+        {"record": WAITING_RANKS, "expr": f"count by ({RUN}, pg) (\n  {ranks}\n)"},
         {
             "record": STALLED_WAITING,
-            "expr": f"count by ({RUN}, pg) (\n"
-            f"  (group by ({RANK}, pg) ({waiting}) or group by ({RANK}, pg) ({_in_flight(s)}))\n"
-            f"  and on ({RANK}) ({_stalled(s)})\n)",
+            "expr": f"count by ({RUN}, pg) (\n  ({ranks})\n  and on ({RANK}) ({_stalled(s)})\n)",
         },
         {"record": WAITING_OPS, "expr": f"count by ({RUN}, pg, op) ({waiting})"},
     ]
 
 
 def behind(s: Settings) -> str:
-    """FsdpCollectiveHang: the ranks behind on a group the stalled ranks wait on; value: how many wait."""
+    """FsdpCollectiveHang: the ranks behind on a group the stalled ranks wait on; value: how many
+    ranks wait on it (stalled or not yet: their watchdogs flag them a look or a scrape apart)."""
     enq = s.trainer(c.TRAIN_COLLECTIVES_ENQUEUED.name)
     blocked = s.trainer(c.TRAIN_COLLECTIVE_BLOCKED_SECONDS.name)
     pausing = s.trainer(c.TRAIN_PHASE.name, f'phase=~"{"|".join(PAUSING_PHASES)}"')
@@ -98,7 +101,8 @@ def behind(s: Settings) -> str:
         f"  unless on ({RANK}) ({pausing} == 1)\n"
         f")\n"
         f"* 0 + on ({RUN}, pg) group_left ()\n"
-        f"{STALLED_WAITING}"
+        f"{WAITING_RANKS}\n"
+        f"and on ({RUN}, pg) {STALLED_WAITING}"
     )
 
 
@@ -132,7 +136,8 @@ def gone(s: Settings) -> str:
         f"  and on ({RUN}, world_size) group by ({RUN}, world_size) ({info})\n"
         f")\n"
         f"* 0 + on ({RUN}) group_left ()\n"
-        f"(sum by ({RUN}) ({STALLED_WAITING}) > 0)"
+        f"sum by ({RUN}) ({WAITING_RANKS})\n"
+        f"and on ({RUN}) {STALLED_WAITING}"
     )
 
 

@@ -564,7 +564,7 @@ def hang_rules(s: Settings) -> list[dict[str, Any]]:
     ``hang_interval`` so a hang fires within a minute (``Settings.hang_interval``)."""
     place = hangs.place()
     place = place[0].upper() + place[1:]
-    stalled = f"with no step and no collective completed for longer than their stall threshold ({hangs.threshold(s)})"
+    stalled = f"no step and no collective completed for longer than the stall threshold ({hangs.threshold(s)})"
     return [
         *hangs.recording_rules(s),
         _alert(
@@ -575,7 +575,7 @@ def hang_rules(s: Settings) -> list[dict[str, Any]]:
             f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} holds up {_COUNT} rank(s) in a collective "
             f"on process group {{{{ $labels.pg }}}}",
             f"{place} has not entered {hangs.waited_in(s)} on process group {{{{ $labels.pg }}}}, which "
-            f"{_COUNT} rank(s) of the run wait in {stalled}. It is in phase {hangs.phase_of_rank(s)} and "
+            f"{_COUNT} rank(s) of the run wait in: {stalled}. It is in phase {hangs.phase_of_rank(s)} and "
             f"waits in no collective itself: it stopped before this one (its own code, its data, a deadlock). {_ASK}",
             s,
         ),
@@ -587,7 +587,7 @@ def hang_rules(s: Settings) -> list[dict[str, Any]]:
             "Run {{ $labels.run_id }}: rank {{ $labels.rank }} waits in {{ $labels.op }} where the others wait in "
             "another collective",
             f"{place} is blocked in {{{{ $labels.op }}}} #{_COUNT} on process group {{{{ $labels.pg }}}} while "
-            f"{hangs.majority(s)} at that sequence number, {stalled}. The ranks issued different collectives (a "
+            f"{hangs.majority(s)} at that sequence number: {stalled}. The ranks issued different collectives (a "
             f"rank-dependent branch, or one collective more or less on some ranks); gloo and NCCL do not check, "
             f"so every rank waits until the collective's timeout. {_ASK}",
             s,
@@ -599,8 +599,8 @@ def hang_rules(s: Settings) -> list[dict[str, Any]]:
             "critical",
             f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} is gone while {_COUNT} rank(s) wait for it",
             f"{place} (target {{{{ $labels.instance }}}}) has no series in Prometheus any more: "
-            f"{hangs.scrape_state(s)}. {_COUNT} rank(s) of the run wait in a collective {stalled}, and "
-            f"will until the collective's timeout. Look at the pod's events and the node, and at its rank's log "
+            f"{hangs.scrape_state(s)}. {_COUNT} rank(s) of the run wait in a collective: {stalled}; they will "
+            f"wait until the collective's timeout. Look at the pod's events and the node, and at its rank's log "
             f"for its last words.",
             s,
         ),
