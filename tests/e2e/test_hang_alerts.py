@@ -10,6 +10,8 @@ under ``fsdp-observe run``.
   fires within a minute of the fault, as the script printed its time.
 - Rank 1 of three sleeps 0.3 s before every forward: FsdpStragglerRank fires for rank 1 and no
   other, and no hang alert fires.
+- Rank 1 of three issues an all_reduce the others do not: FsdpCollectiveMismatch for it alone.
+- Rank 1 of two runs a regex that holds the GIL: its scrapes time out, and FsdpRankGone names it.
 
 Prometheus gives the targets the ``namespace`` and ``pod`` labels the trainer PodMonitor's targets
 carry; the rules are the generated ones with shorter intervals (the test's ``Settings`` alone).
@@ -208,3 +210,24 @@ def test_the_straggler_alert_names_the_sleeping_rank_only(watched) -> None:
         time.sleep(1.0)
     medians = w.query(f"{hangs.COMPUTE_MEDIAN}")
     assert len(medians) == 1 and float(medians[0]["value"][1]) < 0.1, medians
+
+
+def test_an_extra_collective_on_one_rank_is_the_mismatch_alert_for_it_alone(watched) -> None:
+    w = watched("extra", 3, "--culprit", "1", "--at", "5")
+    alerts = w.wait_alert("FsdpCollectiveMismatch", timeout=300)
+    assert [(a["labels"]["rank"], a["labels"]["op"], a["labels"]["pg"]) for a in alerts] == [("1", "all_reduce", "0")]
+    description = alerts[0]["annotations"]["description"]
+    assert "while the ranks blocked there wait in all_gather_single (2), all_reduce (1) at that sequence" in description
+    assert w.alerts("FsdpCollectiveHang") == [] and w.alerts("FsdpRankGone") == []
+
+
+def test_a_rank_holding_the_gil_is_gone_to_prometheus_while_the_other_waits(watched) -> None:
+    # Its training thread runs a regex that never ends (C code holding the GIL): its exporter thread
+    # cannot answer, so Prometheus' scrapes of it time out (up 0) and its series go stale.
+    w = watched("gil", 2, "--culprit", "1", "--at", "5")
+    (alert,) = w.wait_alert("FsdpRankGone", timeout=300)
+    assert alert["labels"]["rank"] == "1" and alert["labels"]["instance"] == f"127.0.0.1:{w.run.ports[1]}"
+    description = alert["annotations"]["description"]
+    assert "its target is still discovered but its scrapes fail (up is 0)" in description, description
+    assert "1 rank(s) of the run wait in a collective" in description, description
+    assert w.alerts("FsdpCollectiveHang") == []
