@@ -52,15 +52,17 @@ def start_faulty(
     nproc: int = 2,
     *script_args: str,
     command: list[str] | None = None,
+    stall_seconds: float = STALL_SECONDS,
 ) -> FaultyRun:
-    """``fsdp-observe run -- torchrun --nproc-per-node NPROC faulty_fsdp2.py --fault FAULT ...``."""
+    """``fsdp-observe run -- torchrun --nproc-per-node NPROC faulty_fsdp2.py --fault FAULT ...``, the
+    stall watchdog's floor at ``stall_seconds``."""
     base = free_port_block(nproc)
     environ = instrument_env(
         env,
         base,
         linger=600,
         log_every=2,
-        FSDP_OBSERVE_STALL_SECONDS=str(STALL_SECONDS),
+        FSDP_OBSERVE_STALL_SECONDS=f"{stall_seconds:g}",
         FSDP_OBSERVE_DUMP_DIR=str(tmp / "dumps"),
     )
     environ.pop("FSDP_OBSERVE_INSTRUMENT")  # fsdp-observe run sets it
