@@ -13,7 +13,7 @@ import yaml
 
 from observe.k8s import names
 from observe.k8s.job_settings import load_settings
-from observe.k8s.pytorchjob import render
+from observe.k8s.kinds.pytorchjob import render
 from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 from tests.support.pod_security import BASELINE_CAPABILITIES, violations
 
