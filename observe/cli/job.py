@@ -15,15 +15,14 @@ the job's kind by its name (``--kind`` to say it).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 from observe.errors import UserError
 from observe.flags import OneLineParser
+from observe.k8s.names import DNS1123_LABEL
 
 _EXAMPLES = "examples:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    fsdp-observe"))
-_RUN_ID = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,7 +137,7 @@ def _render(ns: argparse.Namespace) -> int:
     from observe.k8s.kinds import kind_of
     from observe.k8s.pod import new_run_id
 
-    if ns.run_id is not None and not (_RUN_ID.fullmatch(ns.run_id) and len(ns.run_id) <= 63):
+    if ns.run_id is not None and not (DNS1123_LABEL.fullmatch(ns.run_id) and len(ns.run_id) <= 63):
         raise UserError(
             "--run-id", f"{ns.run_id!r} is not a valid label value", "use up to 63 lower-case letters, digits and '-'"
         )

@@ -1,6 +1,6 @@
 """``fsdp-observe job render`` writes exactly the checked-in manifests under ``tests/k8s/rendered/``.
 
-Each case is a settings file of ``examples/`` with a fixed ``--run-id`` and, for the storage
+Each case (PyTorchJobs and TrainJobs) is a settings file of ``examples/`` with a fixed ``--run-id`` and, for the storage
 variants, a few ``--set`` overrides; the expected text is the whole of what ``job render`` prints
 (claims, the job, its NetworkPolicy), byte for byte. A change to the renderer that changes a
 rendered job fails here and shows the difference; rewrite the file only when the change is meant.
@@ -50,6 +50,17 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "own-training-checkpoint-pvc.yaml": ("own-training.env", ("CHECKPOINT_PVC=ckpt",)),
+    "llama2-7b-trainjob.yaml": ("llama2-7b-trainjob.env", ()),
+    "llama2-7b-trainjob-hub-pvc-checkpoint-claim.yaml": (
+        "llama2-7b-trainjob.env",
+        (
+            "MODEL=meta-llama/Llama-2-7b-hf",
+            "MODEL_PVC=llama-weights",
+            "CHECKPOINT_STORAGE_CLASS=efs-sc",
+            "CHECKPOINT_SIZE=500Gi",
+        ),
+    ),
+    "own-training-trainjob.yaml": ("own-training.env", ("JOB_KIND=TrainJob", "CHECKPOINT_PVC=ckpt")),
 }
 
 

@@ -6,12 +6,21 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import yaml
+
 from tests.support.crd_yaml import load_all
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "tests" / "schemas"
 #: A current Kubernetes minor for kubernetes-validate.
 K8S_VERSION = "1.34.0"
+
+
+def crd_schema(file: str) -> dict:
+    """openAPIV3Schema of the one version of a CustomResourceDefinition under tests/schemas."""
+    crd = yaml.safe_load((SCHEMAS / file).read_text())
+    (version,) = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
 
 
 def kustomize(path: Path) -> list[dict]:
