@@ -41,7 +41,7 @@ from typing import Any
 
 from observe import catalog as c
 from observe.errors import PortInUseError
-from observe.training import session
+from observe.training import progress, session
 from observe.training.collector import DeviceMemory, TrainerMetrics
 from observe.training.flops import flops_per_token, peak_flops
 from observe.training.inject import bootstrap
@@ -452,8 +452,9 @@ class TrainingMetrics:
 
     def close_window(self, now: float | None = None) -> WindowReport | None:
         """End the log window at the current step: read the device values (one transfer), and with
-        ``global_loss`` all-reduce them; ``None`` when the window holds no step. For entry points;
-        ``end_step`` calls it on log steps."""
+        ``global_loss`` all-reduce them; ``None`` when the window holds no step. On rank 0 the
+        window's progress goes to Kubeflow Trainer when its variables are set
+        (``observe.training.progress``). For entry points; ``end_step`` calls it on log steps."""
         if not self._window_steps:
             return None
         now = time.perf_counter() if now is None else now
@@ -501,6 +502,7 @@ class TrainingMetrics:
         report = WindowReport(self.step_index, stats, loss, grad_norm, global_tps, self.collector.learning_rate)
         if self.on_window is not None:
             self.on_window(report)
+        progress.window_closed(self.rank_env.rank, report, self.collector.planned_steps, self.collector.mfu)
         return report
 
     def record_window(

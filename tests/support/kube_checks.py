@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,8 +17,10 @@ SCHEMAS = REPO / "tests" / "schemas"
 K8S_VERSION = "1.34.0"
 
 
+@functools.cache
 def crd_schema(file: str) -> dict:
-    """openAPIV3Schema of the one version of a CustomResourceDefinition under tests/schemas."""
+    """openAPIV3Schema of the one version of a CustomResourceDefinition under tests/schemas (read
+    once per process: the files are large; do not change what it returns)."""
     crd = yaml.safe_load((SCHEMAS / file).read_text())
     (version,) = crd["spec"]["versions"]
     return version["schema"]["openAPIV3Schema"]
