@@ -37,7 +37,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from observe.training import session
+from observe.training import progress, session
 from observe.training.api import TrainingMetrics
 from observe.training.inject import bootstrap
 
@@ -73,6 +73,11 @@ class FsdpObserveCallback(TrainerCallback):
             )
         self.metrics.windows_at_log_steps = False  # windows end at on_log, as Hugging Face's do
         self.metrics.step_index = int(state.global_step or 0)
+        if "kubeflow" in (getattr(args, "report_to", None) or []):  # transformers adds it when Trainer's URL is set
+            progress.leave_to(
+                "transformers' KubeflowCallback (DISABLE_KUBEFLOW_INTEGRATION=TRUE hands it to fsdp-observe)",
+                self.metrics.rank_env.rank,
+            )
         self._last_event = time.perf_counter()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -12,13 +12,14 @@ answers 200, or a Kubernetes ``Status`` object on error (kubeflow/trainer
 percentage 0..100, seconds >= 0, names and values at most 64 characters, at most 256 metrics).
 
 ``window_closed`` is called once where every entry point closes a log window. On rank 0, when the
-URL is set, it turns the window's figures into a status and hands it to a background thread that
-sends it, at most every ``FSDP_OBSERVE_PROGRESS_SECONDS`` (30 s by default) and once more for the
-last step; a step never waits for the network. Without the URL nothing happens and nothing is
-printed. A push that fails is one line on stderr (the same failure again is not printed again,
-and a push that works after failures says so once); training goes on either way. The last push
-waits for its answer, at most ``TIMEOUT_SECONDS``, so the 100% reaches the controller before the
-process ends.
+URL is set and no framework pushes itself (``leave_to``: a Hugging Face Trainer whose ``report_to``
+holds transformers' ``KubeflowCallback``), it turns the window's figures into a status and hands it
+to a background thread that sends it, at most every ``FSDP_OBSERVE_PROGRESS_SECONDS`` (30 s by
+default) and once more for the last step; a step never waits for the network. Without the URL
+nothing happens and nothing is printed. A push that fails is one line on stderr (the same failure
+again is not printed again, and a push that works after failures says so once); training goes on
+either way. The last push waits for its answer, at most ``TIMEOUT_SECONDS``, so the 100% reaches
+the controller before the process ends.
 
 Standard library only (``urllib`` and ``ssl``), like the rest of the core's start-up path.
 """
@@ -277,6 +278,18 @@ class Pusher:
 _lock = threading.Lock()
 #: This process's pushers, by endpoint (one in a pod; tests point runs at several).
 _pushers: dict[tuple[str, str | None, str | None, float], Pusher] = {}
+#: Who else pushes this process's progress (then it is left to them), or ``None``.
+_left_to: str | None = None
+
+
+def leave_to(other: str | None, rank: int) -> None:
+    """Leave this process's pushes to ``other``, a pusher the training framework runs itself
+    (transformers' ``KubeflowCallback``): two writers would overwrite each other's figures. Says so
+    once, on rank 0 with Trainer's variables set. ``None`` takes the pushes back."""
+    global _left_to
+    if other is not None and _left_to is None and rank == 0 and os.environ.get(URL_ENV):
+        _say(f"progress reaches Kubeflow Trainer through {other}; fsdp-observe does not push it too")
+    _left_to = other
 
 
 def pusher_from_env(rank: int, env: Mapping[str, str] | None = None) -> Pusher | None:
@@ -309,7 +322,7 @@ def window_closed(rank: int, window: Window, planned_steps: int | None, mfu: flo
 
     Never raises and never waits for the network (but for the last step's push, see ``Pusher``).
     """
-    if rank != 0 or not os.environ.get(URL_ENV):
+    if rank != 0 or _left_to is not None or not os.environ.get(URL_ENV):
         return
     try:
         pusher = pusher_from_env(rank)

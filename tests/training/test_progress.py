@@ -164,6 +164,49 @@ def test_the_api_pushes_each_window_of_rank_0_only(endpoint: ProgressServer, mon
     assert last["estimatedRemainingSeconds"] == 0 and float(metrics_of(last)["loss"]) == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("transformers_pushes", [True, False])
+def test_the_hugging_face_callback_pushes_unless_transformers_does(
+    transformers_pushes, endpoint, monkeypatch, tmp_path, capsys
+):
+    """The callback entry point pushes its windows. transformers adds its own KubeflowCallback to
+    ``report_to`` whenever Trainer's URL is set (unless ``DISABLE_KUBEFLOW_INTEGRATION=TRUE``); the
+    callback then leaves the pushes to it (one line says so) rather than overwrite its figures."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from observe.training.hf import FsdpObserveCallback
+
+    for name, value in endpoint.env().items():
+        monkeypatch.setenv(name, value)
+    if not transformers_pushes:
+        monkeypatch.setenv("DISABLE_KUBEFLOW_INTEGRATION", "TRUE")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):  # one process: rank 0 (Hugging Face would start a group)
+        monkeypatch.delenv(name, raising=False)
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", logging_steps=5, max_steps=10)
+    assert ("kubeflow" in args.report_to) == transformers_pushes
+    callback, state = FsdpObserveCallback(serve=False), TrainerState(max_steps=10)
+    try:
+        callback.on_train_begin(args, state, TrainerControl())
+        assert callback.metrics is not None
+        for step in range(1, 11):
+            callback.on_step_begin(args, state, TrainerControl())
+            state.global_step = step
+            callback.on_step_end(args, state, TrainerControl())
+            if step % 5 == 0:
+                callback.on_log(args, state, TrainerControl(), logs={"loss": 3.0 - step / 10})
+        callback.metrics.close(linger_seconds=0)
+    finally:
+        progress.leave_to(None, 0)
+    err = capsys.readouterr().err
+    if transformers_pushes:
+        assert endpoint.pushes == []
+        assert "progress reaches Kubeflow Trainer through transformers' KubeflowCallback" in err
+    else:
+        last = endpoint.accepted()[-1]  # the last step's push is always made
+        assert metrics_of(last)["currentStep"] == "10" and last["progressPercentage"] == 100
+        assert float(metrics_of(last)["loss"]) == pytest.approx(2.0)
+        assert "KubeflowCallback" not in err
+
+
 def run_api(steps: int, log_every: int, monkeypatch) -> None:
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
