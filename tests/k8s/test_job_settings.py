@@ -156,3 +156,15 @@ def test_render_errors_are_one_line_with_status_2(tmp_path: Path, capsys) -> Non
         result = run_cli(["job", "render", *args], capsys)
         assert result.stdout == ""
         assert assert_one_line_error(result).startswith(needle), result.stderr
+
+
+def test_every_setting_is_in_the_docs_table() -> None:
+    from dataclasses import fields
+
+    table = [line for line in (REPO / "docs" / "kubernetes.md").read_text().splitlines() if line.startswith("| `")]
+    keyed = " ".join(line.split(" | ")[0] for line in table)
+    for f in fields(JobSettings):
+        if f.metadata.get("derived"):
+            continue
+        key = "IMAGE_URI" if f.name == "image" else f.name.upper()
+        assert f"`{key}`" in keyed, key
