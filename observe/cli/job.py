@@ -143,8 +143,7 @@ def _render(ns: argparse.Namespace) -> int:
         )
     settings = load_settings(ns.config, ns.set)
     kind = kind_of(settings)
-    kind.check(settings)
-    objects = kind.render(settings, ns.run_id or new_run_id(settings.job_name))
+    objects = kind.render(settings, ns.run_id or new_run_id(settings.job_name))  # checks what the kind cannot do
     for warning in [*kind.warnings(settings), *storage.warnings(settings)]:
         print(f"fsdp-observe job render: warning: {warning}", file=sys.stderr, flush=True)
     documents = [*storage.claims(settings), *objects]
