@@ -14,9 +14,9 @@ import json
 import kubernetes_validate
 import pytest
 
-from observe.cli import main as cli_main
 from observe.k8s import names
 from observe.sources.kube import KubeSource, trainer_endpoints
+from tests.support.cli import Result, assert_one_line_error, run_cli
 from tests.support.fake_apiserver import RECORDED, Reply
 from tests.support.kube_checks import K8S_VERSION, unknown_fields, validate_against
 
@@ -48,18 +48,8 @@ def routes(job: dict | None = None) -> dict:
     }
 
 
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    status = cli_main(["job", *argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-def one_line_error(err: str, *needles: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
+def run(argv: list[str], capsys) -> Result:
+    return run_cli(["job", *argv], capsys)
 
 
 @pytest.mark.parametrize(
@@ -83,9 +73,9 @@ def test_the_recorded_pods_are_valid_pods() -> None:
 
 def test_status_reads_the_jobs_progress_leader_and_pods(api_server, kubeconfig, capsys) -> None:
     server = api_server(routes())
-    status, out, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 0, err
-    lines = out.splitlines()
+    result = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert result.status == 0, result.stderr
+    lines = result.stdout.splitlines()
     assert lines[:5] == [
         f"trainjob default/{JOB}: Running",  # no condition yet; a child Job has active pods
         "runtime: ClusterTrainingRuntime torch-distributed, nodes 2 x 8 ranks",
@@ -167,39 +157,39 @@ def test_status_reads_the_conditions(
     job["status"]["jobsStatus"][0].update(jobs)
     validate_against(job, trainjob_schema)
     server = api_server(routes(job))
-    status, out, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 0, err
-    assert out.splitlines()[0] == first_line
+    result = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert result.status == 0, result.stderr
+    assert result.stdout.splitlines()[0] == first_line
 
 
 def test_status_without_progress_says_why(api_server, kubeconfig, capsys) -> None:
     job = recorded_job()
     del job["status"]["trainerStatus"]
     server = api_server(routes(job))
-    _, out, _ = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert "progress: none pushed (Kubeflow Trainer's TrainJobStatus feature gate is off" in out
+    result = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert "progress: none pushed (Kubeflow Trainer's TrainJobStatus feature gate is off" in result.stdout
 
 
 def test_logs_print_the_leaders_log_and_all_of_them(api_server, kubeconfig, capsys) -> None:
     server = api_server(routes())
-    status, out, err = run(["logs", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 0, err
-    assert out == (RECORDED / "log-llama2-7b-trainjob-node-0-0.txt").read_text()
-    status, out, err = run(["logs", JOB, "--all", "--kind", "TrainJob", "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 0, err
+    result = run(["logs", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert result.status == 0, result.stderr
+    assert result.stdout == (RECORDED / "log-llama2-7b-trainjob-node-0-0.txt").read_text()
+    result = run(["logs", JOB, "--all", "--kind", "TrainJob", "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert result.status == 0, result.stderr
     expected = []
     for i in (0, 1):
         text = (RECORDED / f"log-llama2-7b-trainjob-node-0-{i}.txt").read_text()
         expected += [f"[{POD[i]}] {line}" for line in text.splitlines()]
-    assert out.splitlines() == expected
+    assert result.stdout.splitlines() == expected
     assert all(r.query["container"] == ["node"] for r in server.requests if r.path.endswith("/log"))
 
 
 def test_stop_deletes_the_trainjob_and_leaves_etcd_alone(api_server, kubeconfig, capsys) -> None:
     server = api_server(routes())
-    status, out, err = run(["stop", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 0, err
-    assert out.splitlines() == [f"deleted trainjob default/{JOB} (its pods are deleted with it)"]
+    result = run(["stop", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert result.status == 0, result.stderr
+    assert result.stdout.splitlines() == [f"deleted trainjob default/{JOB} (its pods are deleted with it)"]
     (delete,) = server.calls("DELETE")
     assert delete.path == JOB_PATH and delete.query["propagationPolicy"] == ["Foreground"]
     assert not [r for r in server.requests if "/namespaces/fsdp-observe/" in r.path]  # no etcd to restart
@@ -207,9 +197,9 @@ def test_stop_deletes_the_trainjob_and_leaves_etcd_alone(api_server, kubeconfig,
 
 def test_stop_suspend_patches_spec_suspend(api_server, kubeconfig, capsys) -> None:
     server = api_server(routes())
-    status, out, err = run(["stop", JOB, "--suspend", "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 0, err
-    assert out.startswith(f"suspended trainjob default/{JOB} (its pods are deleted; the job stays")
+    result = run(["stop", JOB, "--suspend", "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert result.status == 0, result.stderr
+    assert result.stdout.startswith(f"suspended trainjob default/{JOB} (its pods are deleted; the job stays")
     (patch,) = server.calls("PATCH")
     assert patch.path == JOB_PATH and json.loads(patch.body) == {"spec": {"suspend": True}}
     assert patch.content_type == "application/merge-patch+json"
@@ -218,12 +208,11 @@ def test_stop_suspend_patches_spec_suspend(api_server, kubeconfig, capsys) -> No
 
 def test_kind_names_the_one_api_to_ask(api_server, kubeconfig, capsys) -> None:
     server = api_server(routes())
-    status, _, err = run(["status", JOB, "--kind", "trainjob", "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 0, err
+    result = run(["status", JOB, "--kind", "trainjob", "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert result.status == 0, result.stderr
     assert PYTORCHJOB_PATH not in [r.path for r in server.requests]
-    status, _, err = run(["status", JOB, "--kind", "JobSet", "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 2
-    one_line_error(err, "--kind: unknown job kind 'JobSet'", "choose one of PyTorchJob, TrainJob")
+    result = run(["status", JOB, "--kind", "JobSet", "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert_one_line_error(result, "--kind: unknown job kind 'JobSet'", "choose one of PyTorchJob, TrainJob")
 
 
 def test_a_name_no_kind_has_is_one_line_naming_both(api_server, kubeconfig, capsys) -> None:
@@ -238,10 +227,9 @@ def test_a_name_no_kind_has_is_one_line_naming_both(api_server, kubeconfig, caps
         }
     )
     for action in ("status", "logs", "stop"):
-        status, _, err = run([action, "no-such-job", "--kubeconfig", kubeconfig(server.url)], capsys)
-        assert status == 2
-        one_line_error(
-            err,
+        result = run([action, "no-such-job", "--kubeconfig", kubeconfig(server.url)], capsys)
+        assert_one_line_error(
+            result,
             "pytorchjob/trainjob no-such-job: not found in namespace default",
             "kubectl get pytorchjobs,trainjobs -A",
         )
@@ -250,15 +238,16 @@ def test_a_name_no_kind_has_is_one_line_naming_both(api_server, kubeconfig, caps
 
 def test_a_cluster_with_neither_api_says_what_to_install(api_server, kubeconfig, capsys) -> None:
     server = api_server({})
-    status, _, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 2
-    one_line_error(
-        err,
+    result = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert_one_line_error(
+        result,
         f"job {JOB}: the cluster has no kubeflow.org/v1 PyTorchJob API and no trainer.kubeflow.org/v1alpha1 TrainJob API",
         "install the Kubeflow training operator, or install Kubeflow Trainer v2",
     )
-    status, _, err = run(["status", JOB, "--kind", "TrainJob", "--kubeconfig", kubeconfig(server.url)], capsys)
-    one_line_error(err, "the cluster has no trainer.kubeflow.org/v1alpha1 TrainJob API", "install Kubeflow Trainer v2")
+    result = run(["status", JOB, "--kind", "TrainJob", "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert_one_line_error(
+        result, "the cluster has no trainer.kubeflow.org/v1alpha1 TrainJob API", "install Kubeflow Trainer v2"
+    )
 
 
 def test_forbidden_trainjobs_are_one_line_naming_the_role(api_server, kubeconfig, capsys) -> None:
@@ -267,9 +256,10 @@ def test_forbidden_trainjobs_are_one_line_naming_the_role(api_server, kubeconfig
         forbidden["message"].replace("pytorchjobs", "trainjobs").replace('"kubeflow.org"', '"trainer.kubeflow.org"')
     )
     server = api_server({("GET", JOB_PATH): Reply(403, json.dumps(forbidden).encode())})
-    status, _, err = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
-    assert status == 2
-    one_line_error(err, f"trainjob {JOB}: forbidden in namespace default", "fsdp-observe job access -n default")
+    result = run(["status", JOB, "--kubeconfig", kubeconfig(server.url)], capsys)
+    assert_one_line_error(
+        result, f"trainjob {JOB}: forbidden in namespace default", "fsdp-observe job access -n default"
+    )
 
 
 def test_top_kube_finds_a_trainjobs_ranks_by_their_annotations(api_server, kubeconfig) -> None:
