@@ -44,7 +44,6 @@ from observe.errors import PortInUseError
 from observe.training import session
 from observe.training.collector import DeviceMemory, TrainerMetrics
 from observe.training.flops import flops_per_token, peak_flops
-from observe.training.inject import bootstrap
 from observe.training.phases import Goodput, PhaseClock, process_start_time
 from observe.training.rankenv import (
     DEFAULT_LINGER_SECONDS,
@@ -648,7 +647,7 @@ class TrainingMetrics:
         this process, which closes at exit, after anything the script does next."""
         self.close_window()
         self.enter_phase("finished")
-        if not bootstrap.hooks_installed:
+        if not session.hooks_installed:
             self.close()
 
     def close(

@@ -39,7 +39,6 @@ from transformers import TrainerCallback
 
 from observe.training import session
 from observe.training.api import TrainingMetrics
-from observe.training.inject import bootstrap
 
 __all__ = ["FsdpObserveCallback"]
 
@@ -81,7 +80,7 @@ class FsdpObserveCallback(TrainerCallback):
         if m is None:
             return
         now = time.perf_counter()
-        if bootstrap.hooks_installed:
+        if session.hooks_installed:
             m.begin_step(self._last_event)
         else:
             m.record_batch(None, self._last_event, now, count=False)
@@ -112,7 +111,7 @@ class FsdpObserveCallback(TrainerCallback):
         if m is None or not logs or "loss" not in logs:
             return
         seen, tokens = logs.get("num_input_tokens_seen"), None
-        if seen is not None and not bootstrap.hooks_installed:  # global input tokens: this rank's share
+        if seen is not None and not session.hooks_installed:  # global input tokens: this rank's share
             before = self._tokens_seen or 0.0
             self._tokens_seen = float(seen)
             tokens = int(round((float(seen) - before) / max(1, m.rank_env.world_size)))

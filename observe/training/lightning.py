@@ -37,6 +37,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from observe.training import session
 from observe.training.api import TrainingMetrics
 from observe.training.inject import bootstrap
 from observe.training.tensors import Accumulator
@@ -89,7 +90,7 @@ class FsdpObserveCallback(Callback):
             return
         now = time.perf_counter()
         since = self._last_batch_end if self._last_batch_end is not None else now
-        if bootstrap.hooks_installed:  # the DataLoader hook times the fetch itself
+        if session.hooks_installed:  # the DataLoader hook times the fetch itself
             m.begin_step(since)
             m.record_batch(batch, now, now)
         else:

@@ -37,7 +37,6 @@ from types import ModuleType
 from typing import Any
 
 from observe.training import session
-from observe.training.inject import bootstrap
 from observe.training.tensors import Accumulator, count_batch, is_tensor
 
 #: What each entry point lets these hooks feed: ``steps`` (step count, time, loss, learning rate),
@@ -171,9 +170,9 @@ def _close_at_exit() -> None:
 
 def install(torch: ModuleType) -> None:
     """Install every hook into the imported ``torch`` (idempotent)."""
-    if bootstrap.hooks_installed:
+    if session.hooks_installed:
         return
-    bootstrap.hooks_installed = True
+    session.hooks_installed = True
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch.utils.data import dataloader
 
