@@ -89,7 +89,7 @@ def per_step(calls: int) -> float:
     times = []
     for _ in range(calls):
         started = time.perf_counter()
-        f.step_ended(0.4, 0.01)
+        f.step_ended(1, 0.0, 0.4, 0.01)
         times.append(time.perf_counter() - started)
     return statistics.median(times) * 1e6
 

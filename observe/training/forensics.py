@@ -1,7 +1,7 @@
 """One rank's hang and straggler evidence: its state, its collectives, compute vs wait, its stack.
 
-``RankForensics`` is fed by the entry-point protocol at the points it already sees (a step ends, a
-batch is fetched, a window closes) and reads the process's ``CollectiveTracker`` and Flight Recorder
+``RankForensics`` is fed by the entry-point protocol at the points it already sees: it listens to the
+rank's ``StepRecorder`` (a step ends, a window closes), and the data iterators tell it when they wait and reads the process's ``CollectiveTracker`` and Flight Recorder
 when asked. It serves three readers:
 
 - Prometheus (``families``): the cheap always-on series of ``observe.catalog.TRAINER_FORENSICS_METRICS``;
@@ -92,11 +92,22 @@ class RankForensics:
         self.stall: dict[str, Any] | None = None
         self.stall_threshold: float | None = None
         self.peers: Callable[[], dict[str, Any]] | None = None
+        #: The run's last step, when known: reaching it ends the loop (saving afterwards is no hang).
+        self.planned_steps: int | None = None
 
     # -- fed by the entry-point protocol (training thread) ------------------------------------------
 
-    def step_ended(self, step_seconds: float, data_wait: float | None) -> None:
-        """A step of ``step_seconds`` ended, ``data_wait`` of it waiting for batches."""
+    # -- a StepListener (observe.training.recorder): the recorder tells it of every step --------
+
+    def step_began(self, step: int, at: float) -> None:
+        """A step began (nothing to do: the split is taken when it ends)."""
+
+    def step_ended(self, step: int, started: float, ended: float, data_wait: float | None) -> None:
+        """Step ``step`` ran from ``started`` to ``ended`` (``time.perf_counter``), ``data_wait`` of it
+        waiting for batches: split it into compute and collective wait."""
+        step_seconds = max(0.0, ended - started)
+        if self.planned_steps is not None and step >= self.planned_steps:
+            self.loop_ended = "planned_steps"
         tracker = self.tracker
         tracker.training_thread = threading.get_ident()
         waited = tracker.wait_seconds - self._wait_mark
@@ -114,8 +125,9 @@ class RankForensics:
         self.last_step_unix = time.time()
         self.loop_ended = None if self.loop_ended == "loader_exhausted" else self.loop_ended
 
-    def window_closed(self) -> None:
-        """A log window closed: its means per step become the window gauges."""
+    def window_closed(self, report: object = None) -> None:
+        """A log window closed (``report``: its ``WindowReport``, unused): its means per step become
+        the window gauges."""
         if self._window_steps:
             self.window_compute = self._window_compute / self._window_steps
             self.window_wait = self._window_wait / self._window_steps

@@ -166,7 +166,7 @@ def trainer_exposition(
 ) -> Callable[[], bytes]:
     """A rank's ``/metrics`` as the trainer's own exporter renders it, after ``step`` steps; with
     ``phase``, its ``fsdp_train_phase`` series say the rank is in that phase."""
-    from observe.training.collector import TrainerMetrics
+    from observe.training.collector import TrainingCollector
     from observe.training.phases import PhaseClock
     from observe.training.window import WindowStats
 
@@ -181,7 +181,7 @@ def trainer_exposition(
         "device_type": "cuda" if gpu_uuid else "cpu",
         "backend": "nccl",
     }
-    metrics = TrainerMetrics(
+    metrics = TrainingCollector(
         labels,
         info,
         planned_steps=200,

@@ -26,8 +26,6 @@ ENV = "FSDP_OBSERVE_INSTRUMENT"  # observe.catalog.INSTRUMENT_ENV (not imported:
 _ON = ("1", "true", "yes", "on")
 
 _started = False
-#: Set by ``hooks.install``: the torch hooks are in place in this process.
-hooks_installed = False
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
