@@ -43,8 +43,8 @@ from observe import catalog as c
 from observe.errors import PortInUseError
 from observe.training import hangwatch, session
 from observe.training.collector import TrainingCollector
-from observe.training.forensics import RankForensics
 from observe.training.flops import peak_flops
+from observe.training.forensics import RankForensics
 from observe.training.phases import Goodput, PhaseClock, process_start_time
 from observe.training.rankenv import (
     DEFAULT_LINGER_SECONDS,

@@ -1,8 +1,9 @@
 """One rank's hang and straggler evidence: its state, its collectives, compute vs wait, its stack.
 
-``RankForensics`` is fed by the entry-point protocol at the points it already sees: it listens to the
-rank's ``StepRecorder`` (a step ends, a window closes), and the data iterators tell it when they wait and reads the process's ``CollectiveTracker`` and Flight Recorder
-when asked. It serves three readers:
+``RankForensics`` is fed at the points the entry-point protocol already sees: it listens to the
+rank's ``StepRecorder`` (a step ends, a window closes), and the data iterators tell it when they
+wait. It reads the process's ``CollectiveTracker`` and Flight Recorder when asked, and serves three
+readers:
 
 - Prometheus (``families``): the cheap always-on series of ``observe.catalog.TRAINER_FORENSICS_METRICS``;
 - the rank's ``/debug/state`` (``state_json``): the same plus the blocked collective's op, sequence
