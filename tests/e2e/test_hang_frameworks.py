@@ -66,6 +66,12 @@ def test_hugging_face_trainer_with_a_hanging_collator_names_the_rank(
         run.stop()
 
 
+def _step(verdict: dict) -> int:
+    """The step a healthy verdict's summary names ("healthy: 2 rank(s) moving, step 12")."""
+    found = re.search(r"step (\d+)", verdict["summary"])
+    return int(found.group(1)) if found else -1
+
+
 def test_our_trainer_with_a_stopped_rank_names_it(tmp_path, subprocess_env, port_block) -> None:
     base = port_block(2)
     args = ["--steps", "400", *FAST, "--metrics-address", "127.0.0.1", "--metrics-port", str(base)]
@@ -74,7 +80,9 @@ def test_our_trainer_with_a_stopped_rank_names_it(tmp_path, subprocess_env, port
     run = FaultyRun(start(torchrun_cmd(args), environ, tmp_path / "trainer.log", cwd=tmp_path), [base, base + 1])
     stopped = None
     try:
-        wait_verdict(run, lambda v: v["ranks_seen"] == 2 and v["verdict"] == "healthy")
+        # past the first steps: before a rank's first step ends (loading, compiling) no wait counts
+        # as a stall, so a rank stopped then is only named once the others' watchdogs have a step
+        wait_verdict(run, lambda v: v["ranks_seen"] == 2 and v["verdict"] == "healthy" and _step(v) >= 3)
         stopped = rank_pids(run.run.proc.pid)[1]  # the started process is torchrun itself
         os.kill(stopped, signal.SIGSTOP)
         verdict, _ = wait_verdict(run, lambda v: v["verdict"] == "hang" and v["culprit_ranks"] == [1], timeout=120)
