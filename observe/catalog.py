@@ -444,6 +444,13 @@ GPU_READING_STALE = Metric(
     "1 when the agent's NVML reading of this GPU did not finish within its deadline (a driver call "
     "that hangs): the GPU's figures are left out of this scrape, not repeated; else 0.",
 )
+GPU_UNREADABLE = Metric(
+    "fsdp_gpu_unreadable",
+    "gauge",
+    "1 when the agent's NVML reading of this GPU finished without a single figure because its calls "
+    "failed with errors other than lost (a failing board's Unknown Error, a refused handle, a GPU gone "
+    "from NVML's device count), else 0; the reason is in /snapshot.",
+)
 GPU_READING_AGE = Metric(
     "fsdp_gpu_reading_age_seconds",
     "gauge",
@@ -601,6 +608,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     GPU_INFO,
     GPU_LOST,
     GPU_READING_STALE,
+    GPU_UNREADABLE,
     GPU_READING_AGE,
     GPU_UTILIZATION,
     GPU_MEMORY_UTILIZATION,

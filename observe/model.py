@@ -133,6 +133,10 @@ class GpuInfo:
             every few seconds and reads it as before once it answers, e.g. after a reset).
         stale: its NVML reading did not finish within the agent's deadline (a call that hangs);
             every figure below is ``None`` rather than the previous reading served as fresh.
+        unreadable: why its reading, finished, gave no figure (``None`` when it read): the NVML
+            error its calls answered (``nvml_unknown``: NVIDIA's "Unknown Error" of a failing
+            board), ``not in NVML's device count (N GPUs now)``, or ``agent error: ...``; every
+            figure below is ``None`` and ``reading_age_seconds`` grows.
         reading_age_seconds: seconds from the end of its last complete reading to this snapshot
             (``None`` before the first).
         utilization_ratio: ``None`` under MIG (NVML does not report it); see ``mig_enabled``.
@@ -147,6 +151,7 @@ class GpuInfo:
     driver_version: str | None = None
     lost: bool = False
     stale: bool = False
+    unreadable: str | None = None
     reading_age_seconds: float | None = None
     utilization_ratio: float | None = None
     memory_utilization_ratio: float | None = None

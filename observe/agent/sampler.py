@@ -6,6 +6,9 @@ is counted (``collect_<section>``), logged once, and the snapshot carries the ot
 GPU processes are joined with the process table by pid; a pid the agent's ``/proc`` does not
 have (the agent runs in its own PID namespace) keeps its GPU memory, has no user or command, and
 adds a notice that the agent needs the host PID namespace.
+
+Starting the collectors is guarded too: one that fails to start is counted
+(``collect_start_<section>``) and leaves the others running.
 """
 
 from __future__ import annotations
@@ -197,8 +200,8 @@ class Sampler:
             log.info("XID state: %s (%d counts taken over)", restored.why, sum(restored.counts.values()))
         if self.health is not None:
             self.health.start()
-        self.watcher.start()
-        self.gpus.start(xid_events=not self.watcher.up)
+        self._guard("start_kernel_log", self.watcher.start, False)
+        self._guard("start_gpu", lambda: self.gpus.start(xid_events=not self.watcher.up), False)
 
     def stop(self, release_nvml: bool = True) -> None:
         """Stop the watcher and the GPU workers, shut NVML down (not when ``release_nvml`` is False:
@@ -350,7 +353,7 @@ class Sampler:
         return tuple(matched), tuple(totals)
 
     def _health(self, seconds: float, notices: list[str]) -> AgentHealth:
-        errors = Counter(self.errors) + self.table.errors + self.nvml.errors
+        errors = Counter(self.errors) + self.table.errors + self.nvml.errors + self.gpus.errors
         if self.extra_errors is not None:
             errors.update(self.extra_errors())
         if self.watcher.parse_errors:

@@ -73,7 +73,8 @@ class Settings:
             a burst (one such XID is usually the job's own bug).
         gpu_lost_for: ``for`` of the GPU-lost alert.
         gpu_stale_for: how long the agent's NVML reading of a GPU may stay unfinished (a driver
-            call that hangs) before FsdpGpuReadingStale fires.
+            call that hangs) before FsdpGpuReadingStale fires, or without a single figure (its
+            calls all fail) before FsdpGpuUnreadable fires.
         stall_time: no optimizer step on a rank for this long (and the rank not finished) is a
             stall.
         stall_for: ``for`` of the stall alert.
