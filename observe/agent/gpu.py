@@ -17,7 +17,7 @@ data or the collection itself; a GPU is shown in one of these states:
   says why (the NVML error kind, e.g. ``nvml_unknown``); the age grows as for a stale GPU; it is
   asked again every collection.
 
-Identity (PCI bus, then UUID and name) is
+Identity (PCI bus, then UUID and name, then the device's limits, ``observe.agent.plausible``) is
 read at start with a longer deadline, each part on its own, so a GPU lost before its first
 reading still shows its PCI bus; when NVML cannot say even that, the bus comes from the
 driver's ``/proc/driver/nvidia/gpus/<bus>`` entries that no readable GPU claims. It is read again
@@ -29,8 +29,9 @@ is seen within that time). A new UUID is logged and the series follow it.
 
 Readings a healthy GPU cannot produce are dropped for that collection and counted by kind
 (``dropped``), never replaced by the previous value: a temperature above ``MAX_TEMPERATURE_CELSIUS``
-(e.g. 4278190080, an unset sensor word), a share above 100 %, a process pid above the kernel's
-``pid_max``, process memory above
+(e.g. 4278190080, an unset sensor word), a share above 100 %, power, clocks, memory, ECC counts,
+PCIe throughput and clock event reasons outside the device's own limits
+(``observe.agent.plausible``), a process pid above the kernel's ``pid_max``, process memory above
 the GPU's memory, and process-utilisation samples with SM/memory above 100 % or a timestamp at or
 before the last one read (NVML returns samples newer than the timestamp it is given; some
 drivers return older ones again).
@@ -48,7 +49,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -56,6 +57,7 @@ import pynvml
 
 from observe.agent.deadline import Job, Worker
 from observe.agent.nvml import GpuLost, Nvml, device_text, snake_case
+from observe.agent.plausible import Checks, Limits, read_limits
 from observe.logonce import OnceLog
 from observe.model import GpuInfo, GpuProcess, MigInstance
 from observe.xid import normalise_bus
@@ -74,7 +76,7 @@ DEADLINE_SECONDS = 0.5
 START_DEADLINE_SECONDS = 5.0
 #: Seconds between two tries to read a lost GPU again.
 REPROBE_SECONDS = 10.0
-#: Seconds after which a GPU's identity (UUID, name, PCI bus) is read again in any case.
+#: Seconds after which a GPU's identity (UUID, name, PCI bus, limits) is read again in any case.
 IDENTITY_SECONDS = 60.0
 #: ``unreadable`` of a GPU that NVML's device count no longer includes.
 NOT_COUNTED = "not in NVML's device count"
@@ -124,6 +126,7 @@ class _Gpu:
     uuid: str | None = None
     name: str | None = None
     pci_bus: str | None = None
+    limits: Limits = field(default_factory=Limits)
     identified: bool = False  # its identity was read with a handle (a hung or failed read is tried again)
     identity_due: float = 0.0  # monotonic time at which its identity is read again
     lost: bool = False
@@ -269,7 +272,7 @@ class GpuCollector:
                 gpu.unreadable = self._own_fault(gpu, exc)
 
     def _identify(self, gpu: _Gpu, handle: Any = None) -> None:
-        """Handle (by index unless given), then PCI bus, UUID and name, each on its own.
+        """Handle (by index unless given), then PCI bus, UUID, name and limits, each on its own.
 
         Raises:
             GpuLost: after every part was tried, when one of them answered lost.
@@ -311,6 +314,11 @@ class GpuCollector:
             )
         gpu.uuid = uuid or gpu.uuid
         gpu.name = identity.get("name") or gpu.name
+        if not lost:
+            try:
+                gpu.limits = read_limits(call, handle)
+            except GpuLost:
+                lost = True
         gpu.identified = True
         gpu.identity_due = time.monotonic() + IDENTITY_SECONDS
         if lost:
@@ -559,6 +567,7 @@ class GpuCollector:
         power = call("nvmlDeviceGetPowerUsage", h)
         limit = call("nvmlDeviceGetEnforcedPowerLimit", h)
         limit_watts = None if limit is None else limit / 1000
+        check = Checks(gpu.limits, limit_watts, dropped)
         sm_clock = call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)
         mem_clock = call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM)
         rx = call("nvmlDeviceGetPcieThroughput", h, pynvml.NVML_PCIE_UTIL_RX_BYTES)
@@ -569,7 +578,7 @@ class GpuCollector:
         mig_enabled = None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE
         total = getattr(memory, "total", None)
         ecc = {
-            kind: call("nvmlDeviceGetTotalEccErrors", h, error_type, pynvml.NVML_VOLATILE_ECC)
+            kind: check.ecc(call("nvmlDeviceGetTotalEccErrors", h, error_type, pynvml.NVML_VOLATILE_ECC), f"ecc_{kind}")
             for kind, error_type in (
                 ("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
                 ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
@@ -584,30 +593,35 @@ class GpuCollector:
             utilization_ratio=_ratio(getattr(util, "gpu", None), dropped, "utilization"),
             memory_utilization_ratio=_ratio(getattr(util, "memory", None), dropped, "memory_utilization"),
             memory_total_bytes=total,
-            memory_used_bytes=getattr(memory, "used", None),
-            memory_reserved_bytes=reserved,
+            memory_used_bytes=check.memory(getattr(memory, "used", None), total, "memory_used"),
+            memory_reserved_bytes=check.memory(reserved, total, "memory_reserved"),
             temperature_celsius=temperature,
-            power_watts=None if power is None else power / 1000,
+            power_watts=check.power(None if power is None else power / 1000),
             power_limit_watts=limit_watts,
-            sm_clock_hertz=None if sm_clock is None else sm_clock * 1e6,
-            memory_clock_hertz=None if mem_clock is None else mem_clock * 1e6,
+            sm_clock_hertz=check.clock(
+                None if sm_clock is None else sm_clock * 1e6, gpu.limits.sm_clock_hertz, "sm_clock"
+            ),
+            memory_clock_hertz=check.clock(
+                None if mem_clock is None else mem_clock * 1e6, gpu.limits.memory_clock_hertz, "memory_clock"
+            ),
             fan_speed_ratio=_ratio(call("nvmlDeviceGetFanSpeed", h), dropped, "fan_speed"),
-            pcie_rx_bytes_per_second=None if rx is None else rx * KIB,
-            pcie_tx_bytes_per_second=None if tx is None else tx * KIB,
+            pcie_rx_bytes_per_second=check.pcie(None if rx is None else rx * KIB, "pcie_rx"),
+            pcie_tx_bytes_per_second=check.pcie(None if tx is None else tx * KIB, "pcie_tx"),
             encoder_utilization_ratio=_ratio(_first(encoder), dropped, "encoder_utilization"),
             decoder_utilization_ratio=_ratio(_first(decoder), dropped, "decoder_utilization"),
             ecc_corrected_total=ecc["corrected"],
             ecc_uncorrected_total=ecc["uncorrected"],
-            throttle_reasons=self._throttle_reasons(h),
+            throttle_reasons=self._throttle_reasons(h, check),
             mig_enabled=mig_enabled,
             mig_instances=self._mig_instances(h) if mig_enabled else (),
         )
         return info, self._processes(gpu, total, dropped), dropped
 
-    def _throttle_reasons(self, handle: Any) -> tuple[str, ...] | None:
+    def _throttle_reasons(self, handle: Any, check: Checks) -> tuple[str, ...] | None:
         bits = self.nvml.call("nvmlDeviceGetCurrentClocksEventReasons", handle)
         if bits is None and "nvmlDeviceGetCurrentClocksEventReasons" in self.nvml.missing:
             bits = self.nvml.call("nvmlDeviceGetCurrentClocksThrottleReasons", handle)  # before r535
+        bits = check.reasons(bits)
         if bits is None:
             return None
         return tuple(name for bit, name in THROTTLE_REASONS.items() if bits & bit)
