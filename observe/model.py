@@ -182,8 +182,11 @@ class GpuProcess:
     Attributes:
         gpu: NVML index of the GPU. used_memory_bytes: ``None`` when NVML cannot tell.
         sm_utilization_ratio: from NVML's process samples of the last interval, 0..1.
-        in_host_pid_namespace: ``False`` when the pid is not in the agent's ``/proc`` (the agent
-            then needs the host PID namespace to name the process; user and command are ``None``).
+        in_host_pid_namespace: ``False`` when the pid is not in the agent's ``/proc`` and the agent
+            runs in a PID namespace of its own (it then needs the host PID namespace to name the
+            process; user and command are ``None``).
+        exited: the process has exited while NVML still lists it (its memory is being released;
+            the agent sees the host's PID namespace, so a pid missing from it is gone, not hidden).
     """
 
     gpu: int
@@ -195,6 +198,7 @@ class GpuProcess:
     user: str | None = None
     command: str | None = None
     in_host_pid_namespace: bool = True
+    exited: bool = False
 
 
 @dataclass(frozen=True)

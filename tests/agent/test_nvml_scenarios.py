@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from observe.agent.sampler import read_pid_max
+from observe.agent.sampler import in_host_pid_namespace, read_pid_max
 from observe.model import NodeSnapshot
 from tests.support.cases import CASES
 from tests.support.nvml import names_for_gpu, running_sampler, series, value
@@ -216,9 +216,35 @@ def test_8_gpu_process_outside_the_pid_namespace_is_kept(fake_nvml, tmp_path: Pa
         None,
         False,
     )
+    assert not outside.exited
     inside = rows[1]
     assert inside.in_host_pid_namespace and inside.user is not None and "python" in (inside.command or "")
     assert any("host PID namespace" in n and str(elsewhere.pid) in n for n in snap.agent.notices)
+
+
+def test_8b_an_exited_gpu_process_is_not_taken_for_another_namespace(fake_nvml, tmp_path: Path, sleepers) -> None:
+    """The agent sees the host PID namespace (this test's own); NVML still lists a process that has
+    exited (it does while its memory is released). Before: a notice advised hostPID."""
+    assert in_host_pid_namespace("/proc"), "this test runs in the node's first PID namespace"
+    here = sleepers(["python", "train.py", "--hf_token", "hf_x"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    fake_nvml.set(f"proc 0 {gone.pid} {3 << 30}\nproc 1 {here.pid} {1 << 30}")
+    with running_sampler(tmp_path, max_processes=1) as sampler:
+        snap = sampler.sample()
+    rows = {p.pid: p for p in snap.gpu_processes}
+    exited = rows[gone.pid]
+    assert (exited.used_memory_bytes, exited.user, exited.exited, exited.in_host_pid_namespace) == (
+        3 << 30,
+        None,
+        True,
+        True,
+    )
+    inside = rows[here.pid]
+    assert inside.in_host_pid_namespace and not inside.exited and inside.user is not None
+    assert inside.command == "python train.py --hf_token <redacted>"
+    assert here.pid in {p.pid for p in snap.processes}  # GPU processes are always listed
+    assert not any("host PID namespace" in n for n in snap.agent.notices)
 
 
 def test_9_no_driver_means_host_data_only(fake_nvml, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
