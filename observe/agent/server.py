@@ -9,9 +9,9 @@ millisecond of CPU, with a listen backlog of ``LISTEN_BACKLOG`` (the standard li
 17 % of a 200-connection burst wait a second for a SYN retry) and the connection bounds of
 ``observe.httpguard`` (``LIMITS``): at most ``MAX_CONNECTIONS`` connections served at once; 5 s
 for a request's line and headers, 30 s for a kept-alive connection's next request and 30 s for
-an answer; at the cap, an idle kept-alive connection, else a client still sending its request
-after half a second, gives its place to the new connection, so idle and slow clients never lock
-out a scraper or the kubelet's probe; when no place can be freed, a spare thread answers
+an answer; at the cap, the longest-idle kept-alive connection, else the client that has been
+sending its request the longest, gives its place to the new connection, so idle and slow clients
+never lock out a scraper or the kubelet's probe; when no place can be freed, a spare thread answers
 ``/healthz`` (and ``503`` to the rest), and past those, ``503`` with ``Retry-After`` at once. A
 client that goes away mid-answer is one counted ``http_aborted`` (logged once), never a
 traceback; any other error while serving is counted as ``http_error`` and logged once with its
