@@ -34,7 +34,7 @@ def test_follows_a_file_as_it_grows(tmp_path: Path) -> None:
     watcher, store = watch(path=str(log_file))
     assert watcher.start() and watcher.up
     try:
-        wait_for(lambda: len(events(store)) == 2, what="the first two events")
+        wait_for(lambda: len(events(store)) == 1, what="the first event (one XID 13 report of two lines)")
         with open(log_file, "a") as f:
             f.writelines(lines[5:])
         wait_for(lambda: len(events(store)) == len(EXPECTED), what="all events")
@@ -97,8 +97,8 @@ def test_store_counts_every_report_and_redacts_process_text() -> None:
 
     parser, store = KernelLogParser(), XidStore(keep=3)
     line = "NVRM: Xid (PCI:0000:3b:00): 13, pid=5, name=HF_TOKEN=hf_QmW3rT7yU1iO5pA9sD2fG6hJ0kL4zX8c, \x1b[31mboom"
-    for _ in range(5):
-        store.add(parser.feed(line))
+    for i in range(5):
+        store.add(parser.feed(line, now=10.0 * i))  # five faults, ten seconds apart
     recent, counts, _ = store.view()
     assert counts == {("0000:3b:00", 13, "application"): 5}
     assert len(recent) == 3
