@@ -269,6 +269,12 @@ TRAIN_RESTARTS = Metric(
     "counter",
     "Times torchrun restarted this worker group (TORCHELASTIC_RESTART_COUNT).",
 )
+TRAIN_STEPS_REDONE = Metric(
+    "fsdp_train_steps_redone_total",
+    "counter",
+    "Optimizer steps run again after restarts: steps an earlier attempt had completed past the checkpoint "
+    "the next one resumed from (the reference trainer's rank 0, from its checkpoint directory).",
+)
 TRAIN_GOODPUT = Metric(
     "fsdp_train_goodput_ratio",
     "gauge",
@@ -311,6 +317,7 @@ TRAINER_RUN_METRICS: tuple[Metric, ...] = (
     TRAIN_PHASE,
     TRAIN_PHASE_SECONDS,
     TRAIN_RESTARTS,
+    TRAIN_STEPS_REDONE,
     TRAIN_GOODPUT,
     TRAIN_CHECKPOINT_SAVE_SECONDS,
     TRAIN_CHECKPOINT_LOAD_SECONDS,

@@ -188,6 +188,9 @@ def test_killed_rank_restarts_the_group_which_resumes_exactly(
     assert end["goodput"] < uninterrupted["goodput"]  # the restart cost wall time the reference did not pay
 
     assert scrape.value(c.TRAIN_RESTARTS.name) == 1
+    # the steps the first attempt had done past the checkpoint, counted as a number (rank 0's endpoint)
+    assert scrape.value(c.TRAIN_STEPS_REDONE.name) == len(redone) > 0
+    assert f"progress: {len(redone)} steps done after step {resume['step']} are done again" in output
     assert scrape.value(c.TRAIN_CHECKPOINT_LOAD_SECONDS.name + "_count") == 1
     assert scrape.value(c.TRAIN_CHECKPOINT_SAVE_SECONDS.name + "_count") >= 1
     assert scrape.value(c.TRAIN_PHASE.name, phase="finished") == 1
