@@ -58,7 +58,9 @@ def test_dripping_clients_cost_a_bounded_number_of_threads_and_the_scraper_is_an
             "errors": served.errors.counts(),
         }
     )
-    assert peak <= before + LIMITS.max_connections + 3  # a thread per place (+ the attack's and the scraper's)
+    # a thread per place, plus the attack's and the scraper's, plus evicted ones still ending (their
+    # socket is shut; they return within microseconds, but 80 drippers replace each other ~150 times a second)
+    assert peak <= before + LIMITS.max_connections + 8 < before + 80
     assert scraper.refused() == 0 and len(scraper.statuses) >= 10
     assert loris.cuts >= 80  # each dripper cut at least once
     assert served.errors.counts().get("http_slow_client", 0) + served.errors.counts().get("http_timeout", 0) >= 80
