@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     access.add_argument("-n", "--namespace", required=True, help="the jobs' namespace")
     access.add_argument("--user", action="append", default=[], help="also bind this user (repeatable)")
     access.add_argument("--group", action="append", default=[], help="also bind this group (repeatable)")
+    access.add_argument(
+        "--etcd-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="also print the etcd rendezvous' NetworkPolicy admitting the ranks of exactly these namespaces "
+        "(repeatable: name every namespace whose jobs use RDZV_BACKEND=etcd or etcd-v2)",
+    )
     access.add_argument("-o", "--output", metavar="FILE", help="write the manifests here instead of stdout")
     for action, text in (
         ("status", "the job's state, its leader and every worker pod"),
@@ -90,9 +98,12 @@ def main(argv: list[str]) -> int:
             return _render(ns)
         if ns.action == "access":
             from observe import yamlio
-            from observe.k8s.access import viewer_access
+            from observe.k8s.access import etcd_network_policy, viewer_access
 
-            return _write(yamlio.dump_all(viewer_access(ns.namespace, ns.user, ns.group)), ns.output)
+            objects = viewer_access(ns.namespace, ns.user, ns.group)
+            if ns.etcd_namespace:
+                objects.append(etcd_network_policy(ns.etcd_namespace))
+            return _write(yamlio.dump_all(objects), ns.output)
         from observe.k8s import jobs
         from observe.k8s.client import connect
 
