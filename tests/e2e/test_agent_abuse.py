@@ -67,6 +67,8 @@ def test_idle_and_slow_clients_never_starve_a_scraper_or_the_health_probe(fake_n
             k: round(s.p99() * 1000, 1) for k, s in (("base", baseline), ("hold", during_hold), ("drip", during_drip))
         },
         scrapes={"hold": len(during_hold.statuses), "drip": len(during_drip.statuses)},
+        refused={"hold": during_hold.refused(), "drip": during_drip.refused()},
+        health={"hold": health_hold, "drip": health_drip},
         threads_fds={"before": before, "hold": peak_hold, "drip": peak_drip, "after": after},
         drip_cuts=loris.cuts,
         errors=errors,
