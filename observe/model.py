@@ -215,6 +215,8 @@ class XidEvent:
         fatal, link: NVLink5 XIDs (144-150): whether the driver called it fatal, and the link.
         recovery_action: XID 154: the action the driver now requires (e.g. ``Drain and Reset``).
         caused_by: XID 45: the XID it names as its cause.
+        continues: a further line of a report already counted (same bus, code and pid within
+            ``observe.xid.REPORT_WINDOW_SECONDS`` of its first line): kept as read, never counted.
     """
 
     xid: int
@@ -235,6 +237,7 @@ class XidEvent:
     link: int | None = None
     recovery_action: str | None = None
     caused_by: int | None = None
+    continues: bool = False
 
 
 @dataclass(frozen=True)

@@ -35,20 +35,23 @@ prints for one fall off the bus count once. It reads the shapes drivers really p
 gives an XID 13 ``Graphics SM Warp Exception``, an ``SM Global Exception`` and a ``Graphics
 Exception: ESR`` line, one per SM that saw it plus the ESR, all for one pid at one instant. Lines
 with the same bus, code and pid within ``REPORT_WINDOW_SECONDS`` of the report's first line are
-that report and count once, so an application-burst threshold counts distinct faults, not lines.
+that report and count once, so an application-burst threshold counts distinct faults, not lines:
+the parser still returns an event for each of them, marked ``continues`` after the first, and
+the agent counts and keeps only the first (the lines stay in the kernel log as the driver wrote
+them).
 The window is one second: the lines of a report come from one interrupt within microseconds, and
 the coarsest clocks in logs (``dmesg -T``, syslog) tick once a second, so one report can straddle a
 tick; a CUDA context that faulted is dead, so the same pid does not fault again within a second as
 another fault. Time is the line's own (``/dev/kmsg``'s microseconds, a ``[ 12.345678]`` or syslog
 or ISO 8601 prefix), else the reading time. A line without a pid (XID 79, 31 on older drivers)
-always counts, and so do the repeated probe-time messages of one GPU within a second (the driver
-retries its probe every ~0.2 s). It imports only ``observe.model``.
+always begins a report, except the probe-time message a driver repeats for one GPU (it retries its
+probe every ~0.2 s): its repeats within a second continue the first. It imports only ``observe.model``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from observe.model import XidEvent
@@ -366,7 +369,7 @@ class KernelLogParser:
 
     Attributes:
         parse_errors: lines that start an XID report but could not be read (e.g. truncated).
-        folded: lines that were part of a report already counted (module docstring).
+        folded: lines that continued a report already returned (module docstring).
         bus_uuids: PCI bus (``dddd:bb:dd``) -> GPU UUID, learnt from ``GPU at PCI:…`` lines.
     """
 
@@ -382,7 +385,8 @@ class KernelLogParser:
         self._probe: tuple[int, str] | None = None  # (line number, bus) of a probe-time message's first line
 
     def feed(self, line: str, now: float = 0.0, boot_time: float | None = None) -> XidEvent | None:
-        """Read one line; return the XID event it carries, or ``None``.
+        """Read one line; return the XID event it carries, or ``None``. An event whose
+        ``continues`` is true is a further line of a report already returned: do not count it.
 
         Args:
             line: one kernel-log line or ``/dev/kmsg`` record, with or without its newline.
@@ -417,9 +421,10 @@ class KernelLogParser:
                 return None
             return self._event(79, bus, line, when, pid=None, process=None, rest="")
         if (probed := self._probe_message(line)) is not None:
-            if self._same_79(probed, "probe") or self._same_report(probed, 79, "probe", clock):
+            if self._same_79(probed, "probe"):
                 return None
-            return self._event(79, probed, line, when, pid=None, process=None, rest="")
+            event = self._event(79, probed, line, when, pid=None, process=None, rest="")
+            return replace(event, continues=True) if self._same_report(probed, 79, "probe", clock) else event
         if "NVRM: Xid" not in line:
             return None
         m = _XID.search(line)
@@ -437,9 +442,8 @@ class KernelLogParser:
                 name = n["name"].strip()
                 process = None if name in ("", "<unknown>") else name
                 rest = rest[n.end() :]
-        if pid is not None and self._same_report(bus, code, pid, clock):
-            return None
-        return self._event(code, bus, line, when, pid, process, rest)
+        event = self._event(code, bus, line, when, pid, process, rest)
+        return replace(event, continues=True) if pid is not None and self._same_report(bus, code, pid, clock) else event
 
     def _probe_message(self, line: str) -> str | None:
         """The bus of a probe-time "fallen off the bus" message once its "fallen off the bus" part

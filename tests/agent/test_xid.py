@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,20 +13,51 @@ from tests.support.cases import CASES
 XID_CASES = CASES / "xid"
 
 
+#: Forms beyond the shared cases, read after them as one stream (tests/agent/xid-forms/README.md).
+XID_FORMS = Path(__file__).parent / "xid-forms"
+
+
 def parse_all(lines: list[str]) -> tuple[list, KernelLogParser]:
+    """Every event the parser returns, those continuing a report included."""
     parser = KernelLogParser(node="node-07")
     return [e for line in lines if (e := parser.feed(line)) is not None], parser
 
 
-def test_kernel_log_case_yields_exactly_the_expected_events() -> None:
-    lines = (XID_CASES / "kernel-log.txt").read_text().splitlines(keepends=True)
-    expected = [json.loads(line) for line in (XID_CASES / "expected.jsonl").read_text().splitlines() if line]
-    events, parser = parse_all(lines)
+def counted(events: list) -> list:
+    """The events the agent counts: each report's first line."""
+    return [e for e in events if not e.continues]
+
+
+def read_expected(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def assert_events(events: list, expected: list[dict]) -> None:
     assert len(events) == len(expected)
-    for i, (event, want) in enumerate(zip(events, expected, strict=False)):
+    for i, (event, want) in enumerate(zip(events, expected, strict=True)):
         got = {key: getattr(event, key) for key in want}
         assert got == want, f"event {i} (xid {want['xid']})"
+
+
+def test_kernel_log_case_yields_exactly_the_expected_events() -> None:
+    lines = (XID_CASES / "kernel-log.txt").read_text().splitlines(keepends=True)
+    events, parser = parse_all(lines)
+    assert_events(events, read_expected(XID_CASES / "expected.jsonl"))
     assert parser.parse_errors == 1  # the truncated last line: no event, no crash, one parse error
+    # The SM warp exception and the ESR line of pid 48213 at one instant are one out-of-range access:
+    # both are events, the second continues the first and is not counted.
+    assert [(e.xid, e.pid, e.continues) for e in events[:2]] == [(13, 48213, False), (13, 48213, True)]
+    assert len(counted(events)) == len(events) - 1
+
+
+def test_every_xid_form_drivers_print_is_counted_once() -> None:
+    """Before: 6 events for these 10 faults: the XID 48 and 31 with wider spacing were parse errors,
+    the four older and probe-time "fallen off the bus" 79s were missed, the VMD domain's 79 was put on
+    0000:3b:00 (another GPU) and one out-of-range access counted 3."""
+    shared = (XID_CASES / "kernel-log.txt").read_text().splitlines(keepends=True)
+    events, parser = parse_all(shared + (XID_FORMS / "kernel-log.txt").read_text().splitlines(keepends=True))
+    assert_events(counted(events)[len(counted(parse_all(shared)[0])) :], read_expected(XID_FORMS / "expected.jsonl"))
+    assert parser.parse_errors == 1  # the shared case's truncated line only
 
 
 def test_events_carry_catalogue_meaning_node_and_raw_line() -> None:
@@ -214,7 +246,7 @@ def test_the_drivers_repeated_probe_messages_are_one_fault() -> None:
     ]
     lines = [line.format(180_000 * i) for i in range(4) for line in message]  # every 0.18 s, as the driver retries
     events, _ = parse_all(lines)
-    assert len(events) == 1
+    assert len(counted(events)) == 1
 
 
 @pytest.mark.parametrize(
@@ -252,8 +284,9 @@ def test_one_report_counts_once_and_distinct_faults_count_each() -> None:
     lines += [line.format(t=" 100.000002", pid=8) for line in ONE_FAULT]  # another process, same instant
     lines += [line.format(t=" 104.500000", pid=7) for line in ONE_FAULT]  # the first again, later: a new fault
     events, parser = parse_all(lines)
-    assert [e.pid for e in events] == [7, 8, 7]
-    assert parser.folded == 6
+    assert [e.pid for e in counted(events)] == [7, 8, 7]
+    assert parser.folded == 6 and len(events) == 9  # every line is still an event, marked as continuing
+    events = counted(events)
     assert events[0].message.startswith("Graphics SM Warp Exception")  # the report's first line speaks for it
 
 
@@ -262,10 +295,15 @@ def test_a_backlog_read_at_once_is_told_apart_by_its_own_timestamps() -> None:
     parser = KernelLogParser()
     kmsg = "3,{seq},{us},-;NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=python, Graphics Exception: ESR"
     events = [parser.feed(kmsg.format(seq=i, us=us), now=5.0) for i, us in enumerate((1_000_000, 1_000_050, 9_000_000))]
-    assert [e is not None for e in events] == [True, False, True]
+    assert [e is not None and not e.continues for e in events] == [True, False, True]
     syslog = "Mar  3 09:30:0{s} node kernel: NVRM: Xid (PCI:0000:18:00): 31, pid=9, name=p, MMU Fault"
     events = [parser.feed(syslog.format(s=s), now=5.0) for s in (1, 1, 2, 4)]
-    assert [e is not None for e in events] == [True, False, False, True]  # a tick may split one report
+    assert [e is not None and not e.continues for e in events] == [
+        True,
+        False,
+        False,
+        True,
+    ]  # a tick may split one report
 
 
 def test_the_report_window_forgets_old_reports() -> None:
