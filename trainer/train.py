@@ -40,7 +40,7 @@ from trainer.model import build_model, materialize
 from trainer.parallelize import build_mesh, parallelize
 from trainer.progress import RunProgress
 from trainer.report import Reporter
-from trainer.runspec.checkpoint_files import TrainerState, resolve_resume, resume_candidates
+from trainer.runspec.checkpoint_files import START_OVER, TrainerState, resolve_resume, resume_candidates
 from trainer.runspec.config import TrainConfig
 from trainer.signals import STOP_EXIT_STATUSES, StopRequest
 from trainer.validation import evaluate, token_loss_sum, validation_batches
@@ -269,8 +269,7 @@ class Trainer:
                     raise UserError(
                         "--resume",
                         f"no checkpoint could be loaded: {'; '.join(failed)}",
-                        "restore one of them, or move them away or pass a new --checkpoint-dir to start over from "
-                        "step 0 on purpose",
+                        START_OVER,
                     ) from None
                 if self.rt.is_main:
                     print(f"resume: {exc}; falling back to {candidates[i + 1].name}", file=sys.stderr, flush=True)

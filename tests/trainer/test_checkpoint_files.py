@@ -113,8 +113,10 @@ def test_checkpoints_of_which_none_can_be_used_stop_the_run_naming_them(tmp_path
     assert text.startswith("--resume: ") and "\n" not in text
     assert "step-00000030 (.metadata is 2 bytes, 5 bytes when saved)" in text and "step-00000028 (" in text
     assert "step-00000032" not in text and "a new --checkpoint-dir to start over" in text
+    assert "pass --resume never to start over from step 0 on purpose" in text
     with pytest.raises(UserError, match="none can be resumed"):
         resolve_resume(str(tmp_path), "latest")
+    assert resolve_resume(str(tmp_path), "never") is None  # the flag the error names starts over
 
 
 @pytest.mark.parametrize("mode", ["auto", "latest"])

@@ -265,6 +265,13 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
             )
 
 
+#: How to go on when checkpoints exist but none loads: the fix of that one-line error.
+START_OVER = (
+    "restore one of them, or pass --resume never to start over from step 0 on purpose (a save replaces the "
+    "damaged checkpoint of its step), or move them away or pass a new --checkpoint-dir to start over"
+)
+
+
 def resolve_resume(
     checkpoint_dir: str | None, resume: str, on_damaged: Callable[[Path, str], None] | None = None
 ) -> Path | None:
@@ -287,8 +294,7 @@ def resolve_resume(
             raise UserError(
                 "--resume",
                 f"{checkpoint_dir!r} holds checkpoints but none can be resumed: {'; '.join(unusable)}",
-                "restore one of them, or move them away or pass a new --checkpoint-dir to start over from step 0 "
-                "on purpose",
+                START_OVER,
             )
         if not candidates and resume == "latest":
             where = repr(checkpoint_dir) if checkpoint_dir else "(no --checkpoint-dir given)"
