@@ -269,6 +269,12 @@ TRAIN_RESTARTS = Metric(
     "counter",
     "Times torchrun restarted this worker group (TORCHELASTIC_RESTART_COUNT).",
 )
+TRAIN_STEPS_REDONE = Metric(
+    "fsdp_train_steps_redone_total",
+    "counter",
+    "Optimizer steps run again after restarts: steps an earlier attempt had completed past the checkpoint "
+    "the next one resumed from (the reference trainer's rank 0, from its checkpoint directory).",
+)
 TRAIN_GOODPUT = Metric(
     "fsdp_train_goodput_ratio",
     "gauge",
@@ -400,6 +406,7 @@ TRAINER_RUN_METRICS: tuple[Metric, ...] = (
     TRAIN_PHASE,
     TRAIN_PHASE_SECONDS,
     TRAIN_RESTARTS,
+    TRAIN_STEPS_REDONE,
     TRAIN_GOODPUT,
     TRAIN_CHECKPOINT_SAVE_SECONDS,
     TRAIN_CHECKPOINT_LOAD_SECONDS,
@@ -533,6 +540,13 @@ GPU_READING_STALE = Metric(
     "gauge",
     "1 when the agent's NVML reading of this GPU did not finish within its deadline (a driver call "
     "that hangs): the GPU's figures are left out of this scrape, not repeated; else 0.",
+)
+GPU_UNREADABLE = Metric(
+    "fsdp_gpu_unreadable",
+    "gauge",
+    "1 when the agent's NVML reading of this GPU finished without a single figure because its calls "
+    "failed with errors other than lost (a failing board's Unknown Error, a refused handle, a GPU gone "
+    "from NVML's device count), else 0; the reason is in /snapshot.",
 )
 GPU_READING_AGE = Metric(
     "fsdp_gpu_reading_age_seconds",
@@ -691,6 +705,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     GPU_INFO,
     GPU_LOST,
     GPU_READING_STALE,
+    GPU_UNREADABLE,
     GPU_READING_AGE,
     GPU_UTILIZATION,
     GPU_MEMORY_UTILIZATION,

@@ -133,6 +133,10 @@ class GpuInfo:
             every few seconds and reads it as before once it answers, e.g. after a reset).
         stale: its NVML reading did not finish within the agent's deadline (a call that hangs);
             every figure below is ``None`` rather than the previous reading served as fresh.
+        unreadable: why its reading, finished, gave no figure (``None`` when it read): the NVML
+            error its calls answered (``nvml_unknown``: NVIDIA's "Unknown Error" of a failing
+            board), ``not in NVML's device count (N GPUs now)``, or ``agent error: ...``; every
+            figure below is ``None`` and ``reading_age_seconds`` grows.
         reading_age_seconds: seconds from the end of its last complete reading to this snapshot
             (``None`` before the first).
         utilization_ratio: ``None`` under MIG (NVML does not report it); see ``mig_enabled``.
@@ -147,6 +151,7 @@ class GpuInfo:
     driver_version: str | None = None
     lost: bool = False
     stale: bool = False
+    unreadable: str | None = None
     reading_age_seconds: float | None = None
     utilization_ratio: float | None = None
     memory_utilization_ratio: float | None = None
@@ -177,8 +182,11 @@ class GpuProcess:
     Attributes:
         gpu: NVML index of the GPU. used_memory_bytes: ``None`` when NVML cannot tell.
         sm_utilization_ratio: from NVML's process samples of the last interval, 0..1.
-        in_host_pid_namespace: ``False`` when the pid is not in the agent's ``/proc`` (the agent
-            then needs the host PID namespace to name the process; user and command are ``None``).
+        in_host_pid_namespace: ``False`` when the pid is not in the agent's ``/proc`` and the agent
+            runs in a PID namespace of its own (it then needs the host PID namespace to name the
+            process; user and command are ``None``).
+        exited: the process has exited while NVML still lists it (its memory is being released;
+            the agent sees the host's PID namespace, so a pid missing from it is gone, not hidden).
     """
 
     gpu: int
@@ -190,6 +198,7 @@ class GpuProcess:
     user: str | None = None
     command: str | None = None
     in_host_pid_namespace: bool = True
+    exited: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,6 +215,8 @@ class XidEvent:
         fatal, link: NVLink5 XIDs (144-150): whether the driver called it fatal, and the link.
         recovery_action: XID 154: the action the driver now requires (e.g. ``Drain and Reset``).
         caused_by: XID 45: the XID it names as its cause.
+        continues: a further line of a report already counted (same bus, code and pid within
+            ``observe.xid.REPORT_WINDOW_SECONDS`` of its first line): kept as read, never counted.
     """
 
     xid: int
@@ -226,6 +237,7 @@ class XidEvent:
     link: int | None = None
     recovery_action: str | None = None
     caused_by: int | None = None
+    continues: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,40 @@ The severity class is the immediate-action bucket folded into five classes the a
 The parser reads one stream of lines (``dmesg``, ``dmesg -T``, ``/dev/kmsg`` records, syslog) and
 keeps state across lines: the PCI bus -> GPU UUID map the driver prints as
 ``NVRM: GPU at PCI:0000:3b:00: GPU-…``, and the last XID 79 per bus, so the two lines a driver
-prints for one fall off the bus count once. It imports only ``observe.model``.
+prints for one fall off the bus count once. It reads the shapes drivers really print:
+
+- any whitespace between ``Xid``, the bus, the code and its fields (``):  48,  pid=…``);
+- every "fallen off the bus" form as an XID 79: current drivers' ``NVRM: GPU 0000:af:00.0: GPU
+  has fallen off the bus.`` (beside their ``Xid … 79`` line), older drivers' ``NVRM: GPU at
+  0000:1b:00.0 has fallen off the bus.``, and the probe-time message of the driver's ``nv.c``
+  (open-gpu-kernel-modules; e.g. 525.125.06), printed when the GPU's registers read all ones as
+  the driver loads, over two or three lines: ``NVRM: The NVIDIA GPU 0000:1a:00.0`` / ``NVRM: (PCI
+  ID: 10de:1db6) installed in this system has`` / ``NVRM: fallen off the bus and is not responding
+  to commands.``;
+- PCI domains whole: a VMD domain has five hex digits (``10000:3b:00``), NVML prints eight
+  (``00010000:3B:00.0``); both are ``10000:3b:00``, never cut to ``0000:3b:00``, another GPU's bus.
+
+**One report, one count.** A driver prints several lines for one fault: an out-of-range access
+gives an XID 13 ``Graphics SM Warp Exception``, an ``SM Global Exception`` and a ``Graphics
+Exception: ESR`` line, one per SM that saw it plus the ESR, all for one pid at one instant. Lines
+with the same bus, code and pid within ``REPORT_WINDOW_SECONDS`` of the report's first line are
+that report and count once, so an application-burst threshold counts distinct faults, not lines:
+the parser still returns an event for each of them, marked ``continues`` after the first, and
+the agent counts and keeps only the first (the lines stay in the kernel log as the driver wrote
+them).
+The window is one second: the lines of a report come from one interrupt within microseconds, and
+the coarsest clocks in logs (``dmesg -T``, syslog) tick once a second, so one report can straddle a
+tick; a CUDA context that faulted is dead, so the same pid does not fault again within a second as
+another fault. Time is the line's own (``/dev/kmsg``'s microseconds, a ``[ 12.345678]`` or syslog
+or ISO 8601 prefix), else the reading time. A line without a pid (XID 79, 31 on older drivers)
+always begins a report, except the probe-time message a driver repeats for one GPU (it retries its
+probe every ~0.2 s): its repeats within a second continue the first. It imports only ``observe.model``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from observe.model import XidEvent
@@ -261,27 +288,29 @@ def lookup(code: int) -> XidInfo:
 def normalise_bus(text: str) -> str:
     """A PCI address as ``dddd:bb:dd`` in lower case, however the driver or NVML spelled it.
 
-    Accepts ``PCI:0000:3b:00``, ``0000:3B:00``, ``0000:af:00.0`` and NVML's ``00000000:3B:00.0``
-    (an 8-digit domain is cut to its last 4 digits). Returns the text lower-cased and stripped
-    when it is not a PCI address.
+    Accepts ``PCI:0000:3b:00``, ``0000:3B:00``, ``0000:af:00.0`` and NVML's ``00000000:3B:00.0``:
+    the domain is written with at least 4 digits and no more than it needs, so NVML's 8-digit
+    ``00010000`` and the kernel's ``10000`` (a VMD domain) are both ``10000``. Returns the text
+    lower-cased and stripped when it is not a PCI address.
     """
     m = _BUS.search(text)
     if not m:
         return text.strip().lower()
-    return f"{m['domain'][-4:]}:{m['bus']}:{m['device']}".lower()
+    return f"{int(m['domain'], 16):04x}:{m['bus']}:{m['device']}".lower()
 
 
 _BUS = re.compile(r"(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<device>[0-9a-fA-F]{2})(?:\.[0-7])?")
 _KMSG = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;")
 _GPU_AT = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<bus>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]{36})")
-_XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?\): "
-    r"(?P<code>\d+)(?:,\s*(?P<rest>.*))?$"
-)
-_FALLEN = re.compile(
-    r"NVRM: GPU (?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?: "
-    r"GPU has fallen off the bus"
-)
+_BUS_TEXT = r"(?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?"
+_XID = re.compile(rf"NVRM: Xid\s*\(\s*{_BUS_TEXT}\s*\):\s*(?P<code>\d+)\s*(?:,\s*(?P<rest>.*))?$")
+#: "GPU has fallen off the bus" as current drivers print it, and as older ones did.
+_FALLEN = re.compile(rf"NVRM: GPU (?:at )?{_BUS_TEXT}:?\s+(?:GPU )?has fallen off the bus")
+#: The first line of the probe-time message: the bus; "fallen off the bus" follows within 2 lines.
+_THE_GPU = re.compile(rf"NVRM: The NVIDIA GPU {_BUS_TEXT}")
+_FALLEN_TAIL = "fallen off the bus"
+#: Lines of the probe-time message after its first.
+PROBE_MESSAGE_LINES = 2
 _PID = re.compile(r"^pid=(?P<pid>'?<?[\w-]+>?'?),\s*")
 _NAME = re.compile(r"^name=(?P<name>[^,]*),\s*")
 _CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
@@ -292,6 +321,44 @@ _NVLINK5 = range(144, 151)
 #: A "fallen off the bus" line within this many lines of an XID 79 line for the same bus is the
 #: same event (drivers print both; older drivers print only the second).
 FALLEN_OFF_WINDOW_LINES = 20
+#: Lines of one XID report: same bus, code and pid within this many seconds of its first line.
+REPORT_WINDOW_SECONDS = 1.0
+#: Reports remembered at once before those past their window are forgotten (bounded memory).
+MAX_OPEN_REPORTS = 256
+
+_MONTHS = {
+    m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))
+}
+_SINCE_BOOT = re.compile(r"\[\s*(\d+\.\d+)\]")
+_CTIME = re.compile(r"^\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]")
+_SYSLOG = re.compile(r"^(\w{3}) +(\d+) (\d\d):(\d\d):(\d\d)(\.\d+)? ")
+_ISO = re.compile(r"^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d+)?")
+
+
+def line_clock(line: str) -> float | None:
+    """Seconds on the clock a kernel-log line carries, for telling its lines apart in time (``None``
+    when it carries none): ``[ 12.345678]`` (since boot), ``[Mon Mar  3 09:12:45 2025]``
+    (``dmesg -T``), ``Mar  3 09:12:45`` (syslog) or ``2025-03-03T09:12:45.123456`` (ISO 8601). The
+    numbers of one stream compare with each other; they are no Unix time."""
+    if m := _SINCE_BOOT.search(line, 0, 40):
+        return float(m.group(1))
+    if m := _CTIME.match(line):
+        month, day, hh, mm, ss, year = m.groups()
+        return (
+            ((int(year) * 12 + _MONTHS.get(month, 0)) * 31 + int(day)) * 86400.0
+            + int(hh) * 3600
+            + int(mm) * 60
+            + int(ss)
+        )
+    if m := _ISO.match(line):
+        year, month, day, hh, mm, ss, frac = m.groups()
+        seconds = ((int(year) * 12 + int(month)) * 31 + int(day)) * 86400.0 + int(hh) * 3600 + int(mm) * 60 + int(ss)
+        return seconds + float(frac or 0)
+    if m := _SYSLOG.match(line):
+        month, day, hh, mm, ss, frac = m.groups()
+        seconds = (_MONTHS.get(month, 0) * 31 + int(day)) * 86400.0 + int(hh) * 3600 + int(mm) * 60 + int(ss)
+        return seconds + float(frac or 0)
+    return None
 
 
 class KernelLogParser:
@@ -302,18 +369,24 @@ class KernelLogParser:
 
     Attributes:
         parse_errors: lines that start an XID report but could not be read (e.g. truncated).
+        folded: lines that continued a report already returned (module docstring).
         bus_uuids: PCI bus (``dddd:bb:dd``) -> GPU UUID, learnt from ``GPU at PCI:…`` lines.
     """
 
     def __init__(self, node: str = "") -> None:
         self.node = node
         self.parse_errors = 0
+        self.folded = 0
         self.bus_uuids: dict[str, str] = {}
         self._line_no = 0
         self._last_79: dict[str, tuple[int, str]] = {}  # bus -> (line number, which form)
+        #: (bus, code, pid or message form) -> the time of its report's first line
+        self._reports: dict[tuple[str, int, object], float] = {}
+        self._probe: tuple[int, str] | None = None  # (line number, bus) of a probe-time message's first line
 
     def feed(self, line: str, now: float = 0.0, boot_time: float | None = None) -> XidEvent | None:
-        """Read one line; return the XID event it carries, or ``None``.
+        """Read one line; return the XID event it carries, or ``None``. An event whose
+        ``continues`` is true is a further line of a report already returned: do not count it.
 
         Args:
             line: one kernel-log line or ``/dev/kmsg`` record, with or without its newline.
@@ -328,12 +401,17 @@ class KernelLogParser:
         if "NVRM" not in line:
             return None
         line = line.rstrip("\r\n")
-        when = now
+        when, clock = now, None
         kmsg = _KMSG.match(line)
         if kmsg:
             line = line[kmsg.end() :]
+            clock = int(kmsg.group(3)) / 1e6
             if boot_time is not None:
-                when = boot_time + int(kmsg.group(3)) / 1e6
+                when = boot_time + clock
+        if clock is None:
+            clock = line_clock(line)
+        if clock is None:
+            clock = now
         if m := _GPU_AT.search(line):
             self.bus_uuids[normalise_bus(m["bus"])] = m["uuid"]
             return None
@@ -342,6 +420,11 @@ class KernelLogParser:
             if self._same_79(bus, "fallen"):
                 return None
             return self._event(79, bus, line, when, pid=None, process=None, rest="")
+        if (probed := self._probe_message(line)) is not None:
+            if self._same_79(probed, "probe"):
+                return None
+            event = self._event(79, probed, line, when, pid=None, process=None, rest="")
+            return replace(event, continues=True) if self._same_report(probed, 79, "probe", clock) else event
         if "NVRM: Xid" not in line:
             return None
         m = _XID.search(line)
@@ -359,7 +442,31 @@ class KernelLogParser:
                 name = n["name"].strip()
                 process = None if name in ("", "<unknown>") else name
                 rest = rest[n.end() :]
-        return self._event(code, bus, line, when, pid, process, rest)
+        event = self._event(code, bus, line, when, pid, process, rest)
+        return replace(event, continues=True) if pid is not None and self._same_report(bus, code, pid, clock) else event
+
+    def _probe_message(self, line: str) -> str | None:
+        """The bus of a probe-time "fallen off the bus" message once its "fallen off the bus" part
+        is read (on this line, or within ``PROBE_MESSAGE_LINES`` after the first); else ``None``."""
+        if m := _THE_GPU.search(line):
+            self._probe = (self._line_no, normalise_bus(m["bus"]))
+        if self._probe is None or _FALLEN_TAIL not in line:
+            return None
+        first, bus = self._probe
+        self._probe = None
+        return bus if self._line_no - first <= PROBE_MESSAGE_LINES else None
+
+    def _same_report(self, bus: str, code: int, who: object, clock: float) -> bool:
+        """Whether this line belongs to the report of ``(bus, code)`` by ``who`` (a pid, or a
+        message form) begun within ``REPORT_WINDOW_SECONDS``; else it begins a new report."""
+        began = self._reports.get((bus, code, who))
+        if began is not None and 0 <= clock - began <= REPORT_WINDOW_SECONDS:
+            self.folded += 1
+            return True
+        if len(self._reports) >= MAX_OPEN_REPORTS:  # forget reports whose window has passed
+            self._reports = {k: t for k, t in self._reports.items() if 0 <= clock - t <= REPORT_WINDOW_SECONDS}
+        self._reports[(bus, code, who)] = clock
+        return False
 
     def _same_79(self, bus: str, form: str) -> bool:
         """Whether a 79 of the other form was seen for ``bus`` just before; remember this one."""

@@ -14,6 +14,7 @@ starts no worse off, and its error says how much space the save needed and how m
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +147,9 @@ class Checkpointer:
                 raise self._failed(
                     path, f"rank(s) 0: {type(exc).__name__}: {exc}", state_bytes(state), collective=False
                 ) from None
-            prune(self.cfg.dir, self.cfg.keep, position.step)
+            for removed, why in prune(self.cfg.dir, self.cfg.keep, position.step):
+                if why.startswith("damaged"):  # the others are routine retention
+                    print(f"checkpoint: removed {removed.name}: {why}", file=sys.stderr, flush=True)
         self.last_saved_step = position.step
         return path, seconds
 

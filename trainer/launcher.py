@@ -22,10 +22,17 @@ stop the ranks handled well. Around it, this module
   then starts nothing; and passes it on to a rank only once that rank handles it (up to
   ``HANDLER_WAIT_SECONDS``): a rank signalled during Python's start-up would die of it.
 
+A rank that fails (an exception, a signal, the OOM killer) ends torchrun with a
+``ChildFailedError`` whose 28-line traceback names as "root cause" the rank that *reported* first,
+often a healthy rank whose peer vanished (``Connection reset by peer``). This module prints one
+line instead and exits with the failing rank's status (``failed_rank``): a rank killed by a signal
+other than the stop signals torchrun itself sends (its peers fail because of it), else the first
+to fail; with its first error line when it left one (``@record``'s error file), else the signal.
+
 The ranks' statuses come from wrapping ``SubprocessContext._close`` of
 ``torch.distributed.elastic.multiprocessing.api`` (torch 2.13), the one place torchrun waits for
-its workers; ``tests/e2e/test_stop_train.py`` would catch a torch that moved it. Every other
-outcome (success, a failed rank) is torchrun's own.
+its workers; ``tests/e2e/test_stop_train.py`` would catch a torch that moved it. Success is
+torchrun's own.
 """
 
 from __future__ import annotations
@@ -82,6 +89,41 @@ def run_status(signum: int, statuses: dict[int, int | None]) -> tuple[int, str |
     return (stopped.pop() if len(stopped) == 1 else stopping.exit_status(signum)), None
 
 
+def _first_line(message: Any) -> str:
+    """The first line of a ``ProcessFailure.message`` (a text, or ``@record``'s ``{"message": ...}``)."""
+    text = message.get("message", "") if isinstance(message, dict) else str(message or "")
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def failed_rank(failures: dict[int, Any]) -> tuple[int, str]:
+    """The exit status and the one line for a run that failed (``ChildFailedError.failures``: global
+    rank -> ``ProcessFailure`` with ``local_rank``, ``exitcode``, ``timestamp``, ``message``).
+
+    The failing rank: one killed by a signal that is not a stop signal (SIGKILL, SIGSEGV, SIGABRT:
+    the others then fail or are stopped because of it), else the one that failed first. Its status
+    is ``128 + N`` for signal N, else its exit code.
+    """
+    killed = [r for r, f in failures.items() if f.exitcode < 0 and -f.exitcode not in stopping.STOP_SIGNALS]
+    rank = min(killed or failures, key=lambda r: (failures[r].timestamp, r))
+    failure = failures[rank]
+    if failure.exitcode < 0:
+        status, what = (
+            stopping.exit_status(-failure.exitcode),
+            f"was killed by {stopping.signal_name(-failure.exitcode)}",
+        )
+    else:
+        first = _first_line(failure.message)
+        status = failure.exitcode
+        what = f"exited with status {status}" + (
+            f": {first}"
+            if first and not first.startswith("To enable traceback")
+            else " (its own output above says why)"
+        )
+    others = sorted(r for r in failures if r != rank)
+    after = f"; rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} stopped after it" if others else ""
+    return status, f"torchrun: rank {rank} (local rank {failure.local_rank}) {what}{after}"
+
+
 class _DropWhileStopping(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         from torch.distributed.elastic.multiprocessing import SignalException
@@ -95,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing import api as mp_api
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     raised = False
 
@@ -137,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         status, line = run_status(exc.sigval, statuses)
         if line is not None:
             print(line, file=sys.stderr, flush=True)
+        return status
+    except ChildFailedError as exc:
+        early.ignore_further()
+        status, line = failed_rank(exc.failures)
+        print(line, file=sys.stderr, flush=True)
         return status
     return 0
 

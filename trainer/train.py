@@ -38,8 +38,9 @@ from trainer.checkpoint import Checkpointer, RunPosition
 from trainer.data import Batch, BatchIterator, ByteTokenizer, HFTokenizer
 from trainer.model import build_model, materialize
 from trainer.parallelize import build_mesh, parallelize
+from trainer.progress import RunProgress
 from trainer.report import Reporter
-from trainer.runspec.checkpoint_files import TrainerState, resolve_resume, resume_candidates
+from trainer.runspec.checkpoint_files import START_OVER, TrainerState, resolve_resume, resume_candidates
 from trainer.runspec.config import TrainConfig
 from trainer.signals import STOP_EXIT_STATUSES, StopRequest
 from trainer.validation import evaluate, token_loss_sum, validation_batches
@@ -142,8 +143,11 @@ class Trainer:
             else None
         )
         self.position = RunPosition(step=0, batches_consumed=0)
+        self.progress = self._progress()
         if resume_from is not None:
             resume_from = self._resume(candidates)
+            if self.progress is not None and (redone := self.progress.resumed(self.position.step)):
+                print(f"progress: {redone} steps done after step {self.position.step} are done again", flush=True)
 
         held_out = cfg.validation.fraction if cfg.validation.every else 0.0
         self.batches = BatchIterator(
@@ -238,20 +242,36 @@ class Trainer:
         metrics.recorder.track_checkpoints()
         return metrics
 
+    def _progress(self) -> RunProgress | None:
+        """Rank 0's progress record (``trainer.progress``) with a checkpoint directory, its
+        ``fsdp_train_steps_redone_total`` served beside the rank's other series."""
+        if not (self.rt.is_main and self.cfg.checkpoint.dir):
+            return None
+        progress = RunProgress(self.cfg.checkpoint.dir, self.run_id, self.metrics.collector.labels)
+        if self.metrics.served is not None:
+            self.metrics.served.registry.register(progress)
+        return progress
+
     def _resume(self, candidates: list[Path]) -> Path:
         """Load the first of ``candidates`` that loads (a failed load fails on every rank alike, so
         all ranks move to the next one together); return it.
 
         Raises:
-            RuntimeError: the last candidate failed too.
+            UserError: every candidate failed to load (one line naming each, and how to start over).
         """
         assert self.checkpointer is not None  # resuming needs --checkpoint-dir (the launcher checks)
+        failed: list[str] = []
         for i, path in enumerate(candidates):
             try:
                 state, self.load_seconds = self.checkpointer.load(path, self.model, self.optimizer, self.scheduler)
             except RuntimeError as exc:
+                failed.append(f"{path.name} ({exc})")
                 if i + 1 == len(candidates):
-                    raise
+                    raise UserError(
+                        "--resume",
+                        f"no checkpoint could be loaded: {'; '.join(failed)}",
+                        START_OVER,
+                    ) from None
                 if self.rt.is_main:
                     print(f"resume: {exc}; falling back to {candidates[i + 1].name}", file=sys.stderr, flush=True)
                 continue
@@ -293,6 +313,8 @@ class Trainer:
             self.step_times.append(time.perf_counter() - t0)
             self.position.step = step
             self.position.batches_consumed += cfg.optim.grad_accum_steps
+            if self.progress is not None:
+                self.progress.completed(step)
             if self.reporter is not None:
                 self.reporter.tick()
             last = step == cfg.steps

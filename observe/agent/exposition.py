@@ -155,6 +155,7 @@ class SnapshotCollector(Collector):
         f.add(c.GPU_INFO, base, 1, g.name or "", g.pci_bus or "", g.driver_version or "")
         f.add(c.GPU_LOST, base, 1 if g.lost else 0)
         f.add(c.GPU_READING_STALE, base, 1 if g.stale else 0)
+        f.add(c.GPU_UNREADABLE, base, 1 if g.unreadable else 0)
         f.add(c.GPU_READING_AGE, base, g.reading_age_seconds)
         for metric, value in (
             (c.GPU_UTILIZATION, g.utilization_ratio),

@@ -1,32 +1,40 @@
-"""GPUs through NVML (``pynvml`` from nvidia-ml-py): the agent's one NVML wrapper and its GPU collector.
-
-Every NVML call goes through ``Nvml.call``:
-
-- NOT_SUPPORTED becomes ``None`` (absent; the TUI shows N/A, never 0);
-- a function the driver's library lacks (FUNCTION_NOT_FOUND, or pynvml's library-mismatch error)
-  is logged once and never called again, so that field is absent from then on;
-- GPU_IS_LOST raises ``GpuLost``: the collector marks that GPU lost and logs it once, while the
-  other GPUs go on; every ``REPROBE_SECONDS`` it asks for the GPU again (by PCI bus) and, once
-  it answers (after a reset, ``nvidia-smi -r``, or the driver's own recovery), reads it as before
-  without an agent restart (a GPU that fell off the bus, NVIDIA XID 79, needs that reset);
-- any other NVML error is counted by kind (``nvml_<error>``), logged once per kind, and the field
-  is absent.
+"""GPUs through NVML: the agent's GPU collector (NVML's own rules are in ``observe.agent.nvml``).
 
 Each GPU is read on its own worker thread (``observe.agent.deadline``) and every collection waits
-for all of them at most ``deadline_seconds``: a GPU whose reading is not finished by then (a
-driver call that hangs) is reported ``stale`` with the age of its last complete reading and no
-figures (its old values are never served again as fresh), and it is not asked again until the
-hung call returns; the other GPUs keep updating. Identity (PCI bus first, then UUID and name)
-is read at start with a longer deadline, each part on its own, so a GPU lost before its first
+for all of them at most ``deadline_seconds``. One GPU's trouble never costs the others, the host
+data or the collection itself; a GPU is shown in one of these states:
+
+- **read**: its figures, fresh (``reading_age_seconds`` 0);
+- **stale**: its reading did not finish by the deadline (a driver call that hangs): no figures
+  (its old values are never served again as fresh), the age of its last complete reading, and it
+  is not asked again until the hung call returns;
+- **lost**: NVML answered GPU_IS_LOST (fallen off the bus): logged once, tried again every
+  ``REPROBE_SECONDS`` by PCI bus, and read as before once it answers (after a reset, ``nvidia-smi
+  -r``, or the driver's own recovery), without an agent restart;
+- **unreadable**: its reading finished but gave no figure, because its calls failed with errors
+  other than "lost" (``nvidia-smi``'s "Unknown Error" on a failing board, a handle NVML refuses,
+  a GPU gone from NVML's device count), or the agent itself failed reading it. ``unreadable``
+  says why (the NVML error kind, e.g. ``nvml_unknown``); the age grows as for a stale GPU; it is
+  asked again every collection.
+
+Identity (PCI bus, then UUID and name, then the device's limits, ``observe.agent.plausible``) is
+read at start with a longer deadline, each part on its own, so a GPU lost before its first
 reading still shows its PCI bus; when NVML cannot say even that, the bus comes from the
-driver's ``/proc/driver/nvidia/gpus/<bus>`` entries that no readable GPU claims.
+driver's ``/proc/driver/nvidia/gpus/<bus>`` entries that no readable GPU claims. It is read again
+when NVML's own signals say the board behind an index may have changed: a lost GPU that answers
+again (after a reset), an unreadable one that reads again, a change in NVML's device count
+(which is read each collection, so GPUs that appear are read and GPUs that disappear show as
+unreadable), and in any case every ``IDENTITY_SECONDS`` (one UUID call per GPU: a swapped board
+is seen within that time). A new UUID is logged and the series follow it.
 
 Readings a healthy GPU cannot produce are dropped for that collection and counted by kind
 (``dropped``), never replaced by the previous value: a temperature above ``MAX_TEMPERATURE_CELSIUS``
-(e.g. 4278190080, an unset sensor word), a share above 100 %, a process pid above the kernel's
-``pid_max``, process memory above the GPU's memory, and process-utilisation samples with SM/memory
-above 100 % or a timestamp at or before the last one read (NVML returns samples newer than the
-timestamp it is given; some drivers return older ones again).
+(e.g. 4278190080, an unset sensor word), a share above 100 %, power, clocks, memory, ECC counts,
+PCIe throughput and clock event reasons outside the device's own limits
+(``observe.agent.plausible``), a process pid above the kernel's ``pid_max``, process memory above
+the GPU's memory, and process-utilisation samples with SM/memory above 100 % or a timestamp at or
+before the last one read (NVML returns samples newer than the timestamp it is given; some
+drivers return older ones again).
 
 Units follow the NVML API reference (https://docs.nvidia.com/deploy/nvml-api/): power in mW,
 clocks in MHz, PCIe throughput in KB/s (1024 bytes), utilisation and fan speed in percent.
@@ -38,20 +46,23 @@ import ctypes
 import logging
 import os
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 import pynvml
 
 from observe.agent.deadline import Job, Worker
+from observe.agent.nvml import GpuLost, Nvml, device_text, snake_case
+from observe.agent.plausible import Checks, Limits, read_limits
 from observe.logonce import OnceLog
 from observe.model import GpuInfo, GpuProcess, MigInstance
 from observe.xid import normalise_bus
+
+__all__ = ["GpuCollector", "GpuLost", "Nvml", "driver_buses"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +76,10 @@ DEADLINE_SECONDS = 0.5
 START_DEADLINE_SECONDS = 5.0
 #: Seconds between two tries to read a lost GPU again.
 REPROBE_SECONDS = 10.0
+#: Seconds after which a GPU's identity (UUID, name, PCI bus, limits) is read again in any case.
+IDENTITY_SECONDS = 60.0
+#: ``unreadable`` of a GPU that NVML's device count no longer includes.
+NOT_COUNTED = "not in NVML's device count"
 
 #: NVML clock event (throttle) reason bits (nvml.h ``nvmlClocksEventReason*``) -> label value.
 THROTTLE_REASONS: dict[int, str] = {
@@ -79,88 +94,28 @@ THROTTLE_REASONS: dict[int, str] = {
     pynvml.nvmlClocksThrottleReasonDisplayClockSetting: "display_clock_setting",
 }
 
+#: The ``GpuInfo`` fields that are figures: a reading with none of them read nothing.
+FIGURES = (
+    "utilization_ratio",
+    "memory_utilization_ratio",
+    "memory_total_bytes",
+    "memory_used_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "sm_clock_hertz",
+    "memory_clock_hertz",
+    "fan_speed_ratio",
+    "pcie_rx_bytes_per_second",
+    "pcie_tx_bytes_per_second",
+    "ecc_corrected_total",
+    "ecc_uncorrected_total",
+    "throttle_reasons",
+)
 
-class GpuLost(Exception):
-    """NVML answered GPU_IS_LOST for a GPU."""
 
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
-class Nvml:
-    """The agent's one door to NVML (rules in the module docstring).
-
-    Attributes:
-        available: ``nvmlInit`` succeeded.
-        reason: why NVML is unavailable (``None`` when it is available).
-        errors: ``nvml_<error>`` -> count.
-        missing: functions the library lacks (logged once each).
-    """
-
-    def __init__(self) -> None:
-        self.available = False
-        self.reason: str | None = "not started"
-        self.errors: Counter[str] = Counter()
-        self.missing: set[str] = set()
-        self._once = OnceLog(log, self.errors)
-        self._lock = threading.Lock()  # calls come from one worker thread per GPU
-
-    def start(self) -> bool:
-        """``nvmlInit``; on failure (no library, no driver: a CPU-only node) say so once and return False."""
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            self.available, self.reason = False, f"NVML unavailable ({exc}): no GPUs on this node"
-            log.warning("%s; serving host data only (reported once)", self.reason)
-            return False
-        self.available, self.reason = True, None
-        return True
-
-    def shutdown(self) -> None:
-        """``nvmlShutdown`` if started."""
-        if self.available:
-            self.available = False
-            try:
-                pynvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass
-
-    def call(self, function: str, *args: Any, expected: tuple[type[Exception], ...] = ()) -> Any:
-        """``pynvml.<function>(*args)``, or ``None`` when the value cannot be read.
-
-        Args:
-            function: a pynvml function name, e.g. ``nvmlDeviceGetFanSpeed``.
-            expected: NVML errors that mean "nothing here" for this call (returned as ``None``
-                without counting, e.g. NOT_FOUND for an empty MIG slot).
-
-        Raises:
-            GpuLost: NVML answered GPU_IS_LOST.
-        """
-        if function in self.missing:
-            return None
-        try:
-            return getattr(pynvml, function)(*args)
-        except pynvml.NVMLError_NotSupported:
-            return None
-        except pynvml.NVMLError_GpuIsLost:
-            raise GpuLost(function) from None
-        except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
-            with self._lock:
-                first = function not in self.missing
-                self.missing.add(function)
-            if first:
-                log.warning(
-                    "the NVIDIA driver's NVML has no %s; that field is absent from now on (reported once)", function
-                )
-            return None
-        except expected:
-            return None
-        except pynvml.NVMLError as exc:
-            kind = "nvml_" + _snake(type(exc).__name__.partition("_")[2] or "unknown")
-            with self._lock:  # OnceLog is not locked; several GPU threads report here
-                self._once.report(kind, "NVML %s failed: %s (reported once per kind)", function, exc)
-            return None
+class Unreadable(Exception):
+    """A GPU's reading gave no figure; ``args[0]`` says why (an NVML error kind)."""
 
 
 @dataclass
@@ -171,8 +126,12 @@ class _Gpu:
     uuid: str | None = None
     name: str | None = None
     pci_bus: str | None = None
-    identified: bool = False  # its identity read finished (a hung one is tried again)
+    limits: Limits = field(default_factory=Limits)
+    identified: bool = False  # its identity was read with a handle (a hung or failed read is tried again)
+    identity_due: float = 0.0  # monotonic time at which its identity is read again
     lost: bool = False
+    unreadable: str | None = None  # why its last reading gave no figure; None once it reads
+    counted: bool = True  # NVML's device count includes its index
     last_sample_us: int = 0
     read_at: float | None = None  # Unix time its last complete reading ended
     next_probe: float = 0.0  # monotonic time of the next try to read it again while lost
@@ -217,10 +176,6 @@ def _first(pair: list[int] | None) -> int | None:
     return None if pair is None else pair[0]
 
 
-def _text(value: Any) -> str | None:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
 class GpuCollector:
     """Reads every GPU NVML sees, each collection, each GPU on its own worker thread.
 
@@ -231,8 +186,9 @@ class GpuCollector:
         proc_root: the procfs holding ``driver/nvidia/gpus`` (PCI buses of GPUs NVML cannot read).
 
     Attributes:
-        gpus: GPUs found at start, by NVML index.
+        gpus: every GPU seen since start, by NVML index.
         dropped: implausible-reading kind -> count.
+        errors: faults of the agent's own (``gpu_read_<exception>``), each logged once with its traceback.
         driver_version: the NVIDIA driver's version, or ``None``.
     """
 
@@ -245,9 +201,12 @@ class GpuCollector:
         self.proc_root = proc_root
         self.gpus: list[_Gpu] = []
         self.dropped: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
         self.driver_version: str | None = None
+        self._once = OnceLog(log, self.errors)
         self._events: Any = None
-        self._event_worker: Worker | None = None
+        self._system: Worker | None = None  # the device count and XID events: calls for no one GPU
+        self._count: int | None = None
 
     def start(self, xid_events: bool = True) -> bool:
         """Start NVML and find the GPUs; return whether NVML is available.
@@ -257,15 +216,15 @@ class GpuCollector:
         """
         if not self.nvml.start():
             return False
-        self.driver_version = _text(self.nvml.call("nvmlSystemGetDriverVersion"))
-        self.gpus = [_Gpu(i, Worker(f"nvml-gpu{i}")) for i in range(self.nvml.call("nvmlDeviceGetCount") or 0)]
+        self._system = Worker("nvml-system")
+        self.driver_version = device_text(self.nvml.call("nvmlSystemGetDriverVersion"))
+        self._count = self.nvml.call("nvmlDeviceGetCount")
+        self._grow(self._count or 0)
         jobs = [(gpu, gpu.worker.submit(partial(self._identify, gpu))) for gpu in self.gpus]
         self._settle(jobs, START_DEADLINE_SECONDS)
         self._buses_from_driver()
-        self.gpus = [g for g in self.gpus if g.handle is not None or g.lost or not g.identified]
         if xid_events:
-            self._event_worker = Worker("nvml-events")
-            job = self._event_worker.submit(self._register_xid_events)
+            job = self._system.submit(self._register_xid_events)
             if job is not None and not job.wait(START_DEADLINE_SECONDS):
                 log.warning(
                     "registering for NVML XID events took over %g s; going on without waiting", START_DEADLINE_SECONDS
@@ -275,19 +234,25 @@ class GpuCollector:
     def stop(self, release_nvml: bool = True) -> None:
         """End the worker threads and shut NVML down (skipped while a call still hangs, or when
         ``release_nvml`` is False: ``nvmlShutdown`` could block behind it)."""
-        stuck = [g.index for g in self.gpus if g.worker.busy]
-        for worker in [g.worker for g in self.gpus] + ([self._event_worker] if self._event_worker else []):
+        workers = [g.worker for g in self.gpus] + ([self._system] if self._system else [])
+        stuck = [w.name for w in workers if w.busy]
+        for worker in workers:
             worker.close()
         if stuck:
-            log.warning("not calling nvmlShutdown: NVML calls for GPU(s) %s never returned", stuck)
+            log.warning("not calling nvmlShutdown: NVML calls on %s never returned", ", ".join(stuck))
             self.nvml.available = False
         elif release_nvml:
             self.nvml.shutdown()
         else:
             self.nvml.available = False
 
+    def _grow(self, count: int) -> None:
+        """Add the GPUs up to index ``count - 1`` that are not known yet."""
+        for index in range(len(self.gpus), count):
+            self.gpus.append(_Gpu(index, Worker(f"nvml-gpu{index}")))
+
     def _settle(self, jobs: list[tuple[_Gpu, Job[None] | None]], seconds: float) -> None:
-        """Wait for start-up identity jobs; a lost GPU is marked, a slow one is tried again later."""
+        """Wait for start-up identity jobs; a lost GPU is marked, a slow or failed one is tried again later."""
         end = time.monotonic() + seconds
         for gpu, job in jobs:
             if job is None or not job.wait(end - time.monotonic()):
@@ -301,29 +266,61 @@ class GpuCollector:
                 job.result()
             except GpuLost:
                 self._lose(gpu)
+            except Unreadable as exc:
+                gpu.unreadable = str(exc)
+            except Exception as exc:  # noqa: BLE001 - one GPU's fault must not cost the node its collection
+                gpu.unreadable = self._own_fault(gpu, exc)
 
-    def _identify(self, gpu: _Gpu) -> None:
-        """Handle, then PCI bus, UUID and name, each on its own (GpuLost raised after all were tried)."""
+    def _identify(self, gpu: _Gpu, handle: Any = None) -> None:
+        """Handle (by index unless given), then PCI bus, UUID, name and limits, each on its own.
+
+        Raises:
+            GpuLost: after every part was tried, when one of them answered lost.
+            Unreadable: NVML gave no handle for the GPU (the error kind).
+        """
         call = self.nvml.call
         lost = False
+        if handle is None:
+            with self.nvml.tally() as failed:
+                try:
+                    handle = call("nvmlDeviceGetHandleByIndex", gpu.index)
+                except GpuLost:
+                    gpu.identified = True
+                    raise
+            if handle is None:
+                raise Unreadable(failed.most_common(1)[0][0] if failed else "no handle")
+        gpu.handle = handle
         try:
-            gpu.handle = call("nvmlDeviceGetHandleByIndex", gpu.index)
+            pci = call("nvmlDeviceGetPciInfo", handle)
+            bus = device_text(self.nvml.field(pci, "busId")) if pci is not None else None
+            gpu.pci_bus = normalise_bus(bus) if bus else gpu.pci_bus
         except GpuLost:
-            gpu.identified = True
-            raise
-        if gpu.handle is not None:
+            lost = True
+        identity: dict[str, str | None] = {}
+        for name, function in (("uuid", "nvmlDeviceGetUUID"), ("name", "nvmlDeviceGetName")):
             try:
-                pci = call("nvmlDeviceGetPciInfo", gpu.handle)
-                bus = _text(pci.busId) if pci is not None else None
-                gpu.pci_bus = normalise_bus(bus) if bus else None
+                identity[name] = device_text(call(function, handle))
             except GpuLost:
                 lost = True
-            for field, function in (("uuid", "nvmlDeviceGetUUID"), ("name", "nvmlDeviceGetName")):
-                try:
-                    setattr(gpu, field, _text(call(function, gpu.handle)))
-                except GpuLost:
-                    lost = True
+        uuid = identity.get("uuid")
+        if uuid and gpu.uuid and uuid != gpu.uuid:
+            log.warning(
+                "GPU %d (PCI %s) now answers with UUID %s, not %s (a board swapped, or reset with a new "
+                "identity); its series carry the new UUID",
+                gpu.index,
+                gpu.pci_bus or "bus unknown",
+                uuid,
+                gpu.uuid,
+            )
+        gpu.uuid = uuid or gpu.uuid
+        gpu.name = identity.get("name") or gpu.name
+        if not lost:
+            try:
+                gpu.limits = read_limits(call, handle)
+            except GpuLost:
+                lost = True
         gpu.identified = True
+        gpu.identity_due = time.monotonic() + IDENTITY_SECONDS
         if lost:
             raise GpuLost("identity")
 
@@ -370,12 +367,28 @@ class GpuCollector:
                 REPROBE_SECONDS,
             )
 
+    def _own_fault(self, gpu: _Gpu, exc: Exception) -> str:
+        """An exception of the agent's own while reading ``gpu``: counted, logged once with its
+        traceback; the GPU's ``unreadable`` reason."""
+        kind = "gpu_read_" + snake_case(type(exc).__name__)
+        self._once.report(
+            kind,
+            "reading GPU %d failed in the agent (%s: %s); it is shown unreadable, the other GPUs go on (reported once)",
+            gpu.index,
+            type(exc).__name__,
+            exc,
+            level=logging.ERROR,
+            exc_info=True,
+        )
+        return f"agent error: {type(exc).__name__}"
+
     # -- per collection -----------------------------------------------------------------------
 
     def collect(self) -> tuple[list[GpuInfo], list[GpuProcess]]:
         """One reading of every GPU and the processes on them (user and command not filled in),
-        waiting at most ``deadline_seconds`` for them all."""
+        waiting at most ``deadline_seconds`` for them all. Never raises for one GPU's fault."""
         started = time.monotonic()
+        count_job = self._system.submit(partial(self.nvml.call, "nvmlDeviceGetCount")) if self._system else None
         jobs: dict[int, Job[_Reading] | None] = {}
         for gpu in self.gpus:
             task = self._task(gpu, started)
@@ -386,11 +399,17 @@ class GpuCollector:
         now = time.time()
         for gpu in self.gpus:
             job = jobs[gpu.index]
-            if job is not None and job.wait(end - time.monotonic()):
+            answered = job is not None and job.wait(end - time.monotonic())
+            if answered:
+                assert job is not None
                 try:
                     info, on_gpu, dropped = job.result()
                 except GpuLost:
                     self._lose(gpu)
+                except Unreadable as exc:
+                    self._unreadable(gpu, str(exc))
+                except Exception as exc:  # noqa: BLE001 - one GPU's fault must not cost the node its collection
+                    self._unreadable(gpu, self._own_fault(gpu, exc))
                 else:
                     self._found(gpu)
                     gpu.read_at = time.time()
@@ -398,53 +417,100 @@ class GpuCollector:
                     infos.append(replace(info, reading_age_seconds=0.0))
                     procs.extend(on_gpu)
                     continue
-            infos.append(self._unread(gpu, job is None and not gpu.lost, now))
+            infos.append(self._unread(gpu, answered, still_busy=job is None, now=now))
+        if count_job is not None and count_job.wait(end - time.monotonic()):
+            try:
+                self._recount(count_job.result())
+            except GpuLost:
+                pass  # a device count cannot be lost; the GPUs say so on their own
         return infos, procs
 
+    def _recount(self, count: int | None) -> None:
+        """NVML's device count now: GPUs beyond it are unreadable, new ones are added; a change
+        means an index may name another board, so every identity is read again."""
+        if count is None or count == self._count:
+            return
+        log.warning(
+            "NVML's device count changed from %s to %d: %s; reading every GPU's identity again",
+            self._count,
+            count,
+            "GPUs are gone (fallen off the bus, or unbound from the driver)"
+            if count < len(self.gpus)
+            else "new GPUs are read from the next collection",
+        )
+        self._count = count
+        self._grow(count)
+        for gpu in self.gpus:
+            gpu.counted = gpu.index < count
+            gpu.identified = False
+
     def _task(self, gpu: _Gpu, now: float) -> Callable[[], _Reading] | None:
-        """What to run for ``gpu`` this collection (``None``: nothing, it is lost and not due)."""
+        """What to run for ``gpu`` this collection (``None``: nothing, it is lost and not due, or not counted)."""
+        if not gpu.counted:
+            return None
         if gpu.lost:
             if now < gpu.next_probe:
                 return None
             gpu.next_probe = now + REPROBE_SECONDS
             return partial(self._revive, gpu)
-        if not gpu.identified:
+        if not gpu.identified or now >= gpu.identity_due:
             return partial(self._identify_and_read, gpu)
         return partial(self._read, gpu)
 
     def _identify_and_read(self, gpu: _Gpu) -> _Reading:
-        """For a GPU whose identity read timed out at start."""
+        """For a GPU whose identity is not known or is due to be read again (one that had no
+        handle before is registered for XID events once it has one)."""
+        had_handle = gpu.handle is not None
         self._identify(gpu)
-        return self._read(gpu)
+        reading = self._read(gpu)
+        if not had_handle:
+            self._register(gpu)
+        return reading
 
     def _revive(self, gpu: _Gpu) -> _Reading:
-        """Ask for a lost GPU again (by PCI bus, else by index) and read it; ``GpuLost`` if it still is."""
-        if gpu.pci_bus:
-            handle = self.nvml.call("nvmlDeviceGetHandleByPciBusId", f"{gpu.pci_bus}.0")
-        else:
+        """Ask for a lost GPU again (by PCI bus; by index when no bus is known or that lookup fails),
+        read its identity again (a reset may bring a new one) and read it; ``GpuLost`` if it still is."""
+        handle = self.nvml.call("nvmlDeviceGetHandleByPciBusId", f"{gpu.pci_bus}.0") if gpu.pci_bus else None
+        if handle is None:  # no bus known, or NVML could not look it up (lost would have raised)
             handle = self.nvml.call("nvmlDeviceGetHandleByIndex", gpu.index)
         if handle is None:
             raise GpuLost("no handle")
-        uuid = _text(self.nvml.call("nvmlDeviceGetUUID", handle))
-        gpu.handle, gpu.uuid = handle, gpu.uuid or uuid
+        self._identify(gpu, handle)
         reading = self._read(gpu)
         self._register(gpu)
         return reading
 
     def _found(self, gpu: _Gpu) -> None:
-        """A reading finished: a lost or stale GPU answers again."""
-        if gpu.lost:
-            gpu.lost = False
+        """A reading finished with figures: a lost, stale or unreadable GPU answers again."""
+        if gpu.lost or gpu.unreadable:
             log.warning(
                 "GPU %d (%s, PCI %s) answers NVML again; reading it as before",
                 gpu.index,
                 gpu.uuid or "uuid unknown",
                 gpu.pci_bus or "bus unknown",
             )
+        gpu.lost = False
+        gpu.unreadable = None
         gpu.stale_logged = False
 
-    def _unread(self, gpu: _Gpu, still_busy: bool, now: float) -> GpuInfo:
-        """A GPU without a reading this collection: lost, or stale (its reading is late)."""
+    def _unreadable(self, gpu: _Gpu, why: str) -> None:
+        """A reading gave no figure: say so once until the GPU reads again; read its identity again then."""
+        if gpu.unreadable is None:
+            log.error(
+                "GPU %d (%s, PCI %s) answers no NVML reading (%s): a failing board or driver; the other "
+                "GPUs are still read, and this one is asked again every collection (reported once until it reads)",
+                gpu.index,
+                gpu.uuid or "uuid unknown",
+                gpu.pci_bus or "bus unknown",
+                why,
+            )
+        gpu.unreadable = why
+        gpu.identified = False
+        gpu.lost = False  # it answered, if with nothing usable
+
+    def _unread(self, gpu: _Gpu, answered: bool, still_busy: bool, now: float) -> GpuInfo:
+        """A GPU without figures this collection: lost, not counted, unreadable (its reading
+        ``answered`` with none), or stale (its reading is late; ``still_busy``: the previous one is)."""
         age = None if gpu.read_at is None else max(0.0, now - gpu.read_at)
         info = GpuInfo(
             index=gpu.index,
@@ -456,6 +522,10 @@ class GpuCollector:
         )
         if gpu.lost:
             return replace(info, lost=True)
+        if not gpu.counted:
+            return replace(info, unreadable=f"{NOT_COUNTED} ({self._count} GPUs now)")
+        if answered:
+            return replace(info, unreadable=gpu.unreadable)
         if not gpu.stale_logged:
             gpu.stale_logged = True
             log.warning(
@@ -469,7 +539,20 @@ class GpuCollector:
         return replace(info, stale=True)
 
     def _read(self, gpu: _Gpu) -> _Reading:
-        """One GPU's figures and processes, on its worker thread (drops counted in its own Counter)."""
+        """One GPU's figures and processes, on its worker thread (drops counted in its own Counter).
+
+        Raises:
+            GpuLost: NVML answered lost.
+            Unreadable: no figure could be read and some call failed with an error.
+        """
+        with self.nvml.tally() as failed:
+            reading = self._figures(gpu)
+        info = reading[0]
+        if failed and all(getattr(info, name) is None for name in FIGURES):
+            raise Unreadable(failed.most_common(1)[0][0])
+        return reading
+
+    def _figures(self, gpu: _Gpu) -> _Reading:
         call, h = self.nvml.call, gpu.handle
         dropped: Counter[str] = Counter()
         util = call("nvmlDeviceGetUtilizationRates", h)
@@ -483,6 +566,8 @@ class GpuCollector:
             temperature = None
         power = call("nvmlDeviceGetPowerUsage", h)
         limit = call("nvmlDeviceGetEnforcedPowerLimit", h)
+        limit_watts = None if limit is None else limit / 1000
+        check = Checks(gpu.limits, limit_watts, dropped)
         sm_clock = call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)
         mem_clock = call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM)
         rx = call("nvmlDeviceGetPcieThroughput", h, pynvml.NVML_PCIE_UTIL_RX_BYTES)
@@ -492,6 +577,13 @@ class GpuCollector:
         mig = call("nvmlDeviceGetMigMode", h)
         mig_enabled = None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE
         total = getattr(memory, "total", None)
+        ecc = {
+            kind: check.ecc(call("nvmlDeviceGetTotalEccErrors", h, error_type, pynvml.NVML_VOLATILE_ECC), f"ecc_{kind}")
+            for kind, error_type in (
+                ("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+            )
+        }
         info = GpuInfo(
             index=gpu.index,
             uuid=gpu.uuid,
@@ -501,34 +593,35 @@ class GpuCollector:
             utilization_ratio=_ratio(getattr(util, "gpu", None), dropped, "utilization"),
             memory_utilization_ratio=_ratio(getattr(util, "memory", None), dropped, "memory_utilization"),
             memory_total_bytes=total,
-            memory_used_bytes=getattr(memory, "used", None),
-            memory_reserved_bytes=reserved,
+            memory_used_bytes=check.memory(getattr(memory, "used", None), total, "memory_used"),
+            memory_reserved_bytes=check.memory(reserved, total, "memory_reserved"),
             temperature_celsius=temperature,
-            power_watts=None if power is None else power / 1000,
-            power_limit_watts=None if limit is None else limit / 1000,
-            sm_clock_hertz=None if sm_clock is None else sm_clock * 1e6,
-            memory_clock_hertz=None if mem_clock is None else mem_clock * 1e6,
+            power_watts=check.power(None if power is None else power / 1000),
+            power_limit_watts=limit_watts,
+            sm_clock_hertz=check.clock(
+                None if sm_clock is None else sm_clock * 1e6, gpu.limits.sm_clock_hertz, "sm_clock"
+            ),
+            memory_clock_hertz=check.clock(
+                None if mem_clock is None else mem_clock * 1e6, gpu.limits.memory_clock_hertz, "memory_clock"
+            ),
             fan_speed_ratio=_ratio(call("nvmlDeviceGetFanSpeed", h), dropped, "fan_speed"),
-            pcie_rx_bytes_per_second=None if rx is None else rx * KIB,
-            pcie_tx_bytes_per_second=None if tx is None else tx * KIB,
+            pcie_rx_bytes_per_second=check.pcie(None if rx is None else rx * KIB, "pcie_rx"),
+            pcie_tx_bytes_per_second=check.pcie(None if tx is None else tx * KIB, "pcie_tx"),
             encoder_utilization_ratio=_ratio(_first(encoder), dropped, "encoder_utilization"),
             decoder_utilization_ratio=_ratio(_first(decoder), dropped, "decoder_utilization"),
-            ecc_corrected_total=call(
-                "nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC
-            ),
-            ecc_uncorrected_total=call(
-                "nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
-            ),
-            throttle_reasons=self._throttle_reasons(h),
+            ecc_corrected_total=ecc["corrected"],
+            ecc_uncorrected_total=ecc["uncorrected"],
+            throttle_reasons=self._throttle_reasons(h, check),
             mig_enabled=mig_enabled,
             mig_instances=self._mig_instances(h) if mig_enabled else (),
         )
         return info, self._processes(gpu, total, dropped), dropped
 
-    def _throttle_reasons(self, handle: Any) -> tuple[str, ...] | None:
+    def _throttle_reasons(self, handle: Any, check: Checks) -> tuple[str, ...] | None:
         bits = self.nvml.call("nvmlDeviceGetCurrentClocksEventReasons", handle)
         if bits is None and "nvmlDeviceGetCurrentClocksEventReasons" in self.nvml.missing:
             bits = self.nvml.call("nvmlDeviceGetCurrentClocksThrottleReasons", handle)  # before r535
+        bits = check.reasons(bits)
         if bits is None:
             return None
         return tuple(name for bit, name in THROTTLE_REASONS.items() if bits & bit)
@@ -543,7 +636,7 @@ class GpuCollector:
             out.append(
                 MigInstance(
                     index=slot,
-                    uuid=_text(call("nvmlDeviceGetUUID", mig)),
+                    uuid=device_text(call("nvmlDeviceGetUUID", mig)),
                     gpu_instance_id=call("nvmlDeviceGetGpuInstanceId", mig),
                     compute_instance_id=call("nvmlDeviceGetComputeInstanceId", mig),
                     memory_total_bytes=getattr(memory, "total", None),
@@ -591,10 +684,10 @@ class GpuCollector:
 
     def xid_events(self) -> list[tuple[int | None, int]]:
         """``(gpu index or None, xid)`` for every NVML XidCriticalError event waiting, read on the
-        events worker within ``deadline_seconds`` (none this time when the call hangs)."""
-        if self._events is None or self._event_worker is None:
+        system worker within ``deadline_seconds`` (none this time when the call hangs)."""
+        if self._events is None or self._system is None:
             return []
-        job = self._event_worker.submit(self._drain_events)
+        job = self._system.submit(self._drain_events)
         if job is None or not job.wait(self.deadline_seconds):
             return []
         return job.result()

@@ -12,8 +12,13 @@ still there and readable; it reopens the path when the file was replaced:
 - truncated (``copytruncate``, or rewritten shorter: size below the read position): read again
   from the start;
 - truncated and refilled past the read position before this check (``copytruncate`` of a busy
-  log): the first bytes of the file (up to ``HEAD_BYTES``, remembered when first read) differ, so
-  read again from the start;
+  log): the first bytes of the file (up to ``HEAD_BYTES``, remembered when first read), or the
+  ``TAIL_BYTES`` just before the read position (remembered as read), differ, so read again from
+  the start. A refill whose bytes at both places are the same as before is taken for the same
+  file grown (it is, when the content up to there is unchanged, e.g. ``dmesg > file`` run again);
+  only a refill with other lines that are byte for byte the same at both places (identical lines
+  without timestamps) cannot be told from growth, and its lines up to the old read position are
+  not read;
 - deleted, vanished or unreadable: ``check`` returns the reason (the kernel-log source reports
   not ok) and tries again on the next call.
 """
@@ -26,6 +31,8 @@ import os
 MAX_LINE_BYTES = 64 * 1024
 #: Bytes at the start of the file compared on each check (they differ after a copytruncate).
 HEAD_BYTES = 256
+#: Bytes just before the read position compared on each check (they differ after a refill whose start is the same).
+TAIL_BYTES = 256
 _READ_BYTES = 65536
 
 
@@ -51,6 +58,7 @@ class FollowedFile:
         self._fd: int | None = None
         self._position = 0
         self._head = b""
+        self._tail = b""
         self._pending = bytearray()
         self._skipping = False  # inside a line already cut at max_line_bytes
         self.line_ends: list[int] = []
@@ -66,6 +74,7 @@ class FollowedFile:
         if self._fd is None or offset <= 0:
             return
         self._head = os.pread(self._fd, min(HEAD_BYTES, offset), 0)  # _split adds the rest as it reads
+        self._tail = os.pread(self._fd, min(TAIL_BYTES, offset), max(0, offset - TAIL_BYTES))
         os.lseek(self._fd, offset, os.SEEK_SET)
         self._position = offset
         self._pending.clear()
@@ -79,7 +88,7 @@ class FollowedFile:
         """
         fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         self.close()
-        self._fd, self._position, self._head = fd, 0, b""
+        self._fd, self._position, self._head, self._tail = fd, 0, b"", b""
         self._pending.clear()
         self._skipping = False
 
@@ -111,6 +120,7 @@ class FollowedFile:
             self._head += chunk[: HEAD_BYTES - self._position]
         base = self._position
         self._position += len(chunk)
+        self._tail = chunk[-TAIL_BYTES:] if len(chunk) >= TAIL_BYTES else (self._tail + chunk)[-TAIL_BYTES:]
         lines: list[bytes] = []
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
@@ -156,6 +166,7 @@ class FollowedFile:
                 replaced
                 or now.st_size < self._position
                 or (self._head and os.pread(self._fd, len(self._head), 0) != self._head)
+                or (self._tail and os.pread(self._fd, len(self._tail), self._position - len(self._tail)) != self._tail)
             ):
                 self.open()
                 self.reopened += 1

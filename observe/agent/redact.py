@@ -18,8 +18,14 @@ name and message in a kernel-log line) goes through here before it reaches ``/me
      of ``curl -u user:X``;
    - positional arguments after a ``login`` subcommand (``wandb login KEY``) that are not a
      host name or URL;
+   - the positional argument a known tool takes as a password (``POSITIONAL_SECRETS``):
+     ``htpasswd -b FILE USER PASSWORD`` (``-nb USER PASSWORD``), ``mysqladmin password NEW``,
+     ``rabbitmqctl add_user USER PASSWORD`` (and ``change_password``, ``authenticate_user``),
+     ``openssl passwd PASSWORD``, ``redis-cli AUTH [USER] PASSWORD``;
    - an argument holding spaces is a shell string (``bash -c "export HF_TOKEN=X && …"``): it is
-     split into words (quotes and ``;``, ``&&``, ``|`` respected) and the same rules run on them.
+     split into words (quotes and ``;``, ``&&``, ``|`` respected) and the same rules run on them,
+     so a secret assignment is one word however its value is quoted (``HF_TOKEN="a b" python
+     train.py`` keeps ``python train.py``) and a quoted value keeps its quotes.
    Rules on the text of each argument (``redact_text``):
    - PEM blocks (``-----BEGIN … PRIVATE KEY-----``), secret JSON members (``"password": "X"``),
      ``Authorization``-style headers and ``Bearer`` tokens;
@@ -57,6 +63,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 REDACTED = "<redacted>"
 #: Longest argument kept whole, in characters (after redaction and escaping).
@@ -130,7 +137,71 @@ PASSWORD_SHORT_FLAGS: dict[str, str] = {
 }
 #: Tools whose flag takes ``user:password`` (the part after the first colon is the secret).
 USERPASS_FLAGS: dict[str, frozenset[str]] = {"curl": frozenset({"-u", "--user", "-U", "--proxy-user"})}
-_TOOLS = frozenset(PASSWORD_SHORT_FLAGS) | frozenset(USERPASS_FLAGS)
+
+
+@dataclass(frozen=True)
+class Positional:
+    """Where a tool takes a secret as a positional argument (a word that is not a flag).
+
+    Attributes:
+        after: count positionals only after one of these words (a subcommand, any case); empty:
+            from the tool's name on.
+        index: the secret's place among those positionals, from 1; 0: every one.
+        if_flag: only when a short-flag cluster holds this letter (``htpasswd -b``).
+        index_with: ``(letter, index)``: the place instead when a cluster also holds that letter.
+        arg_flags: flags that take the next word (not a positional).
+    """
+
+    after: frozenset[str] = frozenset()
+    index: int = 1
+    if_flag: str = ""
+    index_with: tuple[str, int] | None = None
+    arg_flags: frozenset[str] = frozenset()
+
+
+#: Tools whose password is a positional argument (each documented so by its manual page).
+POSITIONAL_SECRETS: dict[str, Positional] = {
+    "htpasswd": Positional(index=3, if_flag="b", index_with=("n", 2), arg_flags=frozenset({"-C", "-r"})),
+    "mysqladmin": Positional(after=frozenset({"password"})),
+    "rabbitmqctl": Positional(after=frozenset({"add_user", "change_password", "authenticate_user"}), index=2),
+    "openssl": Positional(after=frozenset({"passwd"}), index=0, arg_flags=frozenset({"-salt", "-in"})),
+    "redis-cli": Positional(after=frozenset({"auth"}), index=0),
+}
+_TOOLS = frozenset(PASSWORD_SHORT_FLAGS) | frozenset(USERPASS_FLAGS) | frozenset(POSITIONAL_SECRETS)
+
+
+class _PositionalSecret:
+    """Follows one tool's words (``POSITIONAL_SECRETS``) and says which word is its secret."""
+
+    def __init__(self, rule: Positional) -> None:
+        self.rule = rule
+        self.counting = not rule.after
+        self.count = 0
+        self.letters = ""
+        self.skip_next = False
+
+    def secret(self, word: str) -> bool | None:
+        """Whether ``word``, the next word of the tool's command, is its secret; ``None`` when it is
+        the subcommand that starts the count (no other rule should take ``passwd`` for a secret's name)."""
+        rule = self.rule
+        if self.skip_next:
+            self.skip_next = False
+            return False
+        if word.startswith("-") and len(word) > 1:
+            if word in rule.arg_flags:
+                self.skip_next = True
+            elif not word.startswith("--"):
+                self.letters += word[1:]
+            return False
+        if not self.counting:
+            self.counting = word.lower() in rule.after
+            return None if self.counting else False
+        self.count += 1
+        if rule.if_flag and rule.if_flag not in self.letters:
+            return False
+        index = rule.index_with[1] if rule.index_with and rule.index_with[0] in self.letters else rule.index
+        return index == 0 or self.count == index
+
 
 _NAME_WORDS = re.compile(r"[-_.]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _FLAG_ASSIGN = re.compile(r"^(?P<name>-{1,2}[A-Za-z][\w.-]*|[A-Za-z_][A-Za-z0-9_.]*)=(?P<value>.*)$", re.S)
@@ -331,9 +402,11 @@ class _Words:
         self.secret_next = False
         self.userpass_next = False
         self.after_login = False
+        self.positional: _PositionalSecret | None = None
 
     def _reset(self) -> None:
         self.program, self.secret_next, self.userpass_next, self.after_login = None, False, False, False
+        self.positional = None
 
     def word(self, word: str) -> str:
         """``word`` made safe, given the words before it (one pair of enclosing quotes kept)."""
@@ -354,14 +427,22 @@ class _Words:
         if word in _SHELL_OPERATORS:
             self._reset()
             return word
+        if self.positional is not None and (secret := self.positional.secret(word)) is not False:
+            return REDACTED if secret else word
         base = os.path.basename(word).lower()
-        if base in _TOOLS:
+        if base in _TOOLS and base != self.program:
             self.program = base
+            rule = POSITIONAL_SECRETS.get(base)
+            self.positional = _PositionalSecret(rule) if rule else None
+            if rule:
+                return word  # the tool's name: not a secret's name (htpasswd ends in "passwd")
         elif base == "login":
             self.after_login = True
             return word
         if (m := _FLAG_ASSIGN.match(word)) and is_secret_name(m["name"]):
-            return f"{m['name']}={REDACTED}"
+            if self.depth < MAX_SHELL_DEPTH and not word.startswith("-") and any(ch.isspace() for ch in word):
+                return shell_string(word, self.depth + 1)  # VAR="a b" cmd ...: a shell string, not one value
+            return f"{m['name']}={_quoted(m['value'])}"
         short = PASSWORD_SHORT_FLAGS.get(self.program or "", "p" if self.after_login else "")
         if short and word.startswith(f"-{short}") and not word.startswith("--"):
             if word == f"-{short}":

@@ -94,7 +94,10 @@ class Agent:
     def _collect_forever(self) -> None:
         if self._stop.is_set():
             return
-        self.sampler.start()  # here, not on the caller's thread: opening NVML can hang in the driver too
+        try:  # here, not on the caller's thread: opening NVML can hang in the driver too
+            self.sampler.start()
+        except Exception:  # noqa: BLE001 - serve what can be collected rather than nothing for good
+            log.exception("starting the collectors failed; collecting what can be collected")
         interval = self.settings.interval_seconds
         next_tick = time.monotonic()
         while not self._stop.wait(max(0.0, next_tick - time.monotonic())):

@@ -3,9 +3,20 @@
 The sampler owns the collectors and is called on the agent's timer; nothing here runs on a
 request. Each section (host, processes, GPUs, XIDs) is guarded on its own: a section that fails
 is counted (``collect_<section>``), logged once, and the snapshot carries the others.
-GPU processes are joined with the process table by pid; a pid the agent's ``/proc`` does not
-have (the agent runs in its own PID namespace) keeps its GPU memory, has no user or command, and
-adds a notice that the agent needs the host PID namespace.
+GPU processes are joined with the process table by pid. A pid the table does not have keeps its
+GPU memory and has no user or command; what that means depends on where the agent runs:
+
+- in the host PID namespace (its ``/proc`` has ``kthreadd`` as pid 2), every process is visible,
+  so a pid missing from ``/proc`` has exited (NVML lists a process for a moment while its memory
+  is released, at every job's end): the row says ``exited``, and nothing else is said;
+- in a PID namespace of its own, the pid may live in another namespace: the row says so and a
+  notice says that the agent needs the host PID namespace.
+
+A pid that is in ``/proc`` but not yet in the table (it started during the collection) is
+neither.
+
+Starting the collectors is guarded too: one that fails to start is counted
+(``collect_start_<section>``) and leaves the others running.
 """
 
 from __future__ import annotations
@@ -197,8 +208,8 @@ class Sampler:
             log.info("XID state: %s (%d counts taken over)", restored.why, sum(restored.counts.values()))
         if self.health is not None:
             self.health.start()
-        self.watcher.start()
-        self.gpus.start(xid_events=not self.watcher.up)
+        self._guard("start_kernel_log", self.watcher.start, False)
+        self._guard("start_gpu", lambda: self.gpus.start(xid_events=not self.watcher.up), False)
 
     def stop(self, release_nvml: bool = True) -> None:
         """Stop the watcher and the GPU workers, shut NVML down (not when ``release_nvml`` is False:
@@ -287,11 +298,15 @@ class Sampler:
         joined, outside = [], []
         for p in gpu_procs:
             row = rows.get(p.pid)
-            if row is None:
+            if row is not None:
+                joined.append(replace(p, name=row.name, user=row.user, command=row.command))
+            elif os.path.exists(f"{self.settings.proc_root}/{p.pid}"):
+                joined.append(p)  # started after this collection's process table was read
+            elif self._own_pid_namespace:
                 outside.append(p.pid)
                 joined.append(replace(p, in_host_pid_namespace=False))
             else:
-                joined.append(replace(p, name=row.name, user=row.user, command=row.command))
+                joined.append(replace(p, exited=True))
         notices = [HOST_PID_NOTICE.format(pids=", ".join(map(str, sorted(set(outside)))))] if outside else []
         return tuple(rows.values()), tuple(joined), notices
 
@@ -350,7 +365,7 @@ class Sampler:
         return tuple(matched), tuple(totals)
 
     def _health(self, seconds: float, notices: list[str]) -> AgentHealth:
-        errors = Counter(self.errors) + self.table.errors + self.nvml.errors
+        errors = Counter(self.errors) + self.table.errors + self.nvml.errors + self.gpus.errors
         if self.extra_errors is not None:
             errors.update(self.extra_errors())
         if self.watcher.parse_errors:

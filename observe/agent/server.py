@@ -5,18 +5,17 @@ Prometheus text rendered once, on the collection thread), and a request copies t
 latest one. The JSON and the gzip form of the exposition are made on the first request that
 wants them and kept with that snapshot. The server is the standard library's threaded HTTP/1.1
 server (a thread per connection, keep-alive), which answers a cached body in well under a
-millisecond of CPU, with these bounds:
-
-- a listen backlog of ``LISTEN_BACKLOG`` (the standard library's 5 made 17 % of a 200-connection
-  burst wait a second for a SYN retry);
-- at most ``MAX_CONNECTIONS`` connections served at once (one thread each); one more is answered
-  ``503`` with ``Retry-After`` and closed at once (counted as ``http_rejected``);
-- each request has ``REQUEST_SECONDS`` in total, from the end of the previous answer (or the
-  connection's start) to the end of its own answer, however the client spaces its bytes: a client
-  sending a byte a second holds a thread at most that long (counted as ``http_timeout``);
-- a client that goes away mid-answer is one counted ``http_aborted`` (logged once), never a
-  traceback; any other error while serving is counted as ``http_error`` and logged once with
-  its traceback.
+millisecond of CPU, with a listen backlog of ``LISTEN_BACKLOG`` (the standard library's 5 made
+17 % of a 200-connection burst wait a second for a SYN retry) and the connection bounds of
+``observe.httpguard`` (``LIMITS``): at most ``MAX_CONNECTIONS`` connections served at once; 5 s
+for a request's line and headers, 30 s for a kept-alive connection's next request and 30 s for
+an answer; at the cap, the longest-idle kept-alive connection, else the client that has been
+sending its request the longest, gives its place to the new connection, so idle and slow clients
+never lock out a scraper or the kubelet's probe; when no place can be freed, a spare thread answers
+``/healthz`` (and ``503`` to the rest), and past those, ``503`` with ``Retry-After`` at once. A
+client that goes away mid-answer is one counted ``http_aborted`` (logged once), never a
+traceback; any other error while serving is counted as ``http_error`` and logged once with its
+traceback.
 
 ``Accept-Encoding`` is read with its q-values (``gzip;q=0`` means no gzip) and every ``/metrics``
 answer says ``Vary: Accept-Encoding``. Counts go to ``ServerErrors``, which the agent merges into
@@ -33,19 +32,16 @@ Endpoints:
 from __future__ import annotations
 
 import gzip
-import io
 import logging
 import socket
-import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import parse_qs
 
+from observe.httpguard import Counts, GuardedHandler, GuardedServer, Limits
 from observe.model import NodeSnapshot
 
 #: The text format every Prometheus 2.x reads (our names need none of format 1.0.0's UTF-8 escaping).
@@ -56,10 +52,11 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 LISTEN_BACKLOG = 1024
 #: Connections served at once (a thread each): Prometheus replicas, a few TUIs and probes need far fewer.
 MAX_CONNECTIONS = 64
-#: Seconds a request may take in total: waiting for it on a kept-alive connection, reading it,
-#: writing the answer. Prometheus' default scrape interval (15 s, or 60 s) then costs one
-#: reconnect per scrape at worst.
+#: Seconds a kept-alive connection may wait for its next request, and an answer may take to write.
+#: Prometheus' default scrape interval (15 s, or 60 s) then costs one reconnect per scrape at worst.
 REQUEST_SECONDS = 30.0
+#: The agent's connection bounds (``observe.httpguard``).
+LIMITS = Limits(max_connections=MAX_CONNECTIONS, idle_seconds=REQUEST_SECONDS, request_seconds=REQUEST_SECONDS)
 
 log = logging.getLogger(__name__)
 
@@ -135,31 +132,13 @@ class Latest:
         return current is not None and time.monotonic() - current.published_at < 3 * self.interval_seconds + 5
 
 
-class ServerErrors:
-    """Counts of what went wrong serving (``http_rejected``, ``http_timeout``, ``http_aborted``,
-    ``http_error``), safe to update from every connection thread; each kind is logged once."""
+class ServerErrors(Counts):
+    """Counts of what went wrong serving (``http_rejected``, ``http_timeout``, ``http_slow_client``,
+    ``http_aborted``, ``http_error``), safe to update from every connection thread; each kind is
+    logged once."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
-
-    def add(self, kind: str, message: str, exc_info: bool = False) -> None:
-        """Count one ``kind``; log ``message`` the first time."""
-        with self._lock:
-            self._counts[kind] += 1
-            first = self._counts[kind] == 1
-        if first:
-            log.warning(
-                '%s (reported once; counted in fsdp_node_agent_errors_total{kind="%s"})',
-                message,
-                kind,
-                exc_info=exc_info,
-            )
-
-    def counts(self) -> dict[str, int]:
-        """A copy of the counts."""
-        with self._lock:
-            return dict(self._counts)
+        super().__init__(log, '; counted in fsdp_node_agent_errors_total{{kind="{kind}"}}')
 
 
 def accepts_gzip(header: str | None) -> bool:
@@ -188,50 +167,13 @@ def accepts_gzip(header: str | None) -> bool:
     return named > 0 if named is not None else (star or 0.0) > 0
 
 
-class _DeadlineReader(io.RawIOBase):
-    """A socket's reading side that gives up when the request's deadline has passed (``TimeoutError``)."""
-
-    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
-        self.sock, self.handler = sock, handler
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        self.sock.settimeout(self.handler.remaining())
-        return self.sock.recv_into(buffer)
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fsdp-observe-agent"
     sys_version = ""  # no Python version in the Server header
     disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
     latest: Latest
     errors: ServerErrors
-    _deadline = 0.0
-
-    def setup(self) -> None:
-        super().setup()
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
-
-    def remaining(self) -> float:
-        """Seconds this request has left (``TimeoutError`` when none)."""
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request deadline passed")
-        return left
-
-    def handle_one_request(self) -> None:
-        self._deadline = time.monotonic() + REQUEST_SECONDS
-        super().handle_one_request()
-
-    def log_error(self, format: str, *args: object) -> None:
-        if format.startswith("Request timed out"):
-            self.errors.add(
-                "http_timeout",
-                f"a request from {self.client_address[0]} took over {REQUEST_SECONDS:g} s; its connection was closed",
-            )
 
     def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
@@ -264,7 +206,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(
         self, status: int, content_type: str, body: bytes, encoding: str | None = None, vary: bool = False
     ) -> None:
-        self.connection.settimeout(self.remaining())
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -280,57 +221,14 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-_REJECT = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\n"
-    b"Connection: close\r\nContent-Length: 37\r\n\r\ntoo many connections; try again later\n"
-)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(GuardedServer, ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
-    errors: ServerErrors
 
-    def __init__(self, address: tuple[str, int], handler: type[_Handler]) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[_Handler], limits: Limits) -> None:
         self.errors = handler.errors
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.limits = limits
         super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve on a new thread if a slot is free; else answer 503 and close at once."""
-        if not self._slots.acquire(blocking=False):
-            self.errors.add(
-                "http_rejected", f"more than {MAX_CONNECTIONS} connections at once; answered 503 to {client_address[0]}"
-            )
-            try:
-                request.settimeout(1.0)
-                request.sendall(_REJECT)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """One counted line for a client that went away; a counted traceback (logged once) otherwise."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)):
-            self.errors.add(
-                "http_aborted", f"a client ({client_address[0]}) went away mid-request: {type(exc).__name__}: {exc}"
-            )
-        else:
-            self.errors.add("http_error", f"serving {client_address[0]} failed", exc_info=True)
 
 
 class _Server6(_Server):
@@ -339,12 +237,12 @@ class _Server6(_Server):
 
 def make_server(address: str, port: int, latest: Latest, errors: ServerErrors | None = None) -> _Server:
     """A threaded HTTP/1.1 server bound to ``address:port`` (``port`` 0 picks a free one), not yet
-    serving, with the bounds of the module docstring; what goes wrong is counted in ``errors``
-    (the server's ``errors`` attribute; a new one when ``None``).
+    serving, with the bounds of the module docstring (its own copy of ``LIMITS`` as its ``limits``);
+    what goes wrong is counted in ``errors`` (the server's ``errors`` attribute; a new one when ``None``).
 
     Raises:
         OSError: the address cannot be bound (``errno.EADDRINUSE`` when the port is taken).
     """
     handler = type("Handler", (_Handler,), {"latest": latest, "errors": errors or ServerErrors()})
     cls = _Server6 if ":" in address else _Server
-    return cls((address, port), handler)
+    return cls((address, port), handler, replace(LIMITS))

@@ -232,6 +232,8 @@ class KernelLogWatcher:
         if self.cursor is not None and self.cursor.seen(position):
             return
         event = self.parser.feed(line, now=time.time() if now is None else now, boot_time=self.boot_time)
+        if event is not None and event.continues:
+            event = None  # a further line of a report counted already: one fault, one count
         if self.cursor is None:
             if event is not None:
                 self.store.add(event)

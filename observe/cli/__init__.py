@@ -51,6 +51,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: Commands that take SIGTERM/SIGINT through ``observe.stopping`` from their first moment (a
+#: DaemonSet's agent is signalled whenever the kubelet likes, start-up included).
+STOP_FIRST = frozenset({"agent"})
+
 #: Extra → the top-level modules it installs (``pyproject.toml`` [project.optional-dependencies]).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "agent": ("pynvml",),
@@ -130,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = argv[0]
     module_name = COMMANDS[name][0]
+    if name in STOP_FIRST:
+        from observe import stopping  # standard library only
+
+        stopping.install()  # before the command's imports: a stop signal while they run is kept, not fatal
     try:
         module = importlib.import_module(module_name)
         return int(module.main(argv[1:]))

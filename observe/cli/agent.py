@@ -5,7 +5,10 @@ line on stderr, ``error: FLAG: PROBLEM; FIX``, with exit status 2 and no traceba
 
 SIGTERM and SIGINT stop the agent with exit status 0 within ``STOP_GRACE_SECONDS`` of the first
 one, whatever it is doing (starting, collecting, blocked in a slow NVML call, following the
-kernel log, serving): the handlers only record the signal (``observe.stopping``), the main
+kernel log, serving). The handlers are in place before anything slow: this module imports only
+the standard library and leaves at its top (the HTTP client, NVML and the collectors are imported
+after ``stopping.install``), so only the interpreter's own start-up, tens of milliseconds, comes
+before them. The handlers only record the signal (``observe.stopping``), the main
 thread waits for it and stops the threads with bounded waits, and past
 ``FORCED_EXIT_SECONDS`` the process exits regardless. The DaemonSet's
 ``terminationGracePeriodSeconds`` is ``STOP_GRACE_SECONDS``.
@@ -21,7 +24,6 @@ import sys
 from importlib import metadata
 
 from observe import stopping
-from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY
 from observe.catalog import AGENT_PORT
 from observe.errors import UserError, bind_error
 from observe.flags import OneLineParser
@@ -39,6 +41,8 @@ STARTUP_POLL_SECONDS = 0.05
 
 def build_parser() -> argparse.ArgumentParser:
     """The agent's flags."""
+    from observe.agent.node_health import CONDITION_TYPE, TAINT_KEY  # here: its HTTP client is slow to import
+
     ap = OneLineParser(
         prog="fsdp-observe agent",
         description="Node agent: host, process, GPU (NVML) and XID data as /metrics and /snapshot.",

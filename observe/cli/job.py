@@ -66,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also an operator Role for the users and groups named (not the viewer): job stop may "
         "delete or suspend the jobs (and, in fsdp-observe, restart the etcd pod)",
     )
+    access.add_argument(
+        "--etcd-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="also print the etcd rendezvous' NetworkPolicy admitting the ranks of exactly these namespaces "
+        "(repeatable: name every namespace whose jobs use RDZV_BACKEND=etcd or etcd-v2)",
+    )
     access.add_argument("-o", "--output", metavar="FILE", help="write the manifests here instead of stdout")
     for action, text in (
         ("status", "the job's state, its progress, its leader and every pod"),
@@ -106,10 +114,12 @@ def main(argv: list[str]) -> int:
             return _render(ns)
         if ns.action == "access":
             from observe import yamlio
-            from observe.k8s.access import viewer_access
+            from observe.k8s.access import etcd_network_policy, viewer_access
 
-            roles = viewer_access(ns.namespace, ns.user, ns.group, operator=ns.operator)
-            return _write(yamlio.dump_all(roles), ns.output)
+            objects = viewer_access(ns.namespace, ns.user, ns.group, operator=ns.operator)
+            if ns.etcd_namespace:
+                objects.append(etcd_network_policy(ns.etcd_namespace))
+            return _write(yamlio.dump_all(objects), ns.output)
         from observe.k8s import jobs
         from observe.k8s.client import connect
         from observe.k8s.kinds import KINDS, kind_named

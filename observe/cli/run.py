@@ -4,6 +4,11 @@
     fsdp-observe run --port-base 9600 -- accelerate launch train.py
     fsdp-observe run -- python -m my_pkg.finetune
 
+A ``torchrun`` command runs as ``fsdp-observe-torchrun`` (``trainer.launcher``: torchrun itself,
+the same flags) when that is installed beside it: a stop then ends quietly with the ranks' status
+(143 after SIGTERM, 130 after SIGINT) and a failed rank with its own status and one line naming
+it, instead of torchrun's tracebacks and status 1. Another launcher runs as given.
+
 It puts the injector's ``sitecustomize`` first on ``PYTHONPATH`` (``observe/training/inject/site``,
 which then runs any ``sitecustomize`` it shadows), sets ``FSDP_OBSERVE_INSTRUMENT=1`` and the
 settings given, and replaces itself with the command (``exec``), so signals, the exit status and
@@ -27,6 +32,9 @@ from observe.catalog import INSTRUMENT_ENV
 from observe.errors import UserError
 from observe.flags import OneLineParser
 from observe.training.rankenv import ADDRESS_ENV, LINGER_ENV, LOG_EVERY_ENV, PORT_BASE_ENV, RUN_ID_ENV
+
+#: The project's torchrun with a quiet stop (``pyproject.toml`` [project.scripts]).
+QUIET_TORCHRUN = "fsdp-observe-torchrun"
 
 #: The folder that holds only the injector's ``sitecustomize.py``.
 SITE_DIR = Path(__file__).resolve().parents[1] / "training" / "inject" / "site"
@@ -129,6 +137,15 @@ def python_flag_warnings(command: list[str]) -> list[str]:
     return out
 
 
+def quiet_launcher(executable: str) -> str:
+    """``fsdp-observe-torchrun`` when ``executable`` is a ``torchrun`` with it installed in the same
+    folder (the same environment, so the same torch), else ``executable``."""
+    if Path(executable).name != "torchrun":
+        return executable
+    beside = Path(executable).parent / QUIET_TORCHRUN
+    return str(beside) if os.access(beside, os.X_OK) else executable
+
+
 def main(argv: list[str]) -> int:
     """Validate, then ``exec`` the command with instrumentation on (returns only on error).
 
@@ -155,5 +172,7 @@ def main(argv: list[str]) -> int:
     for line in python_flag_warnings(command):
         print(f"fsdp-observe run: {line}", file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os.execve(executable, command, instrumented_env(ns, dict(os.environ)))
+    launcher = quiet_launcher(executable)
+    argv_out = command if launcher == executable else [launcher, *command[1:]]
+    os.execve(launcher, argv_out, instrumented_env(ns, dict(os.environ)))
     return 0  # not reached

@@ -8,6 +8,10 @@ All are rendered, not applied, like the job (``fsdp-observe job render``, ``job 
   the in-cluster viewer (``names.VIEWER_LABELS`` in ``names.NAMESPACE``); nothing else reaches
   them. Egress is left open (the hub, object storage, the etcd rendezvous, Trainer's progress
   endpoint, DNS). The ports are named as the job's kind declares them (``JobKind.policy_ports``).
+- ``etcd_network_policy``: who reaches the etcd rendezvous (v2 API, no authentication): the ranks
+  of jobs in the namespaces named, by their ``kubernetes.io/metadata.name`` label (set by the API
+  server, immutable), on the client port only. It replaces ``daemonsets/etcd-networkpolicy.yaml``
+  (which names ``default``). Within a namespace named, pod labels are still trusted.
 - ``viewer_access``: a Role in one namespace with read access to its pods, their logs and its jobs
   of every kind (``observe.k8s.kinds.KINDS``: PyTorchJobs, TrainJobs; what ``fsdp-observe top --kube``
   and ``job status|logs`` read), bound to the viewer service account and to the people named; with
@@ -72,6 +76,50 @@ def trainer_network_policy(s: JobSettings) -> dict[str, Any]:
                 {"from": [{"podSelector": pods}]},
                 {"from": _prometheus_and_viewer(), "ports": ports},
             ],
+        },
+    }
+
+
+def etcd_network_policy(namespaces: list[str]) -> dict[str, Any]:
+    """The etcd rendezvous' NetworkPolicy admitting the ranks of jobs in ``namespaces`` (module docstring).
+
+    Raises:
+        UserError: no namespace, or one that is not a valid namespace name.
+    """
+    if not namespaces:
+        raise UserError("--etcd-namespace", "no namespace given", "name every namespace whose jobs use etcd")
+    for ns in namespaces:
+        if not DNS1123_LABEL.fullmatch(ns) or len(ns) > 63:
+            raise UserError(
+                "--etcd-namespace", f"{ns!r} is not a valid namespace name", "use lower-case letters, digits and '-'"
+            )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": names.ETCD_SERVICE, "namespace": names.NAMESPACE, "labels": dict(names.ETCD_LABELS)},
+        "spec": {
+            "podSelector": {"matchLabels": dict(names.ETCD_LABELS)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/metadata.name",
+                                        "operator": "In",
+                                        "values": sorted(set(namespaces)),
+                                    }
+                                ]
+                            },
+                            "podSelector": {"matchLabels": dict(names.TRAINER_LABELS)},
+                        }
+                    ],
+                    "ports": [{"port": "client", "protocol": "TCP"}],
+                }
+            ],
+            "egress": [],
         },
     }
 

@@ -15,14 +15,15 @@ class (the alerts' ``xid_class`` label: ``node_reboot``, ``gpu_reset``, ``nvlink
 ``application``, ``unknown``) goes to the receiver its setting names, grouped by ``node`` and
 ``xid_class``, so one node's burst (eight GPUs falling off the bus) is one notification.
 FsdpGpuLost goes with ``node_reboot`` (the same first action, a reboot), grouped by node;
-FsdpGpuReadingStale (NVML calls that hang) with ``gpu_reset`` (the usual repair). The run
+FsdpGpuReadingStale (NVML calls that hang) and FsdpGpuUnreadable (NVML calls that all fail) with
+``gpu_reset`` (the usual repair). The run
 alerts go to ``receiver_training`` grouped by ``namespace`` and ``run_id``: every rank of an FSDP
 run stalls together, and that is one notification per run.
 
 Inhibition (https://prometheus.io/docs/alerting/latest/configuration/#inhibit_rule): a
 ``node_reboot`` XID on a node mutes ``gpu_reset`` and ``application`` XIDs on that node (a reboot
 resets every GPU and ends every job there); a lost GPU mutes the XID alerts and the
-stale-reading alert of that GPU (the lost-GPU page says all there is to do). A stalled run is not
+stale- and unreadable-reading alerts of that GPU (the lost-GPU page says all there is to do). A stalled run is not
 muted by a GPU fault (it is the training team's page); its ``likely_cause`` annotation names the
 fault (``rules``).
 
@@ -99,7 +100,7 @@ def _routes(s: Settings) -> list[dict[str, Any]]:
     )
     routes.append(
         {
-            "matchers": [_matcher("alertname", "FsdpGpuReadingStale")],
+            "matchers": [_matcher("alertname", "FsdpGpuReadingStale|FsdpGpuUnreadable", "=~")],
             "receiver": s.receiver_gpu_reset,
             "group_by": GROUP_BY_NODE,
         }
@@ -133,7 +134,7 @@ def _inhibitions() -> list[dict[str, Any]]:
         },
         {
             "source": [_matcher("alertname", "FsdpGpuLost")],
-            "target": [_matcher("alertname", "FsdpGpuReadingStale")],
+            "target": [_matcher("alertname", "FsdpGpuReadingStale|FsdpGpuUnreadable", "=~")],
             "equal": ["node", "gpu_uuid"],
         },
     ]

@@ -394,6 +394,36 @@ def gpu_stale_alert(s: Settings) -> dict[str, Any]:
     )
 
 
+#: What to do about a GPU whose NVML calls all fail (not lost).
+UNREADABLE_ACTION = (
+    "Run nvidia-smi -q -i <gpu> on the node: a board that answers Unknown Error (or is missing from "
+    "nvidia-smi -L) is failing; drain it and reset it (RESET_GPU), reboot the node if the reset fails, "
+    "and run DCGM diagnostics (dcgmi diag -r 3) before it takes work again. Look for XIDs around the time."
+)
+
+
+def gpu_unreadable_alert(s: Settings) -> dict[str, Any]:
+    """A GPU whose every NVML reading finished with no figure for ``gpu_stale_for``: its calls
+    fail with errors other than lost (value: seconds since its last complete reading)."""
+    gpu = "node, gpu, gpu_uuid"
+    unreadable = (
+        f"max by (namespace, {gpu}) ({s.agent(c.GPU_READING_AGE.name)})\n"
+        f"and on ({gpu})\n(max by ({gpu}) ({s.agent(c.GPU_UNREADABLE.name)}) == 1)"
+    )
+    return _alert(
+        "FsdpGpuUnreadable",
+        unreadable,
+        s.gpu_stale_for,
+        "warning",
+        f"{_GPU} answers no NVML reading",
+        f"Every NVML reading of {_GPU} has failed for {{{{ $value | humanizeDuration }}}} with an error "
+        f"other than lost (the reason is the agent's /snapshot: unreadable), or the GPU is gone from NVML's "
+        f"device count. Runs on this GPU: {_runs_on_gpu(s)}. {UNREADABLE_ACTION}",
+        s,
+        recommended_action=UNREADABLE_ACTION,
+    )
+
+
 def _run_gpus_in_dcgm_labels(s: Settings) -> str:
     """The GPUs CUDA ranks use, carrying dcgm-exporter's node and UUID labels too, so panels join
     DCGM series to runs without a ``label_replace`` on every DCGM series at every step."""
@@ -610,7 +640,14 @@ def hang_rules(s: Settings) -> list[dict[str, Any]]:
 def rule_file(settings: Settings | None = None) -> dict[str, Any]:
     """The rule file as a mapping: ``{"groups": [training, hang, gpu, nodes]}``."""
     s = settings or Settings()
-    gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s), gpu_stale_alert(s)]
+    gpu = [
+        *gpu_recording_rules(s),
+        *xid_alerts(s),
+        *dcgm_xid_alerts(s),
+        gpu_lost_alert(s),
+        gpu_stale_alert(s),
+        gpu_unreadable_alert(s),
+    ]
     return {
         "groups": [
             {"name": "fsdp-observe.training", "rules": training_rules(s)},

@@ -70,10 +70,13 @@ class Settings:
         xid_window: look-back of the XID alerts (a Prometheus duration).
         xid_for: ``for`` of the XID alerts.
         xid_application_burst: application-class XIDs on one GPU within ``xid_window`` that make
-            a burst (one such XID is usually the job's own bug).
+            a burst (one such XID is usually the job's own bug). The agent counts a report once,
+            however many lines the driver printed for it (``observe.xid``: one out-of-range access
+            prints three XID 13 lines), so this is a number of distinct faults.
         gpu_lost_for: ``for`` of the GPU-lost alert.
         gpu_stale_for: how long the agent's NVML reading of a GPU may stay unfinished (a driver
-            call that hangs) before FsdpGpuReadingStale fires.
+            call that hangs) before FsdpGpuReadingStale fires, or without a single figure (its
+            calls all fail) before FsdpGpuUnreadable fires.
         stall_time: no optimizer step on a rank for this long (and the rank not finished, its
             loop not ended, its own stall watchdog not saying it still makes progress) is a stall.
         stall_for: ``for`` of the stall alert.

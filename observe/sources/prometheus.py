@@ -68,7 +68,16 @@ _GPU: dict[str, str] = {
     c.GPU_PCIE_RX.name: "pcie_rx_bytes_per_second",
     c.GPU_PCIE_TX.name: "pcie_tx_bytes_per_second",
 }
-_GPU_EXTRA = (c.GPU_INFO.name, c.GPU_LOST.name, c.GPU_MIG_MODE.name, c.GPU_CLOCK_THROTTLE.name)
+_GPU_EXTRA = (
+    c.GPU_INFO.name,
+    c.GPU_LOST.name,
+    c.GPU_READING_STALE.name,
+    c.GPU_UNREADABLE.name,
+    c.GPU_MIG_MODE.name,
+    c.GPU_CLOCK_THROTTLE.name,
+)
+#: ``unreadable`` of a GPU read from Prometheus, which holds the flag but not the agent's reason.
+UNREADABLE_IN_PROMETHEUS = "its NVML calls fail (the reason is in the agent's /snapshot)"
 _INT_FIELDS = {
     "total_bytes",
     "used_bytes",
@@ -122,6 +131,10 @@ def build_nodes(
             )
         elif name == c.GPU_LOST.name:
             gpu["lost"] = value == 1
+        elif name == c.GPU_READING_STALE.name:
+            gpu["stale"] = value == 1
+        elif name == c.GPU_UNREADABLE.name:
+            gpu["unreadable"] = UNREADABLE_IN_PROMETHEUS if value == 1 else None
         elif name == c.GPU_MIG_MODE.name:
             gpu["mig_enabled"] = value == 1
         elif name == c.GPU_CLOCK_THROTTLE.name:

@@ -111,6 +111,8 @@ class NodeFigures:
     gpu_uuids: dict[str, int] = field(default_factory=dict)
     gpus_stale: int = 0
     stale_gpus: tuple[int, ...] = ()
+    unreadable_gpus: tuple[int, ...] = ()
+    unreadable_why: str = ""
     k8s: str = ""
     k8s_note: str = ""
 
@@ -178,6 +180,8 @@ def figure_fields(snapshot: NodeSnapshot, now: float) -> dict[str, Any]:
         gpu_uuids={g.uuid: g.index for g in gpus if g.uuid},
         gpus_stale=sum(1 for g in gpus if g.stale and not g.lost),
         stale_gpus=tuple(g.index for g in gpus if g.stale and not g.lost),
+        unreadable_gpus=tuple(g.index for g in gpus if g.unreadable and not g.lost),
+        unreadable_why=next((g.unreadable for g in gpus if g.unreadable and not g.lost), None) or "",
         **k8s_health(snapshot.node_health),
     )
 

@@ -12,26 +12,57 @@ nobody scraped ends at once. So a Prometheus scraping every 15 s (the trainer Po
 interval) gets its final scrape, and a local run watched by ``top`` (1 s) ends about a second
 after its last step. An explicit linger (``--metrics-linger 35``, ``FSDP_OBSERVE_LINGER_SECONDS``)
 waits its whole time, for scrapers that come only after the end.
+
+**Slow clients.** A rank's time is the run's, so its exporter bounds what a client can hold
+(``observe.httpguard``, as the node agent does, with ``LIMITS``): at most 16 connections at once,
+a thread each; 5 s for a request's line and headers, 30 s to write the answer; at the cap, the
+client that has been sending its request the longest gives its place to the new connection, so a
+scraper is answered while anyone drips bytes; past the cap with no place to free, ``503`` at once. A listen
+backlog of 1,024 queues a burst of connections instead of dropping them. Before, 80 clients
+dripping a byte a second held 71 more threads of a training rank for as long as they liked. What
+went wrong is counted in ``Served.errors`` and each kind logged once.
 """
 
 from __future__ import annotations
 
+import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.registry import Collector
 
 from observe.catalog import TRAINER_PORT_BASE
 from observe.errors import bind_error
+from observe.httpguard import Counts, GuardedHandler, GuardedServer, Limits
 from observe.training import debug as debug_pages
 from observe.training.forensics import RankForensics
 
 #: How often a linger looks whether every scraper has been back (seconds).
 LINGER_POLL_SECONDS = 0.05
+#: A rank's connection bounds (``observe.httpguard``): a Prometheus pair, a TUI and a poller need a handful.
+LIMITS = Limits(max_connections=16, idle_seconds=5.0, overflow=0)
+#: Pending connections the kernel queues before ``accept`` (the standard library's 5 timed out a burst).
+LISTEN_BACKLOG = 1024
+
+log = logging.getLogger(__name__)
+
+
+class _Handler(GuardedHandler, WSGIRequestHandler):
+    """prometheus_client's WSGI app behind the connection bounds; no line per request."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(GuardedServer, ThreadingMixIn, WSGIServer):
+    request_queue_size = LISTEN_BACKLOG
 
 
 def rank_port(local_rank: int, port_base: int = TRAINER_PORT_BASE) -> int:
@@ -76,6 +107,15 @@ class Served:
     port: int
     _httpd: Any
     scrapes: ScrapeLog = field(default_factory=ScrapeLog)
+
+    @property
+    def errors(self) -> Counts:
+        """What went wrong serving (``http_timeout``, ``http_slow_client``, ``http_rejected``, ...), by kind."""
+        return self._httpd.errors
+
+    def open_connections(self) -> int:
+        """Connections being served now (a thread each)."""
+        return int(self._httpd.open_connections())
 
     def linger(
         self,
@@ -137,8 +177,9 @@ def serve(
 ) -> Served:
     """Serve ``metrics`` (and this process's CPU/RSS) as Prometheus text on ``address:port``.
 
-    Uses a fresh ``CollectorRegistry`` (never the global one) and prometheus_client's threaded
-    HTTP server on a daemon thread; every request is recorded (``Served.scrapes``) for the linger.
+    Uses a fresh ``CollectorRegistry`` (never the global one) and prometheus_client's WSGI app on a
+    threaded server with the connection bounds of the module docstring (its own copy of ``LIMITS``),
+    served on a daemon thread; every request is recorded (``Served.scrapes``) for the linger.
     Port 0 lets the kernel choose (``Served.port`` says which). With ``debug`` (returning the rank's
     evidence), the ``/debug/`` pages are served too (``observe.training.debug``).
 
@@ -149,16 +190,22 @@ def serve(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)
     ProcessCollector(registry=registry)
+    scrapes = ScrapeLog()
+
+    class Server(_Server):
+        limits = replace(LIMITS)
+        errors = Counts(log, " by the rank's metrics endpoint, kind {kind}")
+
     try:
-        httpd, _ = start_http_server(port, addr=address, registry=registry)
+        family, sockaddr = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][::4]
+        Server.address_family = family
+        app = make_wsgi_app(registry)
+        if debug is not None:
+            app = debug_pages.wrap(app, debug)
+        httpd = make_server(str(sockaddr[0]), port, scrapes.wrap(app), Server, _Handler)
     except OSError as exc:
         raise bind_error(
             field, address, port, exc, f"stop what holds it or pass {field} with a free base port", address_field
         ) from None
-    scrapes = ScrapeLog()
-    app = httpd.get_app()
-    assert app is not None  # start_http_server made its server with prometheus_client's WSGI app
-    if debug is not None:
-        app = debug_pages.wrap(app, debug)
-    httpd.set_app(scrapes.wrap(app))
+    threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
     return Served(registry, address, int(httpd.server_port), httpd, scrapes)

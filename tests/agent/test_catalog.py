@@ -35,6 +35,7 @@ def test_gauges_with_units_say_so_in_the_name() -> None:
         "fsdp_node_gpus",
         "fsdp_gpu_lost",
         "fsdp_gpu_reading_stale",
+        "fsdp_gpu_unreadable",
         "fsdp_gpu_mig_mode",
         "fsdp_gpu_clock_throttle_reason",
         "fsdp_node_agent_source_up",

@@ -75,7 +75,13 @@ def parsed(snapshot: NodeSnapshot) -> list:
 def test_unreadable_values_are_absent_never_zero() -> None:
     snapshot = NodeSnapshot(node="n", time_unix=1.0, gpus=(GpuInfo(index=0, uuid="GPU-1", temperature_celsius=40),))
     names = {s.name for s in parsed(snapshot) if s.name.startswith("fsdp_gpu_")}
-    assert names == {"fsdp_gpu_info", "fsdp_gpu_lost", "fsdp_gpu_reading_stale", "fsdp_gpu_temperature_celsius"}
+    assert names == {
+        "fsdp_gpu_info",
+        "fsdp_gpu_lost",
+        "fsdp_gpu_reading_stale",
+        "fsdp_gpu_unreadable",
+        "fsdp_gpu_temperature_celsius",
+    }
 
 
 def test_every_gpu_series_carries_node_gpu_and_uuid() -> None:

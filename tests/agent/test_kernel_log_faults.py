@@ -94,6 +94,49 @@ def test_copytruncate_refilled_past_the_old_position_before_a_poll_loses_nothing
         watcher.stop()
 
 
+def test_a_refill_with_the_same_first_bytes_is_read_again_from_its_start(tmp_path: Path) -> None:
+    """A log whose first 256 bytes do not change (a fixed banner) truncated and refilled past the
+    read position before a poll. Before: taken for the same file grown, the refill's lines up to the
+    old position were never read (the probe: 20 lines written, 10 counted)."""
+    banner = "".join(f"kernel: Linux version 6.8.0 banner line {i}\n" for i in range(10))  # > 256 bytes
+    log = tmp_path / "kern.log"
+    log.write_text(banner + "".join(XID.format(code=13).replace("pid=1", f"pid={i}") for i in range(10)))
+    watcher, store = watch(path=str(log))
+    watcher.poll_seconds = 1.0  # room to truncate and refill between two checks
+    assert watcher.start()
+    try:
+        wait_for(lambda: len(codes(store)) == 10, what="the first ten XIDs")
+        size = log.stat().st_size
+        with open(log, "r+") as f:
+            f.truncate(0)
+            f.write(banner + "".join(XID.format(code=31).replace("pid=1", f"pid={i}") for i in range(20)))
+        assert log.stat().st_size > size
+        wait_for(lambda: codes(store).count(31) == 20, timeout=10, what="every XID of the refilled file")
+    finally:
+        watcher.stop()
+    assert codes(store) == [13] * 10 + [31] * 20
+
+
+def test_a_file_grown_with_the_same_content_is_not_read_twice(tmp_path: Path) -> None:
+    """``dmesg > file`` run again: the same lines and more. Read on from where it was, not again."""
+    lines = "".join(XID.format(code=13).replace("pid=1", f"pid={i}") for i in range(5))
+    log = tmp_path / "kern.log"
+    log.write_text(lines)
+    watcher, store = watch(path=str(log))
+    watcher.poll_seconds = 1.0
+    assert watcher.start()
+    try:
+        wait_for(lambda: len(codes(store)) == 5, what="five XIDs")
+        with open(log, "r+") as f:
+            f.truncate(0)
+            f.write(lines + XID.format(code=48))
+        wait_for(lambda: 48 in codes(store), timeout=10, what="the new XID")
+        time.sleep(1.5)
+    finally:
+        watcher.stop()
+    assert codes(store) == [13] * 5 + [48]
+
+
 def test_a_deleted_log_reports_not_ok_and_a_recreated_one_is_read(tmp_path: Path) -> None:
     log = tmp_path / "kern.log"
     log.write_text(XID.format(code=13))

@@ -9,15 +9,19 @@ tests/e2e/test_agent_process.py.
 from __future__ import annotations
 
 import logging
-import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from observe.agent.sampler import read_pid_max
+from observe.agent.sampler import in_host_pid_namespace, read_pid_max
+from observe.model import NodeSnapshot
 from tests.support.cases import CASES
 from tests.support.nvml import names_for_gpu, running_sampler, series, value
+from tests.support.processes import REPO
 
 #: Scenario row -> the test that covers it here.
 SCENARIO_TESTS = {
@@ -107,6 +111,7 @@ def test_3_a_lost_gpu_is_marked_lost_and_the_others_go_on(
             "fsdp_gpu_info",
             "fsdp_gpu_lost",
             "fsdp_gpu_reading_stale",
+            "fsdp_gpu_unreadable",
             "fsdp_gpu_reading_age_seconds",
         }
         assert value(parsed, "fsdp_gpu_reading_stale", gpu="3") == 0 and lost.reading_age_seconds > 0
@@ -173,30 +178,73 @@ def test_7_mig_shows_na_utilisation_and_lists_instances(fake_nvml, tmp_path: Pat
     assert not snap.agent.errors
 
 
-def free_pid() -> int:
-    """A pid at most pid_max that no process has here (as if it lived in another PID namespace)."""
-    taken = {int(n) for n in os.listdir("/proc") if n.isdigit()}
-    return next(p for p in range(read_pid_max("/proc") - 1, 300, -1) if p not in taken)
+#: A sampler in a PID namespace of its own (``unshare``: a new user and PID namespace with its own
+#: /proc), printing one snapshot as JSON: the agent of a pod without ``hostPID``.
+IN_OWN_PID_NAMESPACE = """
+import sys
+from observe.agent.sampler import Sampler, Settings
+sampler = Sampler(Settings(node="gpu-node", kmsg=sys.argv[1]))
+sampler.start()
+print(sampler.sample().to_json())
+sampler.stop()
+"""
 
 
 def test_8_gpu_process_outside_the_pid_namespace_is_kept(fake_nvml, tmp_path: Path, sleepers) -> None:
-    here, elsewhere = sleepers(["python", "train.py", "--hf_token", "hf_x"]), free_pid()
-    fake_nvml.set(f"proc 0 {elsewhere} {3 << 30}\nproc 1 {here.pid} {1 << 30}")
-    with running_sampler(tmp_path, max_processes=1) as sampler:
-        snap = sampler.sample()
+    """The agent runs in a PID namespace of its own (a real one, made by unshare) and NVML names
+    a process of the host's: a sleeper started here, which that namespace cannot see."""
+    unshare = shutil.which("unshare")
+    assert unshare, "this test needs util-linux's unshare"
+    elsewhere = sleepers(["python", "train.py"])
+    fake_nvml.set(f"proc 0 {elsewhere.pid} {3 << 30}\nproc 1 1 {1 << 30}")  # pid 1: the agent itself, in there
+    out = subprocess.run(
+        [unshare, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+        + [sys.executable, "-c", IN_OWN_PID_NAMESPACE, str(tmp_path / "no-kmsg")],
+        env=fake_nvml.env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    snap = NodeSnapshot.from_json(out.stdout)
     rows = {p.pid: p for p in snap.gpu_processes}
-    outside = rows[elsewhere]
+    outside = rows[elsewhere.pid]
     assert (outside.used_memory_bytes, outside.user, outside.command, outside.in_host_pid_namespace) == (
         3 << 30,
         None,
         None,
         False,
     )
+    assert not outside.exited
+    inside = rows[1]
+    assert inside.in_host_pid_namespace and inside.user is not None and "python" in (inside.command or "")
+    assert any("host PID namespace" in n and str(elsewhere.pid) in n for n in snap.agent.notices)
+
+
+def test_8b_an_exited_gpu_process_is_not_taken_for_another_namespace(fake_nvml, tmp_path: Path, sleepers) -> None:
+    """The agent sees the host PID namespace (this test's own); NVML still lists a process that has
+    exited (it does while its memory is released). Before: a notice advised hostPID."""
+    assert in_host_pid_namespace("/proc"), "this test runs in the node's first PID namespace"
+    here = sleepers(["python", "train.py", "--hf_token", "hf_x"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    fake_nvml.set(f"proc 0 {gone.pid} {3 << 30}\nproc 1 {here.pid} {1 << 30}")
+    with running_sampler(tmp_path, max_processes=1) as sampler:
+        snap = sampler.sample()
+    rows = {p.pid: p for p in snap.gpu_processes}
+    exited = rows[gone.pid]
+    assert (exited.used_memory_bytes, exited.user, exited.exited, exited.in_host_pid_namespace) == (
+        3 << 30,
+        None,
+        True,
+        True,
+    )
     inside = rows[here.pid]
-    assert inside.in_host_pid_namespace and inside.user is not None
+    assert inside.in_host_pid_namespace and not inside.exited and inside.user is not None
     assert inside.command == "python train.py --hf_token <redacted>"
     assert here.pid in {p.pid for p in snap.processes}  # GPU processes are always listed
-    assert any("host PID namespace" in n and str(elsewhere) in n for n in snap.agent.notices)
+    assert not any("host PID namespace" in n for n in snap.agent.notices)
 
 
 def test_9_no_driver_means_host_data_only(fake_nvml, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

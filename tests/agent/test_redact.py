@@ -13,6 +13,7 @@ from observe.agent.procs import ProcessTable
 from observe.agent.redact import (
     MAX_ARG_CHARS,
     MAX_COMMAND_CHARS,
+    POSITIONAL_SECRETS,
     REDACTED,
     cut,
     escape_controls,
@@ -47,6 +48,8 @@ ISSUE_CLASSES = {
     "Slack webhook",
     "high-entropy token",
     "bidi control",
+    "tool's positional password",
+    "quoted value",
 }
 
 
@@ -211,7 +214,7 @@ def test_a_shell_string_keeps_its_layout_around_what_it_redacts() -> None:
     script = "set -e;  export HF_TOKEN='a b c' ; curl -u bob:pw https://x  |  tee log"
     assert (
         safe_command(f"bash\0-c\0{script}\0".encode())
-        == f"bash -c set -e;  export HF_TOKEN={REDACTED} ; curl -u bob:{REDACTED} https://x  |  tee log"
+        == f"bash -c set -e;  export HF_TOKEN='{REDACTED}' ; curl -u bob:{REDACTED} https://x  |  tee log"
     )
 
 
@@ -233,3 +236,10 @@ def test_no_pattern_backtracks_on_the_longest_argument() -> None:
         started = time.perf_counter()
         safe_command(b"prog\0" + arg[:n].encode())
         assert time.perf_counter() - started < 20.0, arg[:20]
+
+
+@pytest.mark.parametrize("tool", sorted(POSITIONAL_SECRETS))
+def test_every_tool_with_a_positional_password_is_covered_by_a_case(tool: str) -> None:
+    """The class, not two lines: each tool of the table has a case in redaction-extra.tsv."""
+    rows = [(argv, shown) for argv, shown, cls in EXTRA_ROWS if cls == "tool's positional password"]
+    assert any(tool in " ".join(argv).split() and REDACTED in shown for argv, shown in rows)

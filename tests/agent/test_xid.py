@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,20 +13,51 @@ from tests.support.cases import CASES
 XID_CASES = CASES / "xid"
 
 
+#: Forms beyond the shared cases, read after them as one stream (tests/agent/xid-forms/README.md).
+XID_FORMS = Path(__file__).parent / "xid-forms"
+
+
 def parse_all(lines: list[str]) -> tuple[list, KernelLogParser]:
+    """Every event the parser returns, those continuing a report included."""
     parser = KernelLogParser(node="node-07")
     return [e for line in lines if (e := parser.feed(line)) is not None], parser
 
 
-def test_kernel_log_case_yields_exactly_the_expected_events() -> None:
-    lines = (XID_CASES / "kernel-log.txt").read_text().splitlines(keepends=True)
-    expected = [json.loads(line) for line in (XID_CASES / "expected.jsonl").read_text().splitlines() if line]
-    events, parser = parse_all(lines)
+def counted(events: list) -> list:
+    """The events the agent counts: each report's first line."""
+    return [e for e in events if not e.continues]
+
+
+def read_expected(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def assert_events(events: list, expected: list[dict]) -> None:
     assert len(events) == len(expected)
-    for i, (event, want) in enumerate(zip(events, expected, strict=False)):
+    for i, (event, want) in enumerate(zip(events, expected, strict=True)):
         got = {key: getattr(event, key) for key in want}
         assert got == want, f"event {i} (xid {want['xid']})"
+
+
+def test_kernel_log_case_yields_exactly_the_expected_events() -> None:
+    lines = (XID_CASES / "kernel-log.txt").read_text().splitlines(keepends=True)
+    events, parser = parse_all(lines)
+    assert_events(events, read_expected(XID_CASES / "expected.jsonl"))
     assert parser.parse_errors == 1  # the truncated last line: no event, no crash, one parse error
+    # The SM warp exception and the ESR line of pid 48213 at one instant are one out-of-range access:
+    # both are events, the second continues the first and is not counted.
+    assert [(e.xid, e.pid, e.continues) for e in events[:2]] == [(13, 48213, False), (13, 48213, True)]
+    assert len(counted(events)) == len(events) - 1
+
+
+def test_every_xid_form_drivers_print_is_counted_once() -> None:
+    """Before: 6 events for these 10 faults: the XID 48 and 31 with wider spacing were parse errors,
+    the four older and probe-time "fallen off the bus" 79s were missed, the VMD domain's 79 was put on
+    0000:3b:00 (another GPU) and one out-of-range access counted 3."""
+    shared = (XID_CASES / "kernel-log.txt").read_text().splitlines(keepends=True)
+    events, parser = parse_all(shared + (XID_FORMS / "kernel-log.txt").read_text().splitlines(keepends=True))
+    assert_events(counted(events)[len(counted(parse_all(shared)[0])) :], read_expected(XID_FORMS / "expected.jsonl"))
+    assert parser.parse_errors == 1  # the shared case's truncated line only
 
 
 def test_events_carry_catalogue_meaning_node_and_raw_line() -> None:
@@ -53,8 +85,9 @@ def test_malformed_lines_count_as_parse_errors_and_never_stop_the_parser() -> No
 
 def test_same_xid_twice_gives_two_events() -> None:
     line = "NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=python, Double Bit ECC Error"
-    events, _ = parse_all([line, line])
-    assert [e.xid for e in events] == [48, 48]
+    parser = KernelLogParser()
+    events = [parser.feed(line, now=100.0), parser.feed(line, now=102.0)]  # two seconds apart: two faults
+    assert [e.xid for e in events if e] == [48, 48]
 
 
 def test_the_two_lines_of_one_fall_off_the_bus_count_once() -> None:
@@ -146,3 +179,135 @@ def test_xid_154_takes_its_severity_from_the_recovery_action(action: str, severi
     )
     assert (event.recovery_action, event.severity) == (action, severity)
     assert event.action.startswith(f"The driver now requires: {action}.")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "NVRM: Xid (PCI:0000:3b:00):  48,  pid=2222, name=python, DBE",
+        "NVRM: Xid (PCI:0000:3b:00):\t48,\tpid=2222, name=python, DBE",
+        "NVRM: Xid (PCI:0000:3b:00):   48, pid=2222, name=python, DBE",
+        "NVRM: Xid  (PCI:0000:3b:00.0): 48 , pid=2222, name=python, DBE",
+        "NVRM: Xid (PCI:0000:3b:00): 48",
+    ],
+)
+def test_the_whitespace_drivers_print_is_read(line: str) -> None:
+    """Before: two spaces after '):' made an uncorrectable ECC error (a page) a parse error."""
+    events, parser = parse_all([line])
+    assert [(e.xid, e.pci_bus) for e in events] == [(48, "0000:3b:00")] and parser.parse_errors == 0
+
+
+@pytest.mark.parametrize(
+    "lines, bus",
+    [
+        (["NVRM: GPU 0000:af:00.0: GPU has fallen off the bus."], "0000:af:00"),
+        (["NVRM: GPU at 0000:1b:00.0 has fallen off the bus."], "0000:1b:00"),
+        (["NVRM: GPU at PCI:0000:1b:00: GPU has fallen off the bus."], "0000:1b:00"),
+        (
+            [
+                "[  12.3] NVRM: The NVIDIA GPU 0000:1a:00.0",
+                "         NVRM: (PCI ID: 10de:1db6) installed in this system has",
+                "         NVRM: fallen off the bus and is not responding to commands.",
+            ],
+            "0000:1a:00",
+        ),
+        (
+            [
+                "NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:2d04) installed in this system has",
+                "NVRM: fallen off the bus and is not responding to commands.",
+            ],
+            "0000:01:00",
+        ),
+        (
+            [
+                "4,77,12345,-;NVRM: The NVIDIA GPU 0000:5d:00.0\\x0aNVRM: (PCI ID: 10de:2330) installed in "
+                "this system has\\x0aNVRM: fallen off the bus and is not responding to commands."
+            ],
+            "0000:5d:00",
+        ),
+    ],
+)
+def test_every_fallen_off_the_bus_form_is_an_xid_79(lines: list[str], bus: str) -> None:
+    """Before: the older one-line form and the probe-time message were not read at all."""
+    events, _ = parse_all(lines)
+    assert [(e.xid, e.pci_bus, e.severity) for e in events] == [(79, bus, "node_reboot")]
+
+
+def test_a_probe_time_message_without_its_tail_is_no_event() -> None:
+    events, _ = parse_all(["NVRM: The NVIDIA GPU 0000:1a:00.0", "NVRM: x", "NVRM: y", "NVRM: z fallen off the bus"])
+    assert events == []
+
+
+def test_the_drivers_repeated_probe_messages_are_one_fault() -> None:
+    message = [
+        "[  12.{:06d}] NVRM: The NVIDIA GPU 0000:1a:00.0",
+        "NVRM: (PCI ID: 10de:1db6) installed in this system has",
+        "NVRM: fallen off the bus and is not responding to commands.",
+    ]
+    lines = [line.format(180_000 * i) for i in range(4) for line in message]  # every 0.18 s, as the driver retries
+    events, _ = parse_all(lines)
+    assert len(counted(events)) == 1
+
+
+@pytest.mark.parametrize(
+    "text, bus",
+    [("PCI:10000:3b:00", "10000:3b:00"), ("00010000:3B:00.0", "10000:3b:00"), ("0001:3b:00", "0001:3b:00")],
+)
+def test_pci_domains_are_kept_whole(text: str, bus: str) -> None:
+    """Before: a five-digit VMD domain was cut to its last four digits, another GPU's bus."""
+    assert normalise_bus(text) == bus
+
+
+def test_a_vmd_domain_xid_is_not_another_gpus() -> None:
+    events, _ = parse_all(
+        [
+            "NVRM: Xid (PCI:10000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+            "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE",
+        ]
+    )
+    assert [e.pci_bus for e in events] == ["10000:3b:00", "0000:3b:00"]
+
+
+#: One out-of-range access as current drivers print it: warp, global and ESR lines, one pid, one instant.
+ONE_FAULT = [
+    "[{t}] NVRM: Xid (PCI:0000:18:00): 13, pid={pid}, name=python, Graphics SM Warp Exception on (GPC 2, TPC 1, SM 0): "
+    "Out Of Range Address",
+    "[{t}] NVRM: Xid (PCI:0000:18:00): 13, pid={pid}, name=python, Graphics SM Global Exception on (GPC 2, TPC 1, SM "
+    "0): Multiple Warp Errors",
+    "[{t}] NVRM: Xid (PCI:0000:18:00): 13, pid={pid}, name=python, Graphics Exception: ESR 0x514648=0x2000e",
+]
+
+
+def test_one_report_counts_once_and_distinct_faults_count_each() -> None:
+    """Before: one fault counted 3 and opened the application-burst ticket (threshold 3) alone."""
+    lines = [line.format(t=" 100.000001", pid=7) for line in ONE_FAULT]
+    lines += [line.format(t=" 100.000002", pid=8) for line in ONE_FAULT]  # another process, same instant
+    lines += [line.format(t=" 104.500000", pid=7) for line in ONE_FAULT]  # the first again, later: a new fault
+    events, parser = parse_all(lines)
+    assert [e.pid for e in counted(events)] == [7, 8, 7]
+    assert parser.folded == 6 and len(events) == 9  # every line is still an event, marked as continuing
+    events = counted(events)
+    assert events[0].message.startswith("Graphics SM Warp Exception")  # the report's first line speaks for it
+
+
+def test_a_backlog_read_at_once_is_told_apart_by_its_own_timestamps() -> None:
+    """Lines read in one go (a restart reading the ring from its start) keep their own clocks."""
+    parser = KernelLogParser()
+    kmsg = "3,{seq},{us},-;NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=python, Graphics Exception: ESR"
+    events = [parser.feed(kmsg.format(seq=i, us=us), now=5.0) for i, us in enumerate((1_000_000, 1_000_050, 9_000_000))]
+    assert [e is not None and not e.continues for e in events] == [True, False, True]
+    syslog = "Mar  3 09:30:0{s} node kernel: NVRM: Xid (PCI:0000:18:00): 31, pid=9, name=p, MMU Fault"
+    events = [parser.feed(syslog.format(s=s), now=5.0) for s in (1, 1, 2, 4)]
+    assert [e is not None and not e.continues for e in events] == [
+        True,
+        False,
+        False,
+        True,
+    ]  # a tick may split one report
+
+
+def test_the_report_window_forgets_old_reports() -> None:
+    parser = KernelLogParser()
+    for pid in range(1, 2000):
+        assert parser.feed(f"[{pid}.0] NVRM: Xid (PCI:0000:18:00): 13, pid={pid}, name=p, x") is not None
+    assert len(parser._reports) <= 256

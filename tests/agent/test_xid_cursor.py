@@ -27,7 +27,7 @@ def xid_line(code: int, bus: str = "3b") -> str:
 
 
 def kmsg_record(seq: int, code: int, bus: str = "3b") -> str:
-    return f"3,{seq},{seq * 1000},-;{xid_line(code, bus)}"
+    return f"3,{seq},{seq * 2_000_000},-;{xid_line(code, bus)}"  # 2 s apart: distinct faults
 
 
 class Run:

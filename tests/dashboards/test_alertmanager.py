@@ -101,6 +101,7 @@ def test_lost_gpus_runs_and_foreign_alerts(tmp_path: Path) -> None:
     path = write(tmp_path, alertmanager.config(DISTINCT))
     assert routes_to(path, "alertname=FsdpGpuLost", "node=gpu-node-1") == "reboot-pager"
     assert routes_to(path, "alertname=FsdpGpuReadingStale", "node=gpu-node-1") == "reset-pager"
+    assert routes_to(path, "alertname=FsdpGpuUnreadable", "node=gpu-node-1") == "reset-pager"
     for name in alertmanager.TRAINING_ALERTS:
         assert routes_to(path, f"alertname={name}", "namespace=ml", "run_id=llama-ft") == "ml-oncall"
     # someone else's alert, even one carrying our labels, stays on the root route
@@ -136,7 +137,7 @@ def test_inhibitions() -> None:
         },
         {
             "source_matchers": ['alertname="FsdpGpuLost"'],
-            "target_matchers": ['alertname="FsdpGpuReadingStale"'],
+            "target_matchers": ['alertname=~"FsdpGpuReadingStale|FsdpGpuUnreadable"'],
             "equal": ["node", "gpu_uuid"],
         },
     ]

@@ -323,7 +323,7 @@ def test_the_rules_name_only_known_metrics_and_follow_the_recording_rule_convent
                     {"xid_name", "recommended_action"}
                     if "Xid" in rule["alert"]
                     else {"recommended_action"}
-                    if rule["alert"] in ("FsdpGpuLost", "FsdpGpuReadingStale")
+                    if rule["alert"] in ("FsdpGpuLost", "FsdpGpuReadingStale", "FsdpGpuUnreadable")
                     else {"likely_cause"}
                     if rule["alert"] == "FsdpTrainingStalled"
                     else set()

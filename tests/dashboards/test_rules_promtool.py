@@ -310,6 +310,35 @@ CASES += [
             )
         ],
     ),
+    # GPU 0's readings all fail from 10m (unreadable, its age growing); GPU 1 failed one scrape only.
+    (
+        "FsdpGpuUnreadable",
+        [
+            {"series": f'{c.GPU_UNREADABLE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}', "values": "0x9 1x20"},
+            {
+                "series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="0",gpu_uuid="GPU-0000000a"}}',
+                "values": "0x9 60+60x20",
+            },
+            {"series": f'{c.GPU_UNREADABLE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x9 1 0x19"},
+            {"series": f'{c.GPU_READING_AGE.name}{{{AGENT},gpu="1",gpu_uuid="GPU-0000000b"}}', "values": "0x9 60 0x19"},
+        ],
+        [11, 14],
+        15,
+        [
+            (
+                {"node": NODE, "gpu": "0", "gpu_uuid": "GPU-0000000a", "severity": "warning"},
+                {
+                    "summary": f"GPU 0 (GPU-0000000a) of node {NODE} answers no NVML reading",
+                    "description": f"Every NVML reading of GPU 0 (GPU-0000000a) of node {NODE} has failed for 6m 0s "
+                    "with an error other than lost (the reason is the agent's /snapshot: unreadable), or the GPU is "
+                    "gone from NVML's device count. Runs on this GPU: llama-ft. "
+                    f"{rules.UNREADABLE_ACTION}",
+                    "runbook_url": f"{BOOK}#fsdpgpuunreadable",
+                    "recommended_action": rules.UNREADABLE_ACTION,
+                },
+            )
+        ],
+    ),
 ]
 
 

@@ -68,6 +68,15 @@ NON_ROOT_AMBIENT_SYSLOG = [
     "--bounding-set=-all,+syslog",
     "--no-new-privs",
 ]
+#: components/agent-nonroot: uid 65534, CAP_SYSLOG in the container's set (bounding) but not effective.
+NON_ROOT = [
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all,+syslog",
+    "--no-new-privs",
+]
 OWN_PID_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
@@ -223,6 +232,35 @@ def test_a_non_root_user_would_do_with_an_ambient_capability(world_readable: Pat
     ambient capability, which Kubernetes cannot grant (an added capability reaches only uid 0)."""
     snap = run_agent(setpriv(*NON_ROOT_AMBIENT_SYSLOG), world_readable, "--kernel-log-source", "syslog")
     assert snap["agent"]["sources"]["kernel_log"] == "ok"
+
+
+def test_the_nonroot_component_reads_the_kernel_log_exactly_where_the_node_allows_any_user(
+    world_readable: Path,
+) -> None:
+    """uid 65534 with CAP_SYSLOG only in its bounding set: the kernel answers the read as it would
+    any user's, so the outcome follows kernel.dmesg_restrict (1 here: refused, NVML events; on a
+    node with 0 the same process reads the log). The seccomp condition (the capability in the
+    container's set) cannot be measured here."""
+    restricted = Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() == "1"
+    snap = run_agent(setpriv(*NON_ROOT), world_readable, "--kernel-log-source", "syslog")
+    kernel_log = snap["agent"]["sources"]["kernel_log"]
+    if restricted:
+        assert "Operation not permitted" in kernel_log and "XIDs from NVML events" in kernel_log
+    else:
+        assert kernel_log == "ok"
+    assert snap["agent"]["sources"]["nvml"] == "ok" and len(snap["gpus"]) == 2
+
+
+def test_the_nonroot_flags_are_the_components(tmp_path: Path) -> None:
+    from observe.k8s import names
+    from tests.support.kube_checks import kustomize
+
+    rel = os.path.relpath(REPO / "daemonsets", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(f"resources: [{rel}]\ncomponents: [{rel}/components/agent-nonroot]\n")
+    ds = next(o for o in kustomize(tmp_path) if o["kind"] == "DaemonSet" and o["metadata"]["name"] == names.AGENT_NAME)
+    sc = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert sc["runAsUser"] == 65534 and "--reuid=65534" in NON_ROOT
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]} and "--bounding-set=-all,+syslog" in NON_ROOT
 
 
 def test_the_measured_privileges_are_the_manifests() -> None:

@@ -9,6 +9,7 @@ shows exactly that drop, on the same file.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +22,12 @@ from tests.support.processes import AgentProcess, wait_for
 NODE = "gpu-node-1"
 
 
+_STAMPS = itertools.count(100, 5)
+
+
 def line(code: int, bus: str = "10") -> str:
-    return f"NVRM: Xid (PCI:0000:{bus}:00): {code}, pid=4242, name=python, made up\n"
+    """One XID line, each dated 5 s after the previous one (distinct faults, not lines of one report)."""
+    return f"[{next(_STAMPS)}.000000] NVRM: Xid (PCI:0000:{bus}:00): {code}, pid=4242, name=python, made up\n"
 
 
 def counts(agent: AgentProcess) -> dict[int, int]:
@@ -64,7 +69,7 @@ def read_through(agent: AgentProcess, log: Path, marker: int) -> dict[int, int]:
 
 def test_a_restart_mid_stream_counts_every_xid_once(start, tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state"
-    log.write_text("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06\n" + line(48) * 2 + line(79))
+    log.write_text("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06\n" + line(48) + line(48) + line(79))
     first = start(log, state)
     assert read_through(first, log, 31) == {48: 2, 79: 1}
     with log.open("a") as f:

@@ -53,9 +53,10 @@ LINES = [
         for bus in ("10", "20", "30")
     ),
     "NVRM: Xid (PCI:0000:20:00): 48, pid=4242, name=python, An uncorrectable double bit error (DBE) has been detected",
-    *(
-        "NVRM: Xid (PCI:0000:20:00): 13, pid=4242, name=python, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1)"
-        for _ in range(3)
+    *(  # three faults of one process, 5 s apart (one fault's several lines count once)
+        f"[{t}.000000] NVRM: Xid (PCI:0000:20:00): 13, pid=4242, name=python, Graphics SM Warp Exception on "
+        "(GPC 1, TPC 0, SM 1)"
+        for t in (100, 105, 110)
     ),
 ]
 

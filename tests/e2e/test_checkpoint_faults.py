@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -89,6 +90,35 @@ def test_a_shard_overwritten_in_place_fails_to_load_and_falls_back(
     assert len(lines) == 1 and "falling back to step-00000010" in lines[0], proc.stdout[-3000:]
     assert "Traceback" not in proc.stdout
     assert resumed_step(tmp_path) == 10
+
+
+def test_checkpoints_of_which_none_can_be_used_stop_the_run_with_one_line(
+    trained: Path, corpus: Path, tmp_path: Path, session_env
+) -> None:
+    """Before: every checkpoint damaged meant 'resuming from the start', training from step 0 and
+    exit status 0, then pruning the damaged checkpoints. ``fsdp-observe train`` says so before any
+    rank starts; a rank started by torchrun itself (a restart) stops with the same line."""
+    ckpt = copy_of(trained, tmp_path)
+    for step in (10, 20):
+        meta = step_dir(ckpt, step) / ".metadata"
+        meta.write_bytes(meta.read_bytes()[: meta.stat().st_size // 2])
+    cli = subprocess.run(
+        [sys.executable, "-m", "observe.cli", "train", "--nproc-per-node", "2", *args(corpus, ckpt, 22)],
+        env=session_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 2 and cli.stdout == "", cli.stdout + cli.stderr
+    (line,) = cli.stderr.splitlines()
+    assert line.startswith("error: --resume: ") and "none can be resumed" in line
+    assert "step-00000020 (.metadata is" in line and "step-00000010 (.metadata is" in line
+    assert "a new --checkpoint-dir to start over" in line
+    ranks = run_trainer(args(corpus, ckpt, 22), session_env)
+    assert ranks.returncode != 0
+    assert "error: --resume: " in ranks.stdout and "none can be resumed" in ranks.stdout, ranks.stdout[-3000:]
+    assert "resuming from the start" not in ranks.stdout
+    assert [s for s, _ in list_checkpoints(ckpt)] == [10, 20]  # nothing trained, nothing deleted
 
 
 @pytest.fixture

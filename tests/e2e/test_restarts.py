@@ -35,6 +35,7 @@ from tests.support.trainer_runs import (
     stop_group,
     torchrun_cmd,
 )
+from trainer.progress import Progress, read_progress
 from trainer.runspec.checkpoint_files import TrainerState, is_complete, newest_complete, step_dir
 from trainer.runspec.launch import UNSHARE_STORE_ENV
 
@@ -166,6 +167,8 @@ def test_killed_rank_restarts_the_group_which_resumes_exactly(
         proc = start(torchrun_cmd(args, 2, rdzv=rdzv, max_restarts=1), env)
         try:
             wait_for(lambda: is_complete(step_dir(tmp_path / "ckpt", 5)), 120, "the first checkpoint")
+            # a step past it done too, so the restart has steps to do again (rank 0 records each one)
+            wait_for(lambda: (read_progress(tmp_path / "ckpt") or Progress("", 0)).step >= 6, 120, "step 6 done")
             victim = wait_for(lambda: rank_pids(proc.pid).get(1), 10, "rank 1's pid")
             os.kill(victim, signal.SIGKILL)
             output = proc.communicate(timeout=180)[0]
@@ -188,6 +191,9 @@ def test_killed_rank_restarts_the_group_which_resumes_exactly(
     assert end["goodput"] < uninterrupted["goodput"]  # the restart cost wall time the reference did not pay
 
     assert scrape.value(c.TRAIN_RESTARTS.name) == 1
+    # the steps the first attempt had done past the checkpoint, counted as a number (rank 0's endpoint)
+    assert scrape.value(c.TRAIN_STEPS_REDONE.name) == len(redone) >= 1
+    assert f"progress: {len(redone)} steps done after step {resume['step']} are done again" in output
     assert scrape.value(c.TRAIN_CHECKPOINT_LOAD_SECONDS.name + "_count") == 1
     assert scrape.value(c.TRAIN_CHECKPOINT_SAVE_SECONDS.name + "_count") >= 1
     assert scrape.value(c.TRAIN_PHASE.name, phase="finished") == 1

@@ -12,7 +12,7 @@ import yaml
 from observe.catalog import AGENT_PORT
 from observe.cli import job as job_cmd
 from observe.k8s import names
-from observe.k8s.access import trainer_network_policy, viewer_access
+from observe.k8s.access import etcd_network_policy, trainer_network_policy, viewer_access
 from observe.k8s.job_settings import load_settings
 from observe.k8s.kinds import pytorchjob
 from observe.k8s.kinds.pytorchjob import render
@@ -38,11 +38,17 @@ def world() -> dict:
     other = render(
         load_settings(REPO / "examples" / "llama2-7b.env", [f"NAMESPACE={JOB_NS}", "JOB_NAME=other"]), run_id="np-2"
     )
-    policies = [o for o in built if o["kind"] == "NetworkPolicy"] + [trainer_network_policy(settings)]
+    shipped = [o for o in built if o["kind"] == "NetworkPolicy"]
+    # the jobs run in JOB_NS: the etcd policy is the one `job access --etcd-namespace JOB_NS` prints
+    policies = [o for o in shipped if o["metadata"]["name"] != names.ETCD_SERVICE]
+    policies += [etcd_network_policy([JOB_NS]), trainer_network_policy(settings)]
     rank_ports = {names.trainer_port_name(r): names.trainer_port(r) for r in range(settings.ranks_per_node)}
     worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
     return {
         "policies": policies,
+        "shipped": shipped,
+        "rank in default": Pod("default", worker, rank_ports),
+        "trainer look-alike": Pod("team-b", dict(names.TRAINER_LABELS)),
         "agent": Pod(names.NAMESPACE, template_labels(built, names.AGENT_NAME), {"metrics": AGENT_PORT}),
         "etcd": Pod(names.NAMESPACE, template_labels(built, names.ETCD_SERVICE), {"client": names.ETCD_CLIENT_PORT}),
         "rank": Pod(JOB_NS, worker, rank_ports),
@@ -75,6 +81,9 @@ def world() -> dict:
         ("rank", "etcd", names.ETCD_CLIENT_PORT, True),
         ("other job's rank", "etcd", names.ETCD_CLIENT_PORT, True),
         ("tenant pod", "etcd", names.ETCD_CLIENT_PORT, False),
+        ("trainer look-alike", "etcd", names.ETCD_CLIENT_PORT, False),
+        ("rank in default", "etcd", names.ETCD_CLIENT_PORT, False),
+        ("rank", "etcd", 2380, False),
         ("prometheus", "etcd", names.ETCD_CLIENT_PORT, False),
         ("viewer", "etcd", names.ETCD_CLIENT_PORT, False),
         ("prometheus", "rank", names.trainer_port(0), True),
@@ -95,6 +104,30 @@ def world() -> dict:
 )
 def test_who_reaches_what(world: dict, source: str, target: str, port: int, admitted: bool) -> None:
     assert admits(world["policies"], world[source], world[target], port) is admitted
+
+
+def test_the_shipped_etcd_policy_admits_ranks_of_default_only(world: dict) -> None:
+    """Before: any namespace (``namespaceSelector: {}``), so a pod labelled as a trainer anywhere
+    reached the unauthenticated store."""
+    shipped = world["shipped"]
+    assert admits(shipped, world["rank in default"], world["etcd"], names.ETCD_CLIENT_PORT)
+    assert not admits(shipped, world["trainer look-alike"], world["etcd"], names.ETCD_CLIENT_PORT)
+    assert not admits(shipped, world["rank"], world["etcd"], names.ETCD_CLIENT_PORT)  # ml-jobs: not named yet
+    (static,) = [o for o in shipped if o["metadata"]["name"] == names.ETCD_SERVICE]
+    rendered = etcd_network_policy(["default"])
+    assert static["spec"] == rendered["spec"]  # the file is what `job access` renders for `default`
+
+
+def test_job_access_prints_the_etcd_policy_for_the_namespaces_named(capsys) -> None:
+    assert job_cmd.main(["access", "-n", JOB_NS, "--etcd-namespace", JOB_NS, "--etcd-namespace", "team-c"]) == 0
+    *_, policy = yaml.safe_load_all(capsys.readouterr().out)
+    assert policy["kind"] == "NetworkPolicy" and policy["metadata"]["name"] == names.ETCD_SERVICE
+    (peer,) = policy["spec"]["ingress"][0]["from"]
+    assert peer["namespaceSelector"]["matchExpressions"][0]["values"] == [JOB_NS, "team-c"]
+    from observe.cli import main
+
+    assert main(["job", "access", "-n", JOB_NS, "--etcd-namespace", "Bad_NS"]) == 2
+    assert "error: --etcd-namespace: 'Bad_NS' is not a valid namespace name" in capsys.readouterr().err
 
 
 def test_without_the_policies_everyone_reaches_everything(world: dict) -> None:

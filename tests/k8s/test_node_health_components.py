@@ -85,6 +85,21 @@ def test_each_component_switches_its_flag_on_with_its_rules_only(tmp_path: Path,
     assert (ours in tolerations) == (component == "node-taint")  # a restarted agent still runs on the tainted node
 
 
+@pytest.mark.parametrize("component", sorted(COMPONENTS))
+def test_the_api_server_egress_names_an_address_not_anywhere(tmp_path: Path, component: str) -> None:
+    """Before: ports 443 and 6443 with no ``to``, so the agent's pod (holding a token that may patch
+    nodes) could reach any host on them. Now only the addresses named (a placeholder until set)."""
+    objs = build(tmp_path, component)
+    (policy,) = [o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith(component[5:])]
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    (rule,) = policy["spec"]["egress"]
+    assert rule["to"] and all(set(peer) == {"ipBlock"} for peer in rule["to"])
+    assert all(peer["ipBlock"]["cidr"].endswith("/32") and "except" not in peer["ipBlock"] for peer in rule["to"])
+    assert sorted(p["port"] for p in rule["ports"]) == [443, 6443]
+    admitted = [rule["to"][0]["ipBlock"]["cidr"]]
+    assert admitted == ["192.0.2.1/32"]  # the documentation address: reaches nothing until set
+
+
 def test_both_together(tmp_path: Path) -> None:
     objs = build(tmp_path, "node-condition", "node-taint")
     env = {e["name"] for e in agent_pod(objs)["containers"][0]["env"]}

@@ -29,6 +29,21 @@
  *   xid GPU CODE                                    an XID event, delivered once per file load
  *   sleep_ms N                                      every device call first sleeps N ms, as a driver
  *                                                   call stuck in the kernel would (sleep_ms@N: GPU N)
+ *   status@N STATUS                                 every call for GPU N returns STATUS (e.g. unknown: a
+ *                                                   board that answers "Unknown Error" to everything)
+ *   count_status STATUS                             nvmlDeviceGetCount fails with STATUS
+ *   handle@N STATUS                                 nvmlDeviceGetHandleByIndex(N) and ByPciBusId fail so
+ *   uuid_status@N STATUS, name_status@N STATUS,     that identity call of GPU N fails so
+ *   pci_status@N STATUS
+ *   uuid_gen@N G                                    GPU N's UUID carries generation G (a board swapped or
+ *                                                   reset with a new identity): GPU-fa4e0000-0000-4000-8000-
+ *                                                   GGGGNNNNNNNN, G and N in decimal (default G 0)
+ *   name_hex@N HEX, uuid_hex@N HEX, pci_hex@N HEX   the raw bytes of GPU N's name, UUID or PCI bus id, or of
+ *   driver_hex HEX                                  the driver version (e.g. not valid UTF-8, or with
+ *                                                   control bytes; cut to the caller's buffer)
+ *   power_max, sm_clock_max, mem_clock_max,         the device's own limits: the most power its limit may be
+ *   pcie_gen, pcie_width                            set to (mW), the highest clocks (MHz), the PCIe link's
+ *                                                   generation and lane count (H100 SXM defaults)
  *
  * Build: gcc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c
  * Leave a function out with -DOMIT_<function name>, as an old driver would.
@@ -159,14 +174,39 @@ static unsigned long long bus_of(int gpu) {
     return bus;
 }
 
-/* Every device call starts here: reload the scenario, check the handle, honour sleep@N and lost@N. */
+/* status@N: what every call for GPU N answers (OK when unset). */
+static nvmlReturn_t every_call(int gpu) { return status_word(setting("status", gpu)); }
+
+/* Every device call starts here: reload the scenario, check the handle, honour sleep@N, lost@N and status@N. */
 #define DEVICE(dev) \
     load(); \
     if (!(dev) || (dev)->index < 0 || (dev)->index >= gpu_count()) return INVALID_ARGUMENT; \
     sleep_for((dev)->index); \
     stall((dev)->index); \
     if (is_lost((dev)->index)) return GPU_IS_LOST; \
+    if (every_call((dev)->index) != OK) return every_call((dev)->index); \
     const int gpu = (dev)->index; (void)gpu
+
+/* Decode hex digits into out (at most size - 1 bytes, NUL-terminated); the number of bytes. */
+static int unhex(const char *hex, char *out, unsigned size) {
+    unsigned n = 0;
+    while (hex[0] && hex[1] && n + 1 < size) {
+        unsigned byte;
+        if (sscanf(hex, "%2x", &byte) != 1) break;
+        out[n++] = (char)byte;
+        hex += 2;
+    }
+    out[n] = 0;
+    return (int)n;
+}
+
+/* A string setting: raw bytes from key_hex@N when set (1), else 0. */
+static int raw_text(const char *key, int gpu, char *out, unsigned size) {
+    const char *v = setting(key, gpu);
+    if (!v) return 0;
+    unhex(v, out, size);
+    return 1;
+}
 
 static nvmlReturn_t read_uint(const char *key, int gpu, unsigned long long dflt, unsigned *out) {
     unsigned long long v;
@@ -205,15 +245,25 @@ const char *nvmlErrorString(nvmlReturn_t r) {
 }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned length) {
+    load();
+    if (raw_text("driver_hex", -1, version, length)) return OK;
     snprintf(version, length, "550.54.15-fake");
     return OK;
 }
 
-nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) { load(); *count = (unsigned)gpu_count(); return OK; }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
+    load();
+    nvmlReturn_t st = status_word(setting("count_status", -1));
+    if (st != OK) return st;
+    *count = (unsigned)gpu_count();
+    return OK;
+}
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device) {
     load();
     if ((int)index >= gpu_count()) return INVALID_ARGUMENT;
+    nvmlReturn_t st = status_word(setting("handle", (int)index));
+    if (st != OK) return st;
     *device = &devices[index];
     return OK;
 }
@@ -227,6 +277,8 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, nvmlDevice_t *
         if (bus_of(i) != bus) continue;
         sleep_for(i);
         if (is_lost(i)) return GPU_IS_LOST;
+        nvmlReturn_t st = status_word(setting("handle", i));
+        if (st != OK) return st;
         *device = &devices[i];
         return OK;
     }
@@ -235,13 +287,21 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, nvmlDevice_t *
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned length) {
     DEVICE(dev);
+    nvmlReturn_t st = status_word(setting("name_status", gpu));
+    if (st != OK) return st;
+    if (dev->mig < 0 && raw_text("name_hex", gpu, name, length)) return OK;
     snprintf(name, length, dev->mig < 0 ? "Fake H100 80GB HBM3 (test stand-in)" : "MIG 3g.40gb");
     return OK;
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned length) {
     DEVICE(dev);
-    if (dev->mig < 0) snprintf(uuid, length, "GPU-fa4e0000-0000-4000-8000-0000000000%02d", gpu);
+    nvmlReturn_t st = status_word(setting("uuid_status", gpu));
+    if (st != OK) return st;
+    unsigned long long generation = 0;
+    reading("uuid_gen", gpu, 0, &generation);
+    if (dev->mig < 0 && raw_text("uuid_hex", gpu, uuid, length)) return OK;
+    if (dev->mig < 0) snprintf(uuid, length, "GPU-fa4e0000-0000-4000-8000-%04llu%08d", generation % 10000, gpu);
     else snprintf(uuid, length, "MIG-fa4e0000-0000-4000-8000-00000000%02d%02d", gpu, dev->mig);
     return OK;
 }
@@ -253,12 +313,16 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci) {
     if (is_lost(dev->index) && !(setting("pci_when_lost", dev->index) && atoi(setting("pci_when_lost", dev->index)) == 1))
         return GPU_IS_LOST;
     const int gpu = dev->index;
+    if (every_call(gpu) != OK) return every_call(gpu);
+    nvmlReturn_t st = status_word(setting("pci_status", gpu));
+    if (st != OK) return st;
     unsigned long long bus = 0x10 * (gpu + 1);
     reading("bus", gpu, bus, &bus);
     memset(pci, 0, sizeof *pci);
     pci->bus = (unsigned)bus;
     snprintf(pci->busId, sizeof pci->busId, "00000000:%02llX:00.0", bus);
     snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02llX:00.0", bus);
+    raw_text("pci_hex", gpu, pci->busId, sizeof pci->busId);
     return OK;
 }
 
@@ -311,6 +375,29 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned *mhz) {
     if (type == 1) return read_uint("sm_clock", gpu, 1980, mhz);
     if (type == 2) return read_uint("mem_clock", gpu, 2619, mhz);
     return NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t dev, unsigned *min_mw, unsigned *max_mw) {
+    DEVICE(dev);
+    nvmlReturn_t st = read_uint("power_min", gpu, 200000, min_mw);
+    return st != OK ? st : read_uint("power_max", gpu, 700000, max_mw);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t dev, int type, unsigned *mhz) {
+    DEVICE(dev);
+    if (type == 1) return read_uint("sm_clock_max", gpu, 1980, mhz);
+    if (type == 2) return read_uint("mem_clock_max", gpu, 2619, mhz);
+    return NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t dev, unsigned *generation) {
+    DEVICE(dev);
+    return read_uint("pcie_gen", gpu, 5, generation);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t dev, unsigned *width) {
+    DEVICE(dev);
+    return read_uint("pcie_width", gpu, 16, width);
 }
 
 nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t dev, unsigned *speed) { DEVICE(dev); return read_uint("fan", gpu, 40, speed); }

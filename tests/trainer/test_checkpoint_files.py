@@ -72,8 +72,51 @@ def test_prune_keeps_the_newest_and_drops_leftovers(tmp_path: Path) -> None:
         make(tmp_path, step)
     make(tmp_path, 15, complete=False)
     removed = prune(tmp_path, keep=2, newest_step=20)
-    assert sorted(p.name for p in removed) == ["step-00000005", "step-00000015"]
+    assert sorted(p.name for p, _ in removed) == ["step-00000005", "step-00000015"]
     assert [s for s, _ in list_checkpoints(tmp_path)] == [10, 20]
+
+
+def harm(path: Path) -> None:
+    """Cut a checkpoint's DCP index to half, as a copy cut short does."""
+    meta = path / DCP_METADATA
+    meta.write_bytes(meta.read_bytes()[:2])
+
+
+def test_retention_counts_only_verified_checkpoints_and_keeps_the_good_one(tmp_path: Path) -> None:
+    """The probe's case: step 30 damaged, step 28 good, step 32 just saved, keep 2. Before: 30 (damaged)
+    and 32 were kept and the good 28 deleted; with both 28 and 30 damaged, 30 was kept."""
+    make(tmp_path, 28)
+    harm(make(tmp_path, 30))
+    make(tmp_path, 32)
+    removed = prune(tmp_path, keep=2, newest_step=32)
+    assert [(p.name, why.split(" (")[0]) for p, why in removed] == [("step-00000030", "damaged")]
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [28, 32]
+
+
+def test_the_last_good_checkpoint_survives_any_number_of_damaged_newer_ones(tmp_path: Path) -> None:
+    make(tmp_path, 10)
+    for step in (12, 14, 16):
+        harm(make(tmp_path, step))
+    assert prune(tmp_path, keep=1, newest_step=16) == []  # damaged ones newer than it: kept as evidence
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [10, 12, 14, 16]
+    assert resolve_resume(str(tmp_path), "auto") == step_dir(tmp_path, 10)
+
+
+def test_checkpoints_of_which_none_can_be_used_stop_the_run_naming_them(tmp_path: Path) -> None:
+    """Before: every checkpoint damaged meant training silently from step 0 and exit status 0."""
+    harm(make(tmp_path, 28))
+    harm(make(tmp_path, 30))
+    make(tmp_path, 32, complete=False)  # an interrupted save is no checkpoint: not named
+    with pytest.raises(UserError) as caught:
+        resolve_resume(str(tmp_path), "auto")
+    text = str(caught.value)
+    assert text.startswith("--resume: ") and "\n" not in text
+    assert "step-00000030 (.metadata is 2 bytes, 5 bytes when saved)" in text and "step-00000028 (" in text
+    assert "step-00000032" not in text and "a new --checkpoint-dir to start over" in text
+    assert "pass --resume never to start over from step 0 on purpose" in text
+    with pytest.raises(UserError, match="none can be resumed"):
+        resolve_resume(str(tmp_path), "latest")
+    assert resolve_resume(str(tmp_path), "never") is None  # the flag the error names starts over
 
 
 @pytest.mark.parametrize("mode", ["auto", "latest"])

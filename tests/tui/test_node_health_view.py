@@ -63,3 +63,33 @@ def test_a_stale_gpu_in_the_gpu_table() -> None:
     row = GpuRow(gpu=GpuInfo(index=3, stale=True, reading_age_seconds=14.0), uuid_text="", xid_severity=None)
     assert _util(row) == "STALE"
     assert _note(row) == "NVML reading stale for 14s: a driver call hangs"
+
+
+def test_an_unreadable_gpu_is_marked_in_the_gpu_table_and_the_cluster_note() -> None:
+    """A GPU whose NVML calls all fail (not lost): ERROR with its reason, in the bad style; the
+    node's one line says it before stale GPUs."""
+    row = GpuRow(
+        gpu=GpuInfo(index=1, unreadable="nvml_unknown", reading_age_seconds=30.0), uuid_text="", xid_severity=None
+    )
+    assert _util(row) == "ERROR"
+    assert _note(row) == "no NVML reading (nvml_unknown): a failing board; drain and reset it"
+    base = snapshot()
+    gpus = tuple(
+        replace(g, unreadable="nvml_unknown", utilization_ratio=None)
+        if g.index == 2
+        else replace(g, stale=True)
+        if g.index == 3
+        else g
+        for g in base.gpus
+    )
+    node = node_status("gpu-node-1", "http://a:9401", replace(base, gpus=gpus), NOW, keep=False)
+    assert cluster._note(node) == "GPU 2: no NVML reading (nvml_unknown): a failing board"
+    assert cluster._note_style(node) == "bad"
+
+
+def test_an_unreadable_gpus_detail_block_says_why() -> None:
+    from observe.tui.screens.gpus import gpu_block
+
+    lines = gpu_block(GpuInfo(index=1, unreadable="nvml_unknown"), ((), ()), 80)
+    text = "".join(t for t, *_ in lines[1])
+    assert text.startswith(" ERROR ") and "every NVML reading fails (nvml_unknown)" in text

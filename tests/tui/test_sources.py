@@ -337,3 +337,23 @@ def test_the_pace_follows_the_last_two_minutes() -> None:
     for step in range(101, 201):  # then 3 s per step for 300 s
         pace = rates.add("r", float(step), 1100.0 + 3 * (step - 100))
     assert pace == pytest.approx(3.0)
+
+
+def test_prometheus_gpu_flags_become_lost_stale_and_unreadable() -> None:
+    """The agent's flag series, as an instant query returns them, mark the GPUs as /snapshot does."""
+    from observe import catalog as c
+    from observe.sources.prometheus import UNREADABLE_IN_PROMETHEUS, build_nodes
+
+    def sample(name: str, gpu: int, value: float) -> dict:
+        labels = {"__name__": name, "node": "n", "gpu": str(gpu), "gpu_uuid": f"GPU-{gpu}"}
+        return {"metric": labels, "value": [1.0, str(value)]}
+
+    flags = (c.GPU_LOST.name, c.GPU_READING_STALE.name, c.GPU_UNREADABLE.name)
+    series = [sample(name, gpu, int(gpu == i + 1)) for gpu in range(4) for i, name in enumerate(flags)]
+    gpus = build_nodes([], series, [], 2.0)["n"].gpus
+    assert [(g.lost, g.stale, g.unreadable) for g in gpus] == [
+        (False, False, None),
+        (True, False, None),
+        (False, True, None),
+        (False, False, UNREADABLE_IN_PROMETHEUS),
+    ]

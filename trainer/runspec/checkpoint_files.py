@@ -18,7 +18,14 @@ A complete checkpoint can still be *damaged* afterwards (a disk error, a copy cu
 deleted by hand): ``damage`` tells why, without torch, from what ``trainer.json`` recorded at
 save time (every file's size) and the DCP index ``.metadata``. ``--resume auto`` and ``latest``
 skip damaged checkpoints (``resume_candidates``) and the trainer falls back to the next older one
-when loading fails anyway (a shard overwritten in place keeps its size).
+when loading fails anyway (a shard overwritten in place keeps its size). A directory that holds
+complete checkpoints none of which can be used is an error, not a fresh start: ``--resume auto``
+stops with one line naming them; a new ``--checkpoint-dir`` starts over from step 0 on purpose.
+
+Retention (``prune``) counts only *verified* checkpoints, checked as resume checks them (complete
+and undamaged): it keeps the newest ``keep`` of them, so a damaged one never takes a good one's
+place and the last good one is never deleted; a damaged checkpoint older than the newest verified
+one is removed (it can never be resumed from), a newer damaged one is kept as evidence.
 """
 
 from __future__ import annotations
@@ -63,6 +70,11 @@ def step_dir(root: str | Path, step: int) -> Path:
 def is_complete(path: Path) -> bool:
     """Whether the checkpoint directory ``path`` holds its ``trainer.json`` (written last)."""
     return (path / STATE_FILE).is_file()
+
+
+def verified(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint resume would take: complete, and no damage shows (``damage``)."""
+    return is_complete(path) and damage(path) is None
 
 
 def list_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
@@ -253,6 +265,13 @@ def check_compatible(path: Path, saved: dict, current: dict) -> None:
             )
 
 
+#: How to go on when checkpoints exist but none loads: the fix of that one-line error.
+START_OVER = (
+    "restore one of them, or pass --resume never to start over from step 0 on purpose (a save replaces the "
+    "damaged checkpoint of its step), or move them away or pass a new --checkpoint-dir to start over"
+)
+
+
 def resolve_resume(
     checkpoint_dir: str | None, resume: str, on_damaged: Callable[[Path, str], None] | None = None
 ) -> Path | None:
@@ -271,6 +290,12 @@ def resolve_resume(
         return None
     if resume in ("auto", "latest"):
         candidates = resume_candidates(checkpoint_dir, on_damaged) if checkpoint_dir else []
+        if not candidates and checkpoint_dir and (unusable := _damaged(checkpoint_dir)):
+            raise UserError(
+                "--resume",
+                f"{checkpoint_dir!r} holds checkpoints but none can be resumed: {'; '.join(unusable)}",
+                START_OVER,
+            )
         if not candidates and resume == "latest":
             where = repr(checkpoint_dir) if checkpoint_dir else "(no --checkpoint-dir given)"
             raise UserError(
@@ -301,13 +326,29 @@ def resolve_resume(
     return path
 
 
-def prune(root: str | Path, keep: int, newest_step: int) -> list[Path]:
-    """Delete all but the ``keep`` newest complete checkpoints, and incomplete ones older than
-    ``newest_step`` (left by interrupted saves). Returns the paths removed. Rank 0 only."""
+def _damaged(root: str | Path) -> list[str]:
+    """``step-NNNNNNNN (why)`` for every complete checkpoint under ``root`` that is damaged, newest first."""
+    return [f"{p.name} ({why})" for _, p in reversed(list_checkpoints(root)) if is_complete(p) and (why := damage(p))]
+
+
+def prune(root: str | Path, keep: int, newest_step: int) -> list[tuple[Path, str]]:
+    """Apply retention (module docstring): keep the ``keep`` newest verified checkpoints (all when
+    ``keep`` is 0 or less), remove older verified ones, damaged ones older than the newest verified
+    one, and incomplete ones older than ``newest_step`` (left by interrupted saves).
+
+    Returns:
+        ``(path, why)`` for each directory removed. Rank 0 only.
+    """
     entries = list_checkpoints(root)
-    complete = [p for _, p in entries if is_complete(p)]
-    doomed = complete[:-keep] if keep > 0 else []
-    doomed += [p for step, p in entries if step < newest_step and not is_complete(p)]
-    for path in doomed:
+    good = [(step, p) for step, p in entries if verified(p)]
+    newest_good = good[-1][0] if good else None
+    doomed = [(p, f"older than the newest {keep} verified") for _, p in (good[:-keep] if keep > 0 else [])]
+    for step, path in entries:
+        if not is_complete(path):
+            if step < newest_step:
+                doomed.append((path, "an interrupted save"))
+        elif newest_good is not None and step < newest_good and (why := damage(path)) is not None:
+            doomed.append((path, f"damaged ({why}); {step_dir(root, newest_good).name} is newer and verified"))
+    for path, _ in doomed:
         shutil.rmtree(path, ignore_errors=True)
     return doomed

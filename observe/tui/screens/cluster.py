@@ -65,6 +65,10 @@ def _note(node: NodeStatus) -> str:
     f = _f(node)
     if f.k8s_note:
         return f.k8s_note
+    if f.unreadable_gpus:
+        which = ", ".join(map(str, f.unreadable_gpus))
+        plural = "s" if len(f.unreadable_gpus) > 1 else ""
+        return f"GPU{plural} {which}: no NVML reading ({f.unreadable_why}): a failing board"
     if f.gpus_stale:
         which = ", ".join(map(str, f.stale_gpus))
         return f"GPU{'s' if f.gpus_stale > 1 else ''} {which}: NVML reading stale (a driver call hangs)"
@@ -73,7 +77,7 @@ def _note(node: NodeStatus) -> str:
 
 def _note_style(node: NodeStatus) -> str:
     f = _f(node)
-    if node.error or f.k8s in ("taint", "fault"):
+    if node.error or f.k8s in ("taint", "fault") or f.unreadable_gpus:
         return "bad"
     return "warn" if f.gpus_stale or f.k8s else "dim"
 

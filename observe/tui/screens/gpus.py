@@ -85,6 +85,8 @@ def _util(row: GpuRow) -> str:
     g = row.gpu
     if g.lost:
         return "LOST"
+    if g.unreadable:
+        return "ERROR"
     if g.stale:
         return "STALE"
     if g.utilization_ratio is None and g.mig_enabled:
@@ -96,6 +98,8 @@ def _note(row: GpuRow) -> str:
     g = row.gpu
     if g.lost:
         return "fell off the bus: reset the GPU or reboot"
+    if g.unreadable:
+        return f"no NVML reading ({g.unreadable}): a failing board; drain and reset it"
     notes = []
     if g.stale:
         age = f" for {fmt.age(g.reading_age_seconds)}" if g.reading_age_seconds is not None else ""
@@ -115,6 +119,7 @@ def _note(row: GpuRow) -> str:
 def _note_style(row: GpuRow) -> str | None:
     if (
         row.gpu.lost
+        or row.gpu.unreadable
         or row.gpu.ecc_uncorrected_total
         or row.xid_severity in ("node_reboot", "gpu_reset", "unknown", "nvlink_fabric")
     ):
@@ -264,6 +269,9 @@ def gpu_block(gpu: GpuInfo, history: tuple[tuple, tuple], width: int, uuid_text:
     if gpu.lost:
         why = "  NVML reports the GPU fell off the bus: no readings; reset the GPU or reboot the node"
         return [title, fit([(" LOST ", "lost", 0), (why, "bad", 0)], width), []]
+    if gpu.unreadable:
+        why = f"  every NVML reading fails ({gpu.unreadable}): a failing board; drain and reset it"
+        return [title, fit([(" ERROR ", "lost", 0), (why, "bad", 0)], width), []]
     meter = max(16, min(40, width // 2 - 6))
     room = max(0, width - meter - 8)
     util_hist, mem_hist = history
