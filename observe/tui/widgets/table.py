@@ -49,6 +49,8 @@ class Column:
             dropped first (ties: the rightmost first).
         min_width: the column may shrink to this many characters before any column is dropped
             (default: ``width``; for the fill column, the room it keeps before others drop).
+        regrow: when columns were dropped, this column widens back (towards ``width``) with the
+            room they left before the fill column takes it (the lowest ``priority`` first).
     """
 
     key: str
@@ -60,6 +62,7 @@ class Column:
     right: bool = False
     priority: int = 0
     min_width: int | None = None
+    regrow: bool = False
 
     @property
     def least(self) -> int:
@@ -76,7 +79,8 @@ def column_layout(columns: Sequence[Column], total: int) -> list[tuple[Column, i
 
     Order of giving way: the fill column (``width == 0``) shrinks to its ``min_width``; other
     columns shrink to their ``min_width``; columns are dropped, highest ``priority`` first
-    (``0`` never); the fill column shrinks to ``FILL_FLOOR``. The fill column takes what is left.
+    (``0`` never); a ``regrow`` column widens back with the room left; the fill column shrinks to
+    ``FILL_FLOOR``. The fill column takes what is left.
     """
     shown = list(columns)
     widths = {id(c): (c.least if c.width == 0 else c.width) for c in shown}
@@ -99,6 +103,8 @@ def column_layout(columns: Sequence[Column], total: int) -> list[tuple[Column, i
             break
         drop = max(droppable, key=lambda c: (c.priority, shown.index(c)))
         shown.remove(drop)
+    for column in sorted((c for c in shown if c.regrow and c.width), key=lambda c: c.priority):
+        widths[id(column)] += max(0, min(total - used(), column.width - widths[id(column)]))
     fill = next((c for c in shown if c.width == 0), None)
     if fill is not None:
         others = sum(widths[id(c)] for c in shown if c is not fill) + max(0, len(shown) - 1)
