@@ -5,7 +5,7 @@
 parsing ``nvidia-smi --query-gpu`` CSV, comparing the agent's fields with it, the MFU check
 against the peak table. The first run on a GPU is its first real test: read its table critically.
 
-Three checks, each a real process, each a row group in the table and a key in the JSON:
+Four checks, each a real process, each a row group in the table and a key in the JSON:
 
 1. ``agent``: ``fsdp-observe agent`` against the real NVML, on the idle GPU. One scrape of its
    ``/metrics`` between two ``nvidia-smi --query-gpu`` reads; every field the agent exports for the
@@ -24,6 +24,9 @@ Three checks, each a real process, each a row group in the table and a key in th
    the overhead ratio (median seconds/step with / without, warm-up dropped; target <= 1.01) and
    the synchronising CUDA calls per run (``torch.cuda.set_sync_debug_mode("warn")``, counted):
    the instrumentation must add none.
+4. ``hang``: two NCCL ranks on the GPU under ``fsdp-observe run``, one that stops and one that
+   straggles: the verdict ``fsdp-observe diagnose`` gives and how long it took
+   (``benchmarks/gpu_hang.py``; NCCL's refusal of two ranks on one device is reported as such).
 
     python benchmarks/gpu_check.py [--out FILE] [--gpu INDEX] [--quick]
 
@@ -541,6 +544,14 @@ def check_hf(env: dict[str, str], workdir: Path, steps: int, pairs: int) -> dict
     }
 
 
+def _hang_check(env: dict[str, str], workdir: Path) -> dict:
+    """The hang-and-straggler check (``benchmarks/gpu_hang.py``), ``ok`` as the others."""
+    from gpu_hang import check_hang  # noqa: E402 - beside this file
+
+    result = check_hang(env, workdir)
+    return {**result, "ok": result["passed"]}
+
+
 def table(report: dict) -> str:
     """The printed summary of ``report``."""
     lines = [f"gpu_check on {report.get('gpu_name')} ({report.get('gpu_uuid')}), load average {report['load']}"]
@@ -550,7 +561,7 @@ def table(report: dict) -> str:
         lines.append(f"  agent  {row['field']:<44} {mark:<9} agent {row['agent']!s:<22} nvidia-smi {row['smi']}")
     for name in agent.get("not_compared", []):
         lines.append(f"  agent  {name:<44} not compared (no nvidia-smi --query-gpu field)")
-    for key in ("fsdp", "hf"):
+    for key in ("fsdp", "hf", "hang"):
         for k, v in (report.get(key) or {}).items():
             lines.append(f"  {key:<6} {k:<44} {v}")
     for key, error in report.get("errors", {}).items():
@@ -589,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         ("agent", lambda: check_agent(ns.gpu, env)),
         ("fsdp", lambda: check_fsdp(ns.gpu, env, workdir, 30 if ns.quick else 80, str(facts["uuid"]))),
         ("hf", lambda: check_hf(env, workdir, 30 if ns.quick else 60, 1 if ns.quick else 2)),
+        ("hang", lambda: _hang_check(env, workdir)),
     ]
     for key, phase in phases:
         try:

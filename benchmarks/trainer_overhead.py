@@ -3,7 +3,7 @@
 Each pair runs the same short two-rank CPU job twice, ``--metrics on`` (scraped once a second,
 as a busy Prometheus would) and ``--metrics off``, alternating which goes first to cancel drift.
 The figure is the median over pairs of (median step time on / median step time off); target
-<= 1.01. A micro-measurement of ``TrainerMetrics.on_step`` shows the per-step cost directly.
+<= 1.01. A micro-measurement of ``TrainingCollector.on_step`` shows the per-step cost directly.
 
     python benchmarks/trainer_overhead.py [--pairs 5] [--steps 80] [--out FILE]
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 from report_table import print_and_write
 
-from observe.training.collector import TrainerMetrics
+from observe.training.collector import TrainingCollector
 from trainer.runspec.config import DataConfig, MetricsConfig, TrainConfig
 from trainer.runspec.launch import check_ports_free, torchrun_command
 
@@ -71,8 +71,8 @@ def scrape_loop(port: int, stop: threading.Event) -> None:
 
 
 def on_step_cost_seconds() -> float:
-    """Seconds per ``TrainerMetrics.on_step`` call (median of 5 repeats of 20,000 calls)."""
-    m = TrainerMetrics({"run_id": "b", "rank": "0", "local_rank": "0", "node": "n"}, {}, 100, 1, None, True)
+    """Seconds per ``TrainingCollector.on_step`` call (median of 5 repeats of 20,000 calls)."""
+    m = TrainingCollector({"run_id": "b", "rank": "0", "local_rank": "0", "node": "n"}, {}, 100, 1, None, True)
     times = timeit.repeat(lambda: m.on_step(1, 0.2, 0.001, 2048, 8, 1e-3), number=20_000, repeat=5)
     return statistics.median(times) / 20_000
 

@@ -11,7 +11,7 @@ import pytest
 from observe.errors import UserError
 from observe.flags import OneLineParser, add_flags, apply_flags, flag, flag_names, iter_flags, parse_flags, to_argv
 from observe.k8s.job_settings import MANAGED_TRAINER_SETTINGS, managed_trainer_flags, settings_from_mapping
-from observe.k8s.pytorchjob import trainer_command
+from observe.k8s.kinds.pytorchjob import trainer_command
 from observe.scaling.local import LocalPlan
 from tests.support.cli import run_cli
 from trainer.runspec.config import (

@@ -24,9 +24,9 @@ def test_first_of_each_kind_is_logged_and_every_one_counted(caplog: pytest.LogCa
 
 
 def test_the_training_exporter_logs_a_failing_scrape_once_and_counts_each(caplog, monkeypatch) -> None:
-    from observe.training.collector import TrainerMetrics
+    from observe.training.collector import TrainingCollector
 
-    m = TrainerMetrics({"run_id": "r", "rank": "0", "local_rank": "0", "node": "n"}, {}, 10, 1, None, True)
+    m = TrainingCollector({"run_id": "r", "rank": "0", "local_rank": "0", "node": "n"}, {}, 10, 1, None, True)
 
     def broken():
         raise RuntimeError("boom")

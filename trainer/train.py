@@ -122,7 +122,8 @@ class Trainer:
         self.fpt = flops_per_token(model, cfg.data.seq_len)
         self.reporter = Reporter(cfg, rt, self.run_id, self.fpt, self.mesh_shape) if rt.is_main else None
         self.metrics = self._start_metrics(model, "restarting" if resume_from or rt.restart_count else None)
-        self.phases, self.goodput = self.metrics.phases, self.metrics.goodput
+        self.recorder = self.metrics.recorder  # the entry-point protocol: our FLOPs, phases, goodput
+        self.phases, self.goodput = self.recorder.phases, self.recorder.goodput
 
         self.model = parallelize(model, mesh, cfg.parallel)
         materialize(self.model, rt.device, cfg.model, cfg.seed)
@@ -130,7 +131,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             self.params, lr=cfg.optim.lr, betas=(0.9, 0.95), weight_decay=cfg.optim.weight_decay, foreach=True
         )
-        self.optimizer.register_step_pre_hook(self.metrics.read_learning_rate)
+        self.optimizer.register_step_pre_hook(self.recorder.read_learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
         )
@@ -233,8 +234,8 @@ class Trainer:
                 "mesh": "x".join(map(str, self.mesh_shape)),
             },
         )
-        metrics.collector.flops_per_token = self.fpt
-        metrics.collector.tracks_checkpoints = True
+        metrics.recorder.set_flops_per_token(self.fpt)
+        metrics.recorder.track_checkpoints()
         return metrics
 
     def _resume(self, candidates: list[Path]) -> Path:
@@ -283,7 +284,7 @@ class Trainer:
         cfg = self.cfg
         if agreed := self.stop.agree_now():  # a stop signal while loading: nothing new to save
             return self._stop_after(self.position.step, agreed, loading=True)
-        self.metrics.enter_phase("training")
+        self.recorder.enter_phase("training")
         batches = self.metrics.batches(self.batches)  # times next(), counts samples and labelled tokens
         for step in range(self.position.step + 1, cfg.steps + 1):
             t0 = time.perf_counter()
@@ -378,7 +379,7 @@ class Trainer:
             if len(set(digests)) != 1:
                 status = 1
         memory = gather_from_ranks(peak_memory(self.rt.device))
-        self.metrics.enter_phase("finished")
+        self.recorder.enter_phase("finished")
         if self.reporter is not None:
             self.reporter.finish(
                 self.position.step,

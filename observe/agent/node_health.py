@@ -14,7 +14,7 @@ means the problem is there.
   repaired (they are not named again), and one this agent set before a restart is kept in (a new
   XID adds to it, never downgrades it). RBAC: ``get`` and ``patch`` on ``nodes/status`` only.
 - Taint ``fsdp-observe.io/gpu-fault=NodeReboot:NoSchedule`` (``TAINT_KEY``) on the first
-  ``node_reboot``-class XID, so a PyTorchJob restarted after the fault lands on another node.
+  ``node_reboot``-class XID, so a job (PyTorchJob, TrainJob) restarted after the fault lands on another node.
   ``spec.taints`` has no merge key, so the agent reads the node (``get`` on ``nodes``) and sends a
   JSON patch that tests the ``resourceVersion`` it read and sets the list with its taint added
   (``patch`` on ``nodes``); a conflict (422 or 409) is read again and retried.

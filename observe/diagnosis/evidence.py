@@ -50,7 +50,8 @@ class RankEvidence:
         groups: counts per process group name. last_issued: its last collective per group.
         blocked: the collective its training thread is blocked in, and for how many seconds.
         stalled: its watchdog sees no progress; stalled_seconds: for how long (``None``: unknown).
-        compute_seconds, wait_seconds: per step, means over its last log window (``None``: unknown).
+        compute_seconds, wait_seconds: per step, means over its last 64 steps (or, from metrics, its
+            last log window; ``None``: unknown).
         step_seconds: its median step time. stack: its training thread's stack, innermost last,
             as ``(file, line, function, code)``. peers: what it knows of its pod's other ranks
             (rank -> ``alive``, ``port``, ``gil_stacks``...).
@@ -177,8 +178,8 @@ def from_state(doc: dict[str, Any]) -> RankEvidence:
         blocked_seconds=float(blocked_raw.get("seconds", 0.0)) if blocked_raw else 0.0,
         stalled=stalled,
         stalled_seconds=float(now) - float(since) if stalled and now and since else None,
-        compute_seconds=split.get("window_compute_seconds"),
-        wait_seconds=split.get("window_collective_wait_seconds"),
+        compute_seconds=split.get("recent_compute_seconds", split.get("window_compute_seconds")),
+        wait_seconds=split.get("recent_collective_wait_seconds", split.get("window_collective_wait_seconds")),
         step_seconds=split.get("median_step_seconds"),
         stack=stack,
         peers=peers,

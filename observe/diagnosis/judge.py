@@ -162,11 +162,12 @@ def _unreached_culprit(
         note = "its process is not running" if alive is False else f"nothing answers at {u.address} ({u.reason})"
     else:
         kind = "unresponsive"
-        note = (
-            "its process is alive but its Python threads do not run: its training thread holds the GIL"
-            if alive or u.reason == "timeout"
-            else f"it does not answer at {u.address} ({u.reason}{': ' + u.detail if u.detail else ''})"
-        )
+        if peer is not None and peer.get("process_state") in ("T", "t"):
+            note = "its process is stopped (SIGSTOP, a debugger, a frozen cgroup)"
+        elif alive or u.reason == "timeout":
+            note = "its process is alive but its Python threads do not run: its training thread holds the GIL"
+        else:
+            note = f"it does not answer at {u.address} ({u.reason}{': ' + u.detail if u.detail else ''})"
     stack = gil_stack(gil, thread) if gil else []
     return Culprit(
         rank=u.rank,
@@ -216,8 +217,15 @@ def _waited(ranks: Sequence[RankEvidence], pg: str | None = None, seq: int | Non
     return None
 
 
-def _is_waiting(r: RankEvidence) -> bool:
+def _blocked(r: RankEvidence) -> bool:
+    """Its training thread is blocked in a collective's wait, as fsdp-observe's wrapper saw."""
     return r.state == "collective" or r.blocked is not None
+
+
+def _is_waiting(r: RankEvidence) -> bool:
+    """Blocked, or stalled with a collective it issued not completed: a wait the wrapper cannot see
+    (DDP's reducer waits in C++; on NCCL the host does not block in ``Work.wait``)."""
+    return _blocked(r) or (r.stalled and any(g.completed < g.enqueued for g in r.groups.values()))
 
 
 def _stalled(ranks: list[RankEvidence], unreached: list[Unreached], world: int | None, base: dict) -> Verdict:
@@ -233,7 +241,7 @@ def _stalled(ranks: list[RankEvidence], unreached: list[Unreached], world: int |
     for u in unreached:
         culprits.append(_unreached_culprit(u, waited, waiting_ranks, peers.get(u.rank) if u.rank is not None else None))
     behind = _behind(ranks)
-    roots = [(r, c) for r, c in behind if not _is_waiting(r)] or behind
+    roots = [(r, c) for r, c in behind if not _blocked(r)] or behind
     for r, coll in roots:
         culprits.append(
             Culprit(

@@ -1,6 +1,6 @@
 """A connection to the Kubernetes API through the official ``kubernetes`` client, with every
 failure a user can fix (no kubeconfig, unreachable server, expired credentials, missing RBAC,
-no such job, training operator not installed) turned into one ``UserError`` line.
+no such job, the job kind's API not installed) turned into one ``UserError`` line.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Kube:
 
     Attributes:
         core: ``CoreV1Api`` (pods, logs, services).
-        custom: ``CustomObjectsApi`` (PyTorchJobs).
+        custom: ``CustomObjectsApi`` (the jobs of every kind: PyTorchJobs, TrainJobs).
         namespace: ``--namespace``, else the kubeconfig context's, else ``default``.
         server: the API server URL, for error messages.
     """
@@ -59,13 +59,17 @@ def connect(kubeconfig: str | None = None, context: str | None = None, namespace
 
 
 @contextmanager
-def api_errors(kube: Kube, what: str, namespace: str | None = None) -> Iterator[None]:
+def api_errors(
+    kube: Kube, what: str, namespace: str | None = None, missing_api: tuple[str, str] | None = None
+) -> Iterator[None]:
     """Turn errors of API calls made inside the block into one-line ``UserError``s.
 
     Args:
         kube: the connection (for the server URL).
         what: the object the calls concern, e.g. ``pytorchjob fsdp``; named in 404s.
         namespace: its namespace, named in 404s and 403s.
+        missing_api: ``(problem, fix)`` for the API server's bare ``404 page not found``, which
+            says the calls' API group is not installed (a job kind's CRD); a generic line otherwise.
     """
     ns = namespace or kube.namespace
     try:
@@ -84,11 +88,14 @@ def api_errors(kube: Kube, what: str, namespace: str | None = None) -> Iterator[
             "check the cluster is up and kubectl cluster-info works, or pass --context/--kubeconfig",
         ) from None
     except ApiException as exc:
-        raise _api_error(exc, kube, what, ns) from None
+        raise api_error(exc, kube, what, ns, missing_api) from None
 
 
-def _api_error(exc: ApiException, kube: Kube, what: str, ns: str) -> UserError:
-    status = _status_body(exc)
+def api_error(
+    exc: ApiException, kube: Kube, what: str, ns: str, missing_api: tuple[str, str] | None = None
+) -> UserError:
+    """The one-line ``UserError`` for an API error answer (``api_errors``' arguments)."""
+    status = status_body(exc)
     message = status.get("message") or exc.reason or "no message"
     if exc.status == 0:
         return UserError(
@@ -105,25 +112,23 @@ def _api_error(exc: ApiException, kube: Kube, what: str, ns: str) -> UserError:
             what,
             f"forbidden in namespace {ns}: {_short(message)}",
             f"ask for read access (fsdp-observe job access -n {ns} --user <you> | kubectl apply "
-            "-f -); stop also needs delete on pytorchjobs and pods",
+            "-f -); stop also needs the operator Role (job access --operator)",
         )
     if exc.status == 404 and not status:
         # A bare "404 page not found": the API group itself is missing.
-        return UserError(
-            what,
-            "the cluster has no kubeflow.org/v1 PyTorchJob API",
-            "install the Kubeflow training operator (docs/kubernetes.md, prerequisites)",
+        problem, fix = missing_api or (
+            "the API server has no such resource (404 page not found)",
+            "check kubectl api-resources",
         )
+        return UserError(what, problem, fix)
     if exc.status == 404:
-        return UserError(
-            what, f"not found in namespace {ns}", "list jobs with kubectl get pytorchjobs -A, and pass -n NAMESPACE"
-        )
+        return UserError(what, f"not found in namespace {ns}", "check the name with kubectl get, and pass -n NAMESPACE")
     return UserError(
         what, f"API error {exc.status} {exc.reason}: {_short(message)}", "retry, or check kubectl get events"
     )
 
 
-def _status_body(exc: ApiException) -> dict:
+def status_body(exc: ApiException) -> dict:
     """The ``Status`` object of an error response, or ``{}`` when the body is not one."""
     try:
         body = json.loads(exc.body) if exc.body else {}

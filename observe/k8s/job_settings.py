@@ -16,7 +16,7 @@ import difflib
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from observe.catalog import TRAINER_PORT_BASE
 from observe.errors import UserError
 from observe.flags import flag_names, parse_flags
 from observe.k8s import names, storage
+from observe.k8s.names import DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_VALUE, QUANTITY, SECRET_KEY
+from observe.k8s.storage import ModelPlan
 from trainer.runspec.config import (
     SHARDING_STRATEGIES,
     CheckpointConfig,
@@ -77,25 +79,26 @@ def managed_trainer_flags() -> dict[str, str]:
     return {names_[path]: setting for path, setting in MANAGED_TRAINER_SETTINGS.items()}
 
 
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
-_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: ``<job>-worker-<index>`` names pods and Services; the training operator requires a DNS-1035
-#: label (≤ 63 characters) for them.
-_WORKER_INFIX = "-worker-"
 
 
 @dataclass(frozen=True)
 class JobSettings:
-    """What ``fsdp-observe job render`` needs to write one PyTorchJob.
+    """What ``fsdp-observe job render`` needs to write one training job, of either kind.
+
+    The rules every kind shares are checked here (``validate``); what only one kind can or cannot
+    do (elastic bounds, a rendezvous backend, a runtime, how long the name may be) is checked by
+    that kind (``observe.k8s.kinds``) when it renders.
 
     Attributes (file key in brackets):
-        job_name [JOB_NAME]: PyTorchJob name; pods are ``<job_name>-worker-<i>``.
+        job_name [JOB_NAME]: the job's name; pods are ``<job_name>-worker-<i>`` (PyTorchJob) or
+            ``<job_name>-node-0-<i>-<random>`` (TrainJob).
         namespace [NAMESPACE]: namespace of the job.
+        job_kind [JOB_KIND]: ``PyTorchJob`` (Kubeflow training operator v1, ``kubeflow.org/v1``;
+            elastic) or ``TrainJob`` (Kubeflow Trainer v2, ``trainer.kubeflow.org/v1alpha1``).
+        runtime, runtime_kind [RUNTIME, RUNTIME_KIND]: the training runtime a TrainJob names
+            (default the stock ``torch-distributed`` ClusterTrainingRuntime; ``TrainingRuntime``
+            for a namespaced one).
         image [IMAGE_URI]: the project image (``Dockerfile``), e.g. ``<registry>/fsdp-observe:0.1.0``.
         num_nodes [NUM_NODES]: worker pods, one per node.
         gpu_per_node [GPU_PER_NODE]: ``nvidia.com/gpu`` per pod; 0 trains on CPU (``--device cpu``).
@@ -125,7 +128,7 @@ class JobSettings:
         rdzv_backend [RDZV_BACKEND]: ``c10d`` (worker 0 hosts it), ``etcd`` or ``etcd-v2``.
         rdzv_host, rdzv_port [RDZV_HOST, RDZV_PORT]: rendezvous endpoint; default for etcd
             backends: the add-on's etcd Service; for c10d: the operator's (worker 0).
-        min_nodes, max_nodes [MIN_NODES, MAX_NODES]: elastic bounds; default ``num_nodes``.
+        min_nodes, max_nodes [MIN_NODES, MAX_NODES]: elastic bounds (PyTorchJob); default ``num_nodes``.
         max_restarts [MAX_RESTARTS]: worker-group restarts torchrun allows before failing.
         hf_token_secret, hf_token_secret_key [HF_TOKEN_SECRET, HF_TOKEN_SECRET_KEY]: the Secret
             (and its key) that holds the Hugging Face token; the value never enters the manifest.
@@ -137,10 +140,15 @@ class JobSettings:
             ...``; the pods run it with zero-code instrumentation on (``FSDP_OBSERVE_INSTRUMENT=1``;
             the image must have fsdp-observe installed). ``MODEL``, ``DATA``, ``SHARDING_STRATEGY``
             and ``TRAINER_ARGS`` belong to our trainer and cannot be combined with it.
+        model_plan: how the pods get the weights (``storage.ModelPlan``), made once by
+            ``validate``; ``None`` before. Not a file key.
     """
 
     job_name: str = "fsdp"
     namespace: str = "default"
+    job_kind: str = "PyTorchJob"
+    runtime: str = "torch-distributed"
+    runtime_kind: str = "ClusterTrainingRuntime"
     image: str = ""
     num_nodes: int = 2
     gpu_per_node: int = 8
@@ -172,6 +180,7 @@ class JobSettings:
     metrics_port: int = TRAINER_PORT_BASE
     trainer_args: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
+    model_plan: ModelPlan | None = field(default=None, compare=False, repr=False, metadata={"derived": True})
 
     # --- derived values (valid after validate()) ------------------------------------------
 
@@ -197,15 +206,16 @@ class JobSettings:
         return self.rdzv_host, self.rdzv_port
 
     def validate(self) -> JobSettings:
-        """Check every setting; return ``self`` with ``sharding_strategy`` upper-cased.
+        """Check every setting every kind shares; return ``self`` with ``sharding_strategy``
+        upper-cased and ``model_plan`` made.
 
         Raises:
             UserError: naming the first key at fault (``NUM_NODES`` ...) and the fix.
         """
         s = replace(self, sharding_strategy=self.sharding_strategy.upper())
         lo, hi = s.node_range
-        _check_name(s.job_name, hi)
-        if not _DNS1123_LABEL.fullmatch(s.namespace) or len(s.namespace) > 63:
+        _check_name(s.job_name, s.job_kind)
+        if not DNS1123_LABEL.fullmatch(s.namespace) or len(s.namespace) > 63:
             raise UserError(
                 "NAMESPACE", f"{s.namespace!r} is not a valid namespace name", "use lower-case letters, digits and '-'"
             )
@@ -238,16 +248,16 @@ class JobSettings:
                 "run one rank per GPU: leave NPROC_PER_NODE unset",
             )
         _in_range("EFA_PER_NODE", s.efa_per_node, 0, 64)
-        if s.instance_type is not None and not (_LABEL_VALUE.fullmatch(s.instance_type) and len(s.instance_type) <= 63):
+        if s.instance_type is not None and not (LABEL_VALUE.fullmatch(s.instance_type) and len(s.instance_type) <= 63):
             raise UserError(
                 "INSTANCE_TYPE",
                 f"{s.instance_type!r} is not a valid label value",
                 "write an instance type such as p5.48xlarge",
             )
-        storage.check(s)
+        s = replace(s, model_plan=storage.check(s))
         _one_of("SHARDING_STRATEGY", "strategy", self.sharding_strategy, s.sharding_strategy, SHARDING_STRATEGIES)
         _one_of("RDZV_BACKEND", "backend", s.rdzv_backend, s.rdzv_backend, RDZV_BACKENDS)
-        if s.rdzv_host is not None and not _DNS1123_SUBDOMAIN.fullmatch(s.rdzv_host):
+        if s.rdzv_host is not None and not DNS1123_SUBDOMAIN.fullmatch(s.rdzv_host):
             raise UserError(
                 "RDZV_HOST",
                 f"{s.rdzv_host!r} is not a host name",
@@ -257,20 +267,20 @@ class JobSettings:
             _in_range("RDZV_PORT", s.rdzv_port, 1, 65535)
         _in_range("MAX_RESTARTS", s.max_restarts, 0, 10_000)
         if s.hf_token_secret is not None and not (
-            _DNS1123_SUBDOMAIN.fullmatch(s.hf_token_secret) and len(s.hf_token_secret) <= 253
+            DNS1123_SUBDOMAIN.fullmatch(s.hf_token_secret) and len(s.hf_token_secret) <= 253
         ):
             raise UserError(
                 "HF_TOKEN_SECRET",
                 f"{s.hf_token_secret!r} is not a Secret name",
                 "use lower-case letters, digits, '-' and '.'",
             )
-        if not _SECRET_KEY.fullmatch(s.hf_token_secret_key):
+        if not SECRET_KEY.fullmatch(s.hf_token_secret_key):
             raise UserError(
                 "HF_TOKEN_SECRET_KEY",
                 f"{s.hf_token_secret_key!r} is not a Secret key",
                 "use letters, digits, '-', '_' and '.'",
             )
-        if s.shm_size is not None and not _QUANTITY.fullmatch(s.shm_size):
+        if s.shm_size is not None and not QUANTITY.fullmatch(s.shm_size):
             raise UserError("SHM_SIZE", f"{s.shm_size!r} is not a Kubernetes quantity", "write e.g. SHM_SIZE=64Gi")
         _in_range("METRICS_PORT", s.metrics_port, 1024, 65535 - s.ranks_per_node)
         _trainer_values(s.trainer_args)
@@ -287,7 +297,7 @@ class JobSettings:
         Raises:
             UserError: a mistake in ``TRAINER_ARGS`` (``validate`` finds it first).
         """
-        plan = storage.model_plan(self)
+        plan = storage.plan_of(self)
         model = (
             ModelConfig(preset=self.model)
             if plan.kind == "preset"
@@ -318,22 +328,17 @@ class JobSettings:
         return self.num_nodes * self.ranks_per_node
 
 
-def _check_name(name: str, max_nodes: int) -> None:
-    longest = 63 - len(_WORKER_INFIX) - len(str(max(max_nodes - 1, 0)))
-    if not _DNS1035_LABEL.fullmatch(name):
+def _check_name(name: str, kind: str) -> None:
+    """A DNS-1035 label: both kinds name pods and Services after the job (each kind also limits
+    its length: ``observe.k8s.kinds``)."""
+    if not DNS1035_LABEL.fullmatch(name):
         hint = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
         hint = hint if hint[:1].isalpha() else f"fsdp-{hint}".rstrip("-")
         raise UserError(
             "JOB_NAME",
-            f"{name!r} is not a name Kubernetes accepts for a PyTorchJob "
+            f"{name!r} is not a name Kubernetes accepts for a {kind} "
             "(lower-case letters, digits and '-', starting with a letter)",
             f"use e.g. JOB_NAME={hint}",
-        )
-    if len(name) > longest:
-        raise UserError(
-            "JOB_NAME",
-            f"{name!r} is {len(name)} characters; pod names '{name}{_WORKER_INFIX}N' must fit in 63",
-            f"use {longest} characters or fewer",
         )
 
 
@@ -414,7 +419,7 @@ def _trainer_values(args: tuple[str, ...]) -> dict[str, Any]:
 
 # --- reading files ---------------------------------------------------------------------------
 
-_FIELDS = {f.name: f for f in fields(JobSettings)}
+_FIELDS = {f.name: f for f in fields(JobSettings) if not f.metadata.get("derived")}
 #: File key (upper case) → field name. IMAGE_URI is the walkthrough's name for the image.
 _KEY_TO_FIELD = {name.upper(): name for name in _FIELDS if name != "image"} | {"IMAGE_URI": "image"}
 _KEY_OF_FIELD = {field: key for key, field in _KEY_TO_FIELD.items()}

@@ -1,8 +1,12 @@
-"""``fsdp-observe job status|logs|stop``: a PyTorchJob's state, its leader, its logs, its end.
+"""``fsdp-observe job status|logs|stop``: a job's state, its leader, its logs, its end, for every kind.
 
-The leader is the pod whose torchrun elastic agent hosts rank 0: every agent logs the rendezvous
-result (``master_addr=<host>``, at INFO, which the rendered job enables with ``LOGLEVEL=INFO``),
-as the AWS EKS walkthrough finds it with ``kubectl logs <pod> | grep master_addr=``.
+A job is looked up by name in each kind of ``observe.k8s.kinds.KINDS`` (or in the one ``--kind``
+names); the kind then says how its pods are found, how its status reads and what stopping means.
+
+The leader is the pod whose torchrun agent hosts rank 0: every agent logs the rendezvous result
+(``master_addr=<host>``, at INFO, which rendered jobs enable with ``LOGLEVEL=INFO``), as the AWS EKS
+walkthrough finds it with ``kubectl logs <pod> | grep master_addr=``. The host is a pod's name
+(a PyTorchJob's ``<job>-worker-<i>``), its host name (a TrainJob's ``<job>-node-0-0``) or its IP.
 """
 
 from __future__ import annotations
@@ -10,16 +14,17 @@ from __future__ import annotations
 import re
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO, cast
 
+from kubernetes.client.exceptions import ApiException
+
 from observe.errors import UserError
 from observe.k8s import names
-from observe.k8s.client import REQUEST_TIMEOUT, Kube, api_errors
-from observe.k8s.job_settings import ETCD_BACKENDS
+from observe.k8s.client import REQUEST_TIMEOUT, Kube, api_error, api_errors, status_body
+from observe.k8s.kinds import KINDS, JobKind, JobState
 
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 _MASTER_ADDR = re.compile(rb"master_addr=(\S+)")
 #: Pods whose logs are searched for ``master_addr=`` before giving up.
 LEADER_SEARCH_PODS = 3
@@ -27,11 +32,11 @@ LEADER_SEARCH_PODS = 3
 
 @dataclass(frozen=True)
 class PodState:
-    """One worker pod as ``job status`` shows it.
+    """One pod of a job as ``job status`` shows it.
 
     Attributes:
-        name: pod name (``<job>-worker-<i>``).
-        index: the operator's replica index, ``None`` when the label is missing.
+        name: pod name (``<job>-worker-<i>``, ``<job>-node-0-<i>-<random>``).
+        index: its node rank as its kind labels it, ``None`` when the label is missing.
         state: ``Running``, a container's waiting/terminated reason (``CrashLoopBackOff``,
             ``OOMKilled``, ``Completed``...), ``Terminating``, or the pod phase.
         ready: ``ready/total`` containers.
@@ -39,6 +44,7 @@ class PodState:
         node: node name, ``None`` before scheduling.
         ip: pod IP, ``None`` before it has one.
         has_log: whether a container has started (so ``kubectl logs`` has something).
+        hostname: ``spec.hostname`` when set (a JobSet's pods have one), else ``None``.
     """
 
     name: str
@@ -49,44 +55,93 @@ class PodState:
     node: str | None
     ip: str | None
     has_log: bool
+    hostname: str | None = None
 
 
 @dataclass(frozen=True)
 class JobStatus:
-    """A PyTorchJob, its rendezvous settings, its pods and its leader."""
+    """A job of some kind, its state, what its kind says of it, its pods and its leader."""
 
+    kind: JobKind
     name: str
     namespace: str
-    condition: str
-    reason: str
-    since: str
-    elastic: dict[str, Any]
+    state: JobState
+    details: list[str]
     pods: list[PodState]
     master_addr: str | None
     leader: str | None
     leader_source: str | None
 
 
-def get_job(kube: Kube, name: str) -> dict[str, Any]:
-    """The PyTorchJob object as the API returns it (a dict)."""
-    with api_errors(kube, f"pytorchjob {name}"):
-        job = kube.custom.get_namespaced_custom_object(
-            GROUP, VERSION, kube.namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+def what(kind: JobKind, name: str) -> str:
+    """How errors name a job: ``pytorchjob NAME``."""
+    return f"{kind.kind.lower()} {name}"
+
+
+def missing_api(kind: JobKind) -> tuple[str, str]:
+    """``api_errors``' ``(problem, fix)`` for a cluster without ``kind``'s API."""
+    return f"the cluster has no {kind.api_version} {kind.kind} API", kind.install
+
+
+def find_job(kube: Kube, name: str, kinds: Sequence[JobKind] = KINDS) -> tuple[JobKind, dict[str, Any]]:
+    """The job called ``name`` in the namespace: its kind and the object as the API returns it.
+
+    Each kind of ``kinds`` is asked in turn; the first that has the job wins. A kind whose API the
+    cluster lacks, or that this user may not read, is passed over for the next.
+
+    Raises:
+        UserError: no kind has it (naming the kinds whose API exists), the cluster has none of
+            their APIs (naming what to install), reading is forbidden, or the API server failed.
+    """
+    present: list[JobKind] = []  # kinds whose API the cluster has
+    forbidden: UserError | None = None
+    for kind in kinds:
+        with api_errors(kube, what(kind, name)):  # anything but the answers below is one line at once
+            try:
+                job = kube.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, kube.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
+                )
+                return kind, cast(dict[str, Any], job)
+            except ApiException as exc:
+                if exc.status == 403:
+                    forbidden = forbidden or api_error(exc, kube, what(kind, name), kube.namespace)
+                elif exc.status == 404 and status_body(exc):  # a Status: the API is there, the job is not
+                    present.append(kind)
+                elif exc.status != 404:  # a bare "404 page not found" says this kind's API is not installed
+                    raise
+    if forbidden is not None:
+        raise forbidden
+    if present:
+        raise UserError(
+            f"{'/'.join(k.kind.lower() for k in present)} {name}",
+            f"not found in namespace {kube.namespace}",
+            f"list jobs with kubectl get {','.join(k.plural for k in present)} -A, and pass -n NAMESPACE",
         )
-        return cast(dict[str, Any], job)
+    if len(kinds) == 1:
+        raise UserError(what(kinds[0], name), *missing_api(kinds[0]))
+    raise UserError(
+        f"job {name}",
+        "the cluster has " + " and ".join(f"no {k.api_version} {k.kind} API" for k in kinds),
+        ", or ".join(k.install.split(" (")[0] for k in kinds) + " (docs/kubernetes.md, prerequisites)",
+    )
 
 
-def list_pods(kube: Kube, name: str) -> list[Any]:
-    """The job's pods (``V1Pod``), in replica-index order."""
-    with api_errors(kube, f"pods of pytorchjob {name}"):
+def list_pods(kube: Kube, kind: JobKind, name: str) -> list[Any]:
+    """The job's pods (``V1Pod``), in node-rank order."""
+    with api_errors(kube, f"pods of {what(kind, name)}"):
         pods = kube.core.list_namespaced_pod(
-            kube.namespace, label_selector=f"{names.JOB_NAME_LABEL}={name}", _request_timeout=REQUEST_TIMEOUT
+            kube.namespace, label_selector=kind.pod_selector(name), _request_timeout=REQUEST_TIMEOUT
         ).items
-    return sorted(pods, key=lambda p: (_index(p) is None, _index(p) or 0, p.metadata.name))
+
+    def index(pod: Any) -> int | None:
+        return kind.node_index(pod.metadata.labels or {})
+
+    return sorted(pods, key=lambda p: (index(p) is None, index(p) or 0, p.metadata.name))
 
 
-def pod_state(pod: Any) -> PodState:
-    """Summarise a ``V1Pod`` for the status table."""
+def pod_state(pod: Any, kind: JobKind | None = None) -> PodState:
+    """Summarise a ``V1Pod`` of a job of ``kind`` (default: the first of ``KINDS``) for the status table."""
+    kind = kind or KINDS[0]
     statuses = pod.status.container_statuses or []
     state = pod.status.phase or "Unknown"
     for cs in statuses:
@@ -108,39 +163,32 @@ def pod_state(pod: Any) -> PodState:
     )
     return PodState(
         name=pod.metadata.name,
-        index=_index(pod),
+        index=kind.node_index(pod.metadata.labels or {}),
         state=state,
         ready=f"{sum(1 for cs in statuses if cs.ready)}/{len(pod.spec.containers)}",
         restarts=sum(cs.restart_count or 0 for cs in statuses),
         node=pod.spec.node_name,
         ip=pod.status.pod_ip,
         has_log=started,
+        hostname=pod.spec.hostname,
     )
 
 
-def _index(pod: Any) -> int | None:
-    value = (pod.metadata.labels or {}).get(names.REPLICA_INDEX_LABEL)
-    return int(value) if value is not None and value.isdigit() else None
-
-
-def job_status(kube: Kube, name: str) -> JobStatus:
-    """Read the job, its pods, and find its leader.
+def job_status(kube: Kube, name: str, kinds: Sequence[JobKind] = KINDS) -> JobStatus:
+    """Find the job (``find_job``), read its pods, and find its leader.
 
     Raises:
         UserError: the job does not exist, the API is unreachable or forbidden.
     """
-    job = get_job(kube, name)
-    pods = [pod_state(p) for p in list_pods(kube, name)]
-    conditions = [c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
-    last = conditions[-1] if conditions else {}
-    master_addr, source = find_master_addr(kube, pods)
+    kind, job = find_job(kube, name, kinds)
+    pods = [pod_state(p, kind) for p in list_pods(kube, kind, name)]
+    master_addr, source = find_master_addr(kube, kind, pods)
     return JobStatus(
+        kind=kind,
         name=name,
         namespace=kube.namespace,
-        condition=last.get("type", "Pending"),
-        reason=last.get("reason", ""),
-        since=last.get("lastTransitionTime", ""),
-        elastic=(job.get("spec") or {}).get("elasticPolicy") or {},
+        state=kind.state(job),
+        details=kind.describe(job),
         pods=pods,
         master_addr=master_addr,
         leader=match_leader(master_addr, pods),
@@ -148,14 +196,14 @@ def job_status(kube: Kube, name: str) -> JobStatus:
     )
 
 
-def find_master_addr(kube: Kube, pods: list[PodState]) -> tuple[str | None, str | None]:
+def find_master_addr(kube: Kube, kind: JobKind, pods: list[PodState]) -> tuple[str | None, str | None]:
     """The last ``master_addr=`` in the first worker logs that have one: ``(value, pod)``.
 
     A log the API refuses (a container between restarts) is skipped for the next worker's.
     """
     for pod in [p for p in pods if p.has_log][:LEADER_SEARCH_PODS]:
         try:
-            found = last_master_addr(_log_lines(kube, pod.name, follow=False))
+            found = last_master_addr(_log_lines(kube, kind, pod.name, follow=False))
         except UserError:
             continue
         if found:
@@ -174,26 +222,26 @@ def last_master_addr(lines: Iterable[bytes]) -> str | None:
 
 
 def match_leader(master_addr: str | None, pods: list[PodState]) -> str | None:
-    """The pod ``master_addr`` names: by host name (its first DNS label) or by pod IP."""
+    """The pod ``master_addr`` names: by its first DNS label (a pod's name or host name) or by pod IP."""
     if not master_addr:
         return None
     host = master_addr.split(".")[0] if not re.fullmatch(r"[0-9.]+", master_addr) else None
     for pod in pods:
-        if pod.name == host or (pod.ip and pod.ip == master_addr):
+        if host is not None and host in (pod.name, pod.hostname):
+            return pod.name
+        if pod.ip and pod.ip == master_addr:
             return pod.name
     return None
 
 
 def format_status(st: JobStatus) -> str:
     """The text ``job status`` prints."""
-    e = st.elastic
-    endpoint = f" at {e['rdzvHost']}:{e.get('rdzvPort', '')}".rstrip(":") if e.get("rdzvHost") else ""
+    s = st.state
     lines = [
-        f"pytorchjob {st.namespace}/{st.name}: {st.condition}"
-        + (f" ({st.reason})" if st.reason else "")
-        + (f" since {st.since}" if st.since else ""),
-        f"rendezvous: {e.get('rdzvBackend', 'c10d')}{endpoint}, id {e.get('rdzvId', 'n/a')}, "
-        f"nodes {e.get('minReplicas', '?')}..{e.get('maxReplicas', '?')}, max restarts {e.get('maxRestarts', '?')}",
+        f"{st.kind.kind.lower()} {st.namespace}/{st.name}: {s.condition}"
+        + (f" ({s.reason})" if s.reason else "")
+        + (f" since {s.since}" if s.since else ""),
+        *st.details,
     ]
     if st.master_addr:
         who = st.leader or "no pod of this job"
@@ -216,7 +264,7 @@ def format_status(st: JobStatus) -> str:
 # --- logs ------------------------------------------------------------------------------------
 
 
-def _log_lines(kube: Kube, pod: str, follow: bool, tail: int | None = None) -> Iterator[bytes]:
+def _log_lines(kube: Kube, kind: JobKind, pod: str, follow: bool, tail: int | None = None) -> Iterator[bytes]:
     """Lines (bytes, with their newline) of the trainer container's log, streamed."""
     # (connect, no read timeout) while following: urllib3 takes None, the client's stubs do not say so.
     timeout: Any = (REQUEST_TIMEOUT[0], None) if follow else REQUEST_TIMEOUT
@@ -225,7 +273,7 @@ def _log_lines(kube: Kube, pod: str, follow: bool, tail: int | None = None) -> I
         resp: Any = kube.core.read_namespaced_pod_log(
             pod,
             kube.namespace,
-            container=names.TRAINER_CONTAINER,
+            container=kind.container,
             follow=follow,
             tail_lines=tail,
             _preload_content=False,
@@ -245,38 +293,44 @@ def _log_lines(kube: Kube, pod: str, follow: bool, tail: int | None = None) -> I
 
 
 def write_logs(
-    kube: Kube, name: str, all_workers: bool, follow: bool, tail: int | None, out: TextIO | None = None
+    kube: Kube,
+    name: str,
+    all_workers: bool,
+    follow: bool,
+    tail: int | None,
+    out: TextIO | None = None,
+    kinds: Sequence[JobKind] = KINDS,
 ) -> None:
     """Print the leader's log, or every worker's with a ``[pod]`` prefix.
 
     Raises:
-        UserError: no pods, or (leader only) no leader found yet.
+        UserError: no such job (``find_job``), no pods, or (leader only) no leader found yet.
     """
     out = out or sys.stdout
-    get_job(kube, name)  # a clear "not found" before anything else
-    pods = [pod_state(p) for p in list_pods(kube, name)]
+    kind, _ = find_job(kube, name, kinds)  # a clear "not found" before anything else
+    pods = [pod_state(p, kind) for p in list_pods(kube, kind, name)]
     started = [p for p in pods if p.has_log]
     if not started:
         raise UserError(
-            f"pytorchjob {name}", "no worker has started yet", f"wait, then retry; see fsdp-observe job status {name}"
+            what(kind, name), "no worker has started yet", f"wait, then retry; see fsdp-observe job status {name}"
         )
     if not all_workers:
-        master_addr, _ = find_master_addr(kube, started)
+        master_addr, _ = find_master_addr(kube, kind, started)
         leader = match_leader(master_addr, started)
         if leader is None:
             raise UserError(
-                f"pytorchjob {name}",
+                what(kind, name),
                 "no leader found (no master_addr= naming a worker in their logs)",
                 "pass --all to read every worker",
             )
-        _copy(_log_lines(kube, leader, follow, tail), out, prefix=None)
+        _copy(_log_lines(kube, kind, leader, follow, tail), out, prefix=None)
         return
     lock = threading.Lock()
     errors: list[UserError] = []
 
     def pump(pod: str) -> None:
         try:
-            _copy(_log_lines(kube, pod, follow, tail), out, prefix=f"[{pod}] ", lock=lock)
+            _copy(_log_lines(kube, kind, pod, follow, tail), out, prefix=f"[{pod}] ", lock=lock)
         except UserError as exc:
             errors.append(exc)
 
@@ -312,31 +366,57 @@ def _copy(lines: Iterable[bytes], out: TextIO, prefix: str | None, lock: threadi
 # --- stop ------------------------------------------------------------------------------------
 
 
-def stop_job(kube: Kube, name: str, out: TextIO | None = None, err: TextIO | None = None) -> None:
-    """Delete the job (its pods go with it); with an etcd rendezvous, restart the etcd pod.
+def stop_job(
+    kube: Kube,
+    name: str,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    kinds: Sequence[JobKind] = KINDS,
+    suspend: bool = False,
+) -> None:
+    """Delete the job (its pods go with it) or, with ``suspend``, suspend it (its pods are deleted,
+    the object stays, to be resumed); then, when its kind keeps rendezvous state in an etcd
+    (``JobKind.etcd_host``), restart that etcd's pod.
 
     The walkthrough's stop script deleted the etcd pod by hand, because torchrun's rendezvous
     state outlives the job in etcd and a job that reuses it meets ``RendezvousClosedError``. Here
-    the etcd Service named by ``elasticPolicy.rdzvHost`` is looked up and the pods it selects are
+    the etcd Service named by the job's rendezvous host is looked up and the pods it selects are
     deleted; their Deployment starts a fresh, empty etcd.
+
+    Raises:
+        UserError: no such job, no access, or the API failed.
     """
     out, err = out or sys.stdout, err or sys.stderr
-    job = get_job(kube, name)
-    with api_errors(kube, f"pytorchjob {name}"):
-        kube.custom.delete_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            kube.namespace,
-            PLURAL,
-            name,
-            propagation_policy="Foreground",
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-    out.write(f"deleted pytorchjob {kube.namespace}/{name} (its pods are deleted with it)\n")
-    elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
-    if elastic.get("rdzvBackend") not in ETCD_BACKENDS:
+    kind, job = find_job(kube, name, kinds)
+    ref = f"{kind.kind.lower()} {kube.namespace}/{name}"
+    with api_errors(kube, what(kind, name), missing_api=missing_api(kind)):
+        if suspend:
+            kube.custom.patch_namespaced_custom_object(
+                kind.group,
+                kind.version,
+                kube.namespace,
+                kind.plural,
+                name,
+                kind.suspend_patch(),
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        else:
+            kube.custom.delete_namespaced_custom_object(
+                kind.group,
+                kind.version,
+                kube.namespace,
+                kind.plural,
+                name,
+                propagation_policy="Foreground",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+    if suspend:
+        out.write(f"suspended {ref} (its pods are deleted; the job stays, with its status, until resumed or deleted)\n")
+    else:
+        out.write(f"deleted {ref} (its pods are deleted with it)\n")
+    host = kind.etcd_host(job)
+    if host is None:
         return
-    host = elastic.get("rdzvHost") or ""
     service = service_of_host(host, kube.namespace)
     if service is None:
         err.write(

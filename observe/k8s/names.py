@@ -1,4 +1,5 @@
-"""Kubernetes names shared by ``daemonsets/``, ``fsdp-observe job`` and the TUI's pod discovery.
+"""Kubernetes names shared by ``daemonsets/``, ``fsdp-observe job`` and the TUI's pod discovery,
+and the rules the API server applies to names and quantities.
 
 Standard library only. The YAML under ``daemonsets/`` is plain YAML and spells these values too;
 ``tests/k8s/test_manifests.py`` fails when the two disagree, so this module is the one place to
@@ -12,7 +13,23 @@ metadata by ``daemonsets/kustomization.yaml``.
 
 from __future__ import annotations
 
+import re
+
 from observe.catalog import AGENT_PORT, TRAINER_PORT_BASE
+
+# --- what the API server accepts (k8s.io/apimachinery/pkg/util/validation) -----------------------
+#: RFC 1035 label: a Service, or a name that becomes a pod's host name (at most 63 characters).
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+#: RFC 1123 label: a namespace (at most 63 characters).
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: RFC 1123 subdomain: most object names, a Secret, a claim, a StorageClass (at most 253 characters).
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: A label value (at most 63 characters; empty allowed).
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+#: A key of a Secret's data.
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+#: A resource quantity as these settings write it (``64Gi``, ``500G``, ``1.5Ti``).
+QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 
 #: Namespace of the add-on (agent, etcd, RBAC, monitors). Training jobs may live anywhere.
 NAMESPACE = "fsdp-observe"
@@ -37,7 +54,7 @@ PROMETHEUS_SELECTOR_LABELS: dict[str, str] = {"release": "kube-prometheus-stack"
 #: Pod label carrying the run id (= torchrun's rendezvous id = the trainer's ``run_id`` label).
 RUN_ID_LABEL = "fsdp-observe/run-id"
 
-# --- the node agent's contract (issue 3) -----------------------------------------------------
+# --- the node agent's contract --------------------------------------------------------------------
 # What daemonsets/agent-daemonset.yaml assumes of ``fsdp-observe agent``. Change it here and in
 # that file together; the manifest tests compare them.
 AGENT_NAME = "fsdp-observe-agent"
@@ -67,12 +84,7 @@ AGENT_CAPABILITIES: tuple[str, ...] = ("SYSLOG",)
 #: every GPU's device node when it sees these variables.
 AGENT_NVIDIA_ENV: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
 
-# --- trainer pods ------------------------------------------------------------------------------
-#: The training operator fills in its defaults (the c10d port) only for a container of this name.
-TRAINER_CONTAINER = "pytorch"
-#: The operator's rendezvous port for c10d (kubeflow training-operator ``pytorchjob-port``).
-OPERATOR_PORT_NAME = "pytorchjob-port"
-OPERATOR_PORT = 23456
+# --- trainer pods (every job kind) ---------------------------------------------------------------
 #: Ranks per node the trainer PodMonitor scrapes (ports ``metrics-0`` .. ``metrics-7``): the most
 #: GPUs one node of the common training instance types (p4d, p5, a3) carries.
 MAX_RANKS_PER_NODE = 8
@@ -82,9 +94,13 @@ TRAINER_SCRAPE_INTERVAL_SECONDS = 15
 #: needs to see every rank's last step, docs/scaling.md) and 5 s of slack. A fixed wait: a pod
 #: just discovered may be scraped for the first time only after its last step.
 RENDERED_METRICS_LINGER_SECONDS = 2 * TRAINER_SCRAPE_INTERVAL_SECONDS + 5
-#: Labels the Kubeflow training operator sets on a PyTorchJob's pods.
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+#: Pod annotation prefix: ``fsdp-observe/metrics-port-<local_rank>: "<port>"``, on pods whose
+#: container ports a job kind cannot declare (a TrainJob's runtime patch has no ``ports``). The
+#: trainer PodMonitor for such pods and ``top --kube`` find the ranks' ports through it.
+METRICS_PORT_ANNOTATION = "fsdp-observe/metrics-port-"
+#: The service account of trainer pods whose pod spec cannot say ``automountServiceAccountToken:
+#: false`` itself (a TrainJob's): the ServiceAccount says it, so no API token is mounted.
+TRAINER_SERVICE_ACCOUNT = "fsdp-observe-trainer"
 
 # --- rendezvous --------------------------------------------------------------------------------
 ETCD_SERVICE = "fsdp-observe-etcd"
@@ -101,6 +117,11 @@ def trainer_port_name(local_rank: int) -> str:
 def trainer_port(local_rank: int, base: int = TRAINER_PORT_BASE) -> int:
     """Container port of a rank's ``/metrics``: ``base + local_rank`` (the trainer's rule)."""
     return base + local_rank
+
+
+def trainer_port_annotation(local_rank: int) -> str:
+    """Pod annotation naming a rank's ``/metrics`` port (``fsdp-observe/metrics-port-0``)."""
+    return f"{METRICS_PORT_ANNOTATION}{local_rank}"
 
 
 def selector(labels: dict[str, str]) -> str:

@@ -18,22 +18,23 @@ every restart, elastic resize or new render of the same job resumes from the new
 checkpoint there (``--resume auto``: exactly at the same world size; resharded, with
 ``--resume-any-world-size``, at another).
 
-Everything here is plain data for ``observe.k8s.pytorchjob``; a mistake is a ``UserError`` naming
-the setting. Standard library only (with ``trainer.runspec``, torch-free).
+Everything here is plain data for the pod of any job kind (``observe.k8s.pod``); a mistake is a
+``UserError`` naming the setting. It reads the settings through ``StorageSettings`` (which
+``observe.k8s.job_settings.JobSettings`` is), so it imports nothing of the settings module:
+``check`` makes the ``ModelPlan`` once, ``JobSettings.validate`` keeps it, and everything after
+reads that. Standard library only (with ``trainer.runspec``, torch-free).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from observe.errors import UserError
+from observe.k8s.names import DNS1123_SUBDOMAIN, QUANTITY
 from trainer.runspec.presets import PRESETS
 from trainer.runspec.weights import is_hub_id, local_dir_name
-
-if TYPE_CHECKING:
-    from observe.k8s.job_settings import JobSettings
 
 MODEL_VOLUME = "model"
 CHECKPOINT_VOLUME = "checkpoints"
@@ -44,8 +45,6 @@ DEFAULT_CHECKPOINT_EVERY = 500
 #: The project image's user and group (``Dockerfile``): volumes are made writable for it.
 IMAGE_GROUP_ID = 1000
 
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 _REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
 
 
@@ -66,8 +65,53 @@ class ModelPlan:
     revision: str = "main"
 
 
-def model_plan(s: JobSettings) -> ModelPlan:
-    """How ``s``'s pods get their weights (settings already checked by ``check``)."""
+class StorageSettings(Protocol):
+    """The settings this module reads (``JobSettings`` has them; file keys in the class docstring
+    there). ``model_plan`` is ``check``'s result, ``None`` before the settings are checked."""
+
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def model_revision(self) -> str: ...
+    @property
+    def model_pvc(self) -> str | None: ...
+    @property
+    def model_host_path(self) -> str | None: ...
+    @property
+    def model_mount(self) -> str: ...
+    @property
+    def model_volume_size(self) -> str | None: ...
+    @property
+    def checkpoint_pvc(self) -> str | None: ...
+    @property
+    def checkpoint_storage_class(self) -> str | None: ...
+    @property
+    def checkpoint_size(self) -> str | None: ...
+    @property
+    def checkpoint_mount(self) -> str: ...
+    @property
+    def checkpoint_every(self) -> int | None: ...
+    @property
+    def model_plan(self) -> ModelPlan | None: ...
+
+
+def plan_of(s: StorageSettings) -> ModelPlan:
+    """``s.model_plan``, which ``check`` made when the settings were checked.
+
+    Raises:
+        ValueError: ``s`` was never checked (``JobSettings.validate``): a programming error.
+    """
+    if s.model_plan is None:
+        raise ValueError("storage settings used before JobSettings.validate() made their model plan")
+    return s.model_plan
+
+
+def _model_plan(s: StorageSettings) -> ModelPlan:
+    """How ``s``'s pods get their weights (the model settings already checked)."""
     if s.model in PRESETS:
         return ModelPlan("preset")
     if is_hub_id(s.model):
@@ -77,23 +121,26 @@ def model_plan(s: JobSettings) -> ModelPlan:
     return ModelPlan("volume" if s.model_pvc or s.model_host_path else "image", s.model)
 
 
-def checkpoint_dir(s: JobSettings) -> str | None:
+def checkpoint_dir(s: StorageSettings) -> str | None:
     """The trainer's ``--checkpoint-dir``: ``CHECKPOINT_MOUNT/<job>`` when a checkpoint volume is set."""
     return f"{s.checkpoint_mount.rstrip('/')}/{s.job_name}" if has_checkpoint_volume(s) else None
 
 
-def has_checkpoint_volume(s: JobSettings) -> bool:
+def has_checkpoint_volume(s: StorageSettings) -> bool:
     """A checkpoint volume is set (``CHECKPOINT_PVC`` or ``CHECKPOINT_STORAGE_CLASS``)."""
     return bool(s.checkpoint_pvc or s.checkpoint_storage_class)
 
 
-def checkpoint_claim_name(s: JobSettings) -> str:
+def checkpoint_claim_name(s: StorageSettings) -> str:
     """The claim the checkpoints are on: ``CHECKPOINT_PVC``, or the rendered ``<job>-checkpoints``."""
     return s.checkpoint_pvc or f"{s.job_name}-checkpoints"
 
 
-def check(s: JobSettings) -> None:
-    """Refuse storage settings that cannot work together.
+def check(s: StorageSettings) -> ModelPlan:
+    """Refuse storage settings that cannot work together; return how the pods get the weights.
+
+    Returns:
+        The ``ModelPlan`` (``JobSettings.validate`` keeps it as ``model_plan``).
 
     Raises:
         UserError: naming the first setting at fault.
@@ -103,18 +150,19 @@ def check(s: JobSettings) -> None:
     if s.model_mount.rstrip("/") == s.checkpoint_mount.rstrip("/"):
         raise UserError("CHECKPOINT_MOUNT", f"is MODEL_MOUNT too ({s.model_mount})", "give each its own folder")
     for key, claim in (("MODEL_PVC", s.model_pvc), ("CHECKPOINT_PVC", s.checkpoint_pvc)):
-        if claim is not None and not (_DNS1123_SUBDOMAIN.fullmatch(claim) and len(claim) <= 253):
+        if claim is not None and not (DNS1123_SUBDOMAIN.fullmatch(claim) and len(claim) <= 253):
             raise UserError(
                 key, f"{claim!r} is not a PersistentVolumeClaim name", "use lower-case letters, digits, '-' and '.'"
             )
     for key, size in (("MODEL_VOLUME_SIZE", s.model_volume_size), ("CHECKPOINT_SIZE", s.checkpoint_size)):
-        if size is not None and not _QUANTITY.fullmatch(size):
+        if size is not None and not QUANTITY.fullmatch(size):
             raise UserError(key, f"{size!r} is not a Kubernetes quantity", f"write e.g. {key}=500Gi")
     _check_model(s)
     _check_checkpoints(s)
+    return _model_plan(s)
 
 
-def _check_model(s: JobSettings) -> None:
+def _check_model(s: StorageSettings) -> None:
     hub, preset = is_hub_id(s.model), s.model in PRESETS
     if not (preset or hub or s.model.startswith("/")):
         raise UserError(
@@ -165,7 +213,7 @@ def _check_model(s: JobSettings) -> None:
         )
 
 
-def _check_checkpoints(s: JobSettings) -> None:
+def _check_checkpoints(s: StorageSettings) -> None:
     if s.checkpoint_pvc and s.checkpoint_storage_class:
         raise UserError(
             "CHECKPOINT_STORAGE_CLASS",
@@ -173,7 +221,7 @@ def _check_checkpoints(s: JobSettings) -> None:
             "use an existing claim (CHECKPOINT_PVC) or a new one (CHECKPOINT_STORAGE_CLASS), not both",
         )
     if s.checkpoint_storage_class is not None:
-        if not _DNS1123_SUBDOMAIN.fullmatch(s.checkpoint_storage_class):
+        if not DNS1123_SUBDOMAIN.fullmatch(s.checkpoint_storage_class):
             raise UserError(
                 "CHECKPOINT_STORAGE_CLASS",
                 f"{s.checkpoint_storage_class!r} is not a StorageClass name",
@@ -212,9 +260,9 @@ def _mount_path(key: str, path: str) -> None:
         raise UserError(key, f"{path!r} is not a folder to mount on", "write an absolute path such as /models")
 
 
-def volumes(s: JobSettings) -> list[dict[str, Any]]:
+def volumes(s: StorageSettings) -> list[dict[str, Any]]:
     """The pod's model and checkpoint volumes (``/dev/shm`` aside)."""
-    plan, out = model_plan(s), []
+    plan, out = plan_of(s), []
     if s.model_pvc:
         claim: dict[str, Any] = {"claimName": s.model_pvc, **({"readOnly": True} if plan.kind != "hub" else {})}
         out.append({"name": MODEL_VOLUME, "persistentVolumeClaim": claim})
@@ -229,7 +277,7 @@ def volumes(s: JobSettings) -> list[dict[str, Any]]:
     return out
 
 
-def mounts(s: JobSettings) -> list[dict[str, Any]]:
+def mounts(s: StorageSettings) -> list[dict[str, Any]]:
     """The trainer container's mounts of ``volumes(s)``: the weights read-only unless downloaded."""
     out: list[dict[str, Any]] = []
     if any(v["name"] == MODEL_VOLUME for v in volumes(s)):
@@ -237,7 +285,7 @@ def mounts(s: JobSettings) -> list[dict[str, Any]]:
             {
                 "name": MODEL_VOLUME,
                 "mountPath": s.model_mount,
-                **({"readOnly": True} if model_plan(s).kind != "hub" else {}),
+                **({"readOnly": True} if plan_of(s).kind != "hub" else {}),
             }
         )
     if has_checkpoint_volume(s):
@@ -245,7 +293,7 @@ def mounts(s: JobSettings) -> list[dict[str, Any]]:
     return out
 
 
-def warnings(s: JobSettings) -> list[str]:
+def warnings(s: StorageSettings) -> list[str]:
     """What a rendered job cannot do with these settings, one line each (``job render`` prints
     them): without a checkpoint volume every restart starts at step 0."""
     if not has_checkpoint_volume(s):
@@ -256,13 +304,13 @@ def warnings(s: JobSettings) -> list[str]:
     return []
 
 
-def writes_volumes(s: JobSettings) -> bool:
+def writes_volumes(s: StorageSettings) -> bool:
     """Some mounted claim is written (checkpoints, a download onto MODEL_PVC): the pod then needs
     ``fsGroup`` for the image's non-root user to write to it."""
-    return has_checkpoint_volume(s) or (bool(s.model_pvc) and model_plan(s).kind == "hub")
+    return has_checkpoint_volume(s) or (bool(s.model_pvc) and plan_of(s).kind == "hub")
 
 
-def claims(s: JobSettings) -> list[dict[str, Any]]:
+def claims(s: StorageSettings) -> list[dict[str, Any]]:
     """The PersistentVolumeClaim the render adds for ``CHECKPOINT_STORAGE_CLASS`` (else none).
 
     ReadWriteMany: every pod of the job mounts it, on different nodes. Not deleted with the job

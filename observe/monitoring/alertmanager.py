@@ -51,7 +51,14 @@ CLASS_RECEIVERS: dict[str, str] = {
     "unknown": "receiver_unknown",
 }
 #: The run alerts (one per rank or per run), routed to ``receiver_training``.
-TRAINING_ALERTS = ("FsdpTrainingStalled", "FsdpStragglerRank", "FsdpThroughputDrop")
+TRAINING_ALERTS = (
+    "FsdpTrainingStalled",
+    "FsdpCollectiveHang",
+    "FsdpCollectiveMismatch",
+    "FsdpRankGone",
+    "FsdpStragglerRank",
+    "FsdpThroughputDrop",
+)
 GROUP_BY_XID = ["node", "xid_class"]
 GROUP_BY_NODE = ["node", "alertname"]
 GROUP_BY_RUN = ["namespace", "run_id", "alertname"]

@@ -36,7 +36,7 @@ from typing import Any
 
 from observe import catalog as c
 from observe import xid, yamlio
-from observe.monitoring import alert_templates, fields
+from observe.monitoring import alert_templates, fields, hangs
 from observe.monitoring.fields import DCGM_XID_COUNT, DCGM_XID_ERRORS
 from observe.monitoring.settings import Settings
 from observe.promql import duration_seconds
@@ -95,6 +95,7 @@ RECORDED = (
     NODE_DISK_READ,
     NODE_DISK_WRITTEN,
     NODE_DISK_BUSY,
+    *hangs.RECORDED,
 )
 
 _RUN = "namespace, run_id"
@@ -506,26 +507,32 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
         run_gpu_faults_rule(s),
         _alert(
             "FsdpTrainingStalled",
-            f"(time() - {last_step} > {stall:g})\n* ignoring (phase) group_left (phase)\n({phase} == 1)",
+            f"(time() - {last_step} > {stall:g})\n* ignoring (phase) group_left (phase)\n({phase} == 1)\n"
+            f"{hangs.still_running(s)}",
             s.stall_for,
             "critical",
             f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} made no step for {s.stall_time}",
             f"R{_RANK[1:]} completed its last optimizer step {{{{ $value | humanizeDuration }}}} ago and "
-            f"is still {{{{ $labels.phase }}}}. A hung collective, a dead peer or a stuck data loader stops every "
-            f"rank; look for the rank whose log stops first (likely_cause names a GPU fault on the run's nodes).",
+            f"is still {{{{ $labels.phase }}}}. {hangs.waiting_count(s)} A hung collective, a dead peer or a stuck "
+            f"data loader stops every rank; look for the rank whose log stops first (likely_cause names a GPU "
+            f"fault on the run's nodes).",
             s,
             likely_cause=_likely_cause(s),
         ),
+        *hangs.compute_rules(s),
         _alert(
             "FsdpStragglerRank",
-            f"{STEP_MEAN}\n/ on ({_RUN}) group_left\n{STEP_MEDIAN}\n> {s.straggler_ratio:g}",
+            hangs.straggler(s, STEP_MEDIAN),
             s.straggler_for,
             "warning",
             "Run {{ $labels.run_id }}: rank {{ $labels.rank }} is a straggler",
-            f'R{_RANK[1:]} has taken {{{{ printf "%.1f" $value }}}} times the run\'s median step time (means over '
-            f"5m) for {s.straggler_for} (alert above {s.straggler_ratio:g}). Compare its data-wait share in "
-            f'"FSDP training run › Worst {s.top_n} ranks" and its GPU in "FSDP training run › SM clock of the '
-            f'run\'s GPUs" and "FSDP training run › XIDs on the run\'s GPUs".',
+            f"{hangs.place()[0].upper()}{hangs.place()[1:]} computes {{{{ $value | humanizeDuration }}}} per step "
+            f"(step time less data wait and collective wait, mean over 5m) against {hangs.compute_median()} on "
+            f"the run's median rank: {hangs.compute_excess()} more per step, in a step of "
+            f"{hangs.step_median(STEP_MEDIAN)} (alert above {s.straggler_ratio:g} times the median and "
+            f"{s.straggler_share:.0%} of the step, for {s.straggler_for}). Every other rank waits that long for it "
+            f'in the collectives each step. Compare its GPU in "FSDP training run › SM clock of the run\'s GPUs" '
+            f'and "FSDP training run › XIDs on the run\'s GPUs", and its node\'s CPU in "FSDP nodes › CPU busy".',
             s,
         ),
         _alert(
@@ -544,13 +551,70 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
     ]
 
 
+#: How to ask a stuck rank where it is (the hang alerts' descriptions).
+_ASK = (
+    "Its stack: fsdp-observe diagnose --trainer (or --kube) gives the verdict with it, or GET /debug/stacks on "
+    "its metrics port; each stalled rank also wrote its state, stacks and Flight Recorder dump once to the run's "
+    "dump folder."
+)
+
+
+def hang_rules(s: Settings) -> list[dict[str, Any]]:
+    """The hang group: which rank the others wait for (``observe.monitoring.hangs``), evaluated every
+    ``hang_interval`` so a hang fires within a minute (``Settings.hang_interval``)."""
+    place = hangs.place()
+    place = place[0].upper() + place[1:]
+    stalled = f"no step and no collective completed for longer than the stall threshold ({hangs.threshold(s)})"
+    return [
+        *hangs.recording_rules(s),
+        _alert(
+            "FsdpCollectiveHang",
+            hangs.behind(s),
+            s.hang_for,
+            "critical",
+            f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} holds up {_COUNT} rank(s) in a collective "
+            f"on process group {{{{ $labels.pg }}}}",
+            f"{place} has not entered {hangs.waited_in(s)} on process group {{{{ $labels.pg }}}}, which "
+            f"{_COUNT} rank(s) of the run wait in: {stalled}. It is in phase {hangs.phase_of_rank(s)} and "
+            f"waits in no collective itself: it stopped before this one (its own code, its data, a deadlock). {_ASK}",
+            s,
+        ),
+        _alert(
+            "FsdpCollectiveMismatch",
+            hangs.mismatch(s),
+            s.hang_for,
+            "critical",
+            "Run {{ $labels.run_id }}: rank {{ $labels.rank }} waits in {{ $labels.op }} where the others wait in "
+            "another collective",
+            f"{place} is blocked in {{{{ $labels.op }}}} #{_COUNT} on process group {{{{ $labels.pg }}}} while "
+            f"{hangs.majority(s)} at that sequence number: {stalled}. The ranks issued different collectives (a "
+            f"rank-dependent branch, or one collective more or less on some ranks); gloo and NCCL do not check, "
+            f"so every rank waits until the collective's timeout. {_ASK}",
+            s,
+        ),
+        _alert(
+            "FsdpRankGone",
+            hangs.gone(s),
+            s.hang_for,
+            "critical",
+            f"Run {{{{ $labels.run_id }}}}: rank {{{{ $labels.rank }}}} is gone while {_COUNT} rank(s) wait for it",
+            f"{place} (target {{{{ $labels.instance }}}}) has no series in Prometheus any more: "
+            f"{hangs.scrape_state(s)}. {_COUNT} rank(s) of the run wait in a collective: {stalled}; they will "
+            f"wait until the collective's timeout. Look at the pod's events and the node, and at its rank's log "
+            f"for its last words.",
+            s,
+        ),
+    ]
+
+
 def rule_file(settings: Settings | None = None) -> dict[str, Any]:
-    """The rule file as a mapping: ``{"groups": [training, gpu, nodes]}``."""
+    """The rule file as a mapping: ``{"groups": [training, hang, gpu, nodes]}``."""
     s = settings or Settings()
     gpu = [*gpu_recording_rules(s), *xid_alerts(s), *dcgm_xid_alerts(s), gpu_lost_alert(s), gpu_stale_alert(s)]
     return {
         "groups": [
             {"name": "fsdp-observe.training", "rules": training_rules(s)},
+            {"name": "fsdp-observe.hang", "interval": s.hang_interval, "rules": hang_rules(s)},
             {"name": "fsdp-observe.gpu", "rules": gpu},
             {"name": "fsdp-observe.nodes", "rules": node_rules(s)},
         ]

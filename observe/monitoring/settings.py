@@ -74,12 +74,25 @@ class Settings:
         gpu_lost_for: ``for`` of the GPU-lost alert.
         gpu_stale_for: how long the agent's NVML reading of a GPU may stay unfinished (a driver
             call that hangs) before FsdpGpuReadingStale fires.
-        stall_time: no optimizer step on a rank for this long (and the rank not finished) is a
-            stall.
+        stall_time: no optimizer step on a rank for this long (and the rank not finished, its
+            loop not ended, its own stall watchdog not saying it still makes progress) is a stall.
         stall_for: ``for`` of the stall alert.
-        straggler_ratio: a rank whose mean step time (5 min) exceeds this many times the run's
-            median is a straggler.
+        straggler_ratio: a rank whose compute time per step (5 min: step time less data wait and
+            collective wait, ``fsdp_train_compute_seconds_total``) exceeds this many times the
+            run's median rank's ...
+        straggler_share: ... by more than this share of the run's median step time is a
+            straggler (both as ``observe.diagnosis.judge``'s ``STRAGGLER_RATIO`` and
+            ``STRAGGLER_SHARE``, so the alert and ``fsdp-observe diagnose`` agree; a test checks
+            the defaults are equal). Step time cannot name a straggler: synchronous FSDP ranks
+            share one step time.
         straggler_for: ``for`` of the straggler alert.
+        hang_interval: evaluation interval of the hang alerts' rule group
+            (``fsdp-observe.hang``). With the trainer PodMonitor's 15 s scrape and the rank's stall
+            watchdog (30 s floor, 1 s look), a hang of a run whose median step is under 10 s fires
+            at most 30 + 2 + 15 + 10 = 57 s after it starts (docs/dashboards.md).
+        hang_for: ``for`` of the hang alerts (FsdpCollectiveHang, FsdpCollectiveMismatch,
+            FsdpRankGone); the rank's watchdog has already waited its threshold, and anything over
+            3 s breaks the minute above.
         throughput_drop_ratio: a run whose global tokens/s falls below this share of its own
             recent level (the median over ``throughput_baseline`` before ``throughput_offset``)
             has dropped.
@@ -93,7 +106,7 @@ class Settings:
             receiver_unknown: the Alertmanager receiver each XID severity class routes to
             (``observe.monitoring.alertmanager``; FsdpGpuLost goes with ``node_reboot``: its first
             action is the same reboot). Several classes may name one receiver.
-        receiver_training: the receiver of the run alerts (stall, straggler, throughput drop).
+        receiver_training: the receiver of the run alerts (stall, hang, straggler, throughput drop).
         receiver_default: the root route's receiver: any alert no other route takes.
         group_wait: how long Alertmanager holds a new group (one node and class) before its first
             notification, so the rest of a burst joins it.
@@ -123,7 +136,10 @@ class Settings:
     stall_time: str = "15m"
     stall_for: str = "2m"
     straggler_ratio: float = 1.5
+    straggler_share: float = 0.1
     straggler_for: str = "10m"
+    hang_interval: str = "10s"
+    hang_for: str = "0s"
     throughput_drop_ratio: float = 0.7
     throughput_baseline: str = "1h"
     throughput_offset: str = "10m"
@@ -161,6 +177,8 @@ class Settings:
             "stall_time",
             "stall_for",
             "straggler_for",
+            "hang_interval",
+            "hang_for",
             "throughput_baseline",
             "throughput_offset",
             "throughput_for",
@@ -196,6 +214,14 @@ class Settings:
                 f"{self.straggler_ratio} is not above 1",
                 "give a ratio above 1 (1.5 = 50 % slower than the run's median)",
             )
+        if not 0 <= self.straggler_share < 1:
+            raise UserError(
+                "straggler_share",
+                f"{self.straggler_share} is not from 0 to below 1",
+                "give e.g. 0.1 (the excess must be over 10 % of the run's median step time)",
+            )
+        if duration_seconds(self.hang_interval) == 0:
+            raise UserError("hang_interval", "0 is not an evaluation interval", "give e.g. 10s")
         if not 0 < self.throughput_drop_ratio < 1:
             raise UserError(
                 "throughput_drop_ratio",

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 from observe import catalog as c
 from observe.diagnosis import Collective, Group, RankEvidence, Unreached, from_state
 from observe.promapi import PrometheusAPI
-from observe.promql import names_regex
+from observe.promql import string
 from observe.sources.http import FetchError, HttpFetcher
 
 #: Seconds to wait for a rank's ``/debug/state``: a rank blocked in a collective answers in
@@ -113,8 +113,8 @@ def gather_prometheus(
         PrometheusError: Prometheus is unreachable or a query failed.
     """
     at = time.time() if at is None else at
-    run = f',run_id="{run_id}"' if run_id else ""
-    names = names_regex(m.name for m in _SERIES)
+    run = f",run_id={string(run_id)}" if run_id else ""
+    names = "|".join(sorted(m.name for m in _SERIES))
     _, now = api.query(f'{{__name__=~"{names}"{run}}}', at)
     _, seen = api.query(f'last_over_time({c.TRAIN_INFO.name}{{run_id!=""{run}}}[{GONE_LOOKBACK}])', at)
     fields: dict[tuple[str, int], dict] = defaultdict(lambda: {"groups": {}, "enqueued": {}, "completed": {}})

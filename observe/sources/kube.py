@@ -3,10 +3,11 @@
 Discovery uses the label selectors the manifests and ``fsdp-observe job render`` set
 (``observe.k8s.names``): agent pods in the add-on's namespace, trainer pods in the job's. A pod's
 address is its pod IP and the container port named like the manifest's (``metrics`` for the
-agent, ``metrics-<local_rank>`` for each rank); the node is ``spec.nodeName``. Only running pods
-with an IP are pulled. Discovery runs again every ``rediscover_seconds`` (pods come and go with
-restarts and elastic jobs) in a worker thread, and its failures are shown, never raised: the last
-good discovery keeps being pulled.
+agent, ``metrics-<local_rank>`` for each rank of a PyTorchJob), or, for a TrainJob's ranks, the
+port in the pod's ``fsdp-observe/metrics-port-<local_rank>`` annotation; the node is
+``spec.nodeName``. Only running pods with an IP are pulled. Discovery runs again every
+``rediscover_seconds`` (pods come and go with restarts and elastic jobs) in a worker thread, and
+its failures are shown, never raised: the last good discovery keeps being pulled.
 """
 
 from __future__ import annotations
@@ -56,16 +57,27 @@ def agent_endpoints(pods: list[dict]) -> list[Endpoint]:
 
 
 def trainer_endpoints(pods: list[dict]) -> list[Endpoint]:
-    """Each rank's ``/metrics`` URL of running trainer pods (ports named ``metrics-<local_rank>``)."""
-    out = []
+    """Each rank's ``/metrics`` URL of running trainer pods: ports named ``metrics-<local_rank>``
+    (a PyTorchJob's pods declare them), or annotated ``fsdp-observe/metrics-port-<local_rank>`` (a
+    TrainJob's pods, which cannot declare them)."""
+    out: set[Endpoint] = set()
     for pod in pods:
         ip, node = _running(pod)
         if ip is None:
             continue
-        for container in pod.get("spec", {}).get("containers", []):
-            for port in container.get("ports") or []:
-                if str(port.get("name", "")).startswith("metrics-") and port.get("containerPort"):
-                    out.append(Endpoint(f"http://{_host(ip)}:{port['containerPort']}/metrics", node))
+        ports = [
+            port["containerPort"]
+            for container in pod.get("spec", {}).get("containers", [])
+            for port in container.get("ports") or []
+            if str(port.get("name", "")).startswith("metrics-") and port.get("containerPort")
+        ]
+        annotations = pod.get("metadata", {}).get("annotations") or {}
+        ports += [
+            int(value)
+            for key, value in annotations.items()
+            if key.startswith(names.METRICS_PORT_ANNOTATION) and str(value).isdigit()
+        ]
+        out.update(Endpoint(f"http://{_host(ip)}:{port}/metrics", node) for port in ports)
     return sorted(out, key=lambda e: (e.node or "", e.url))
 
 

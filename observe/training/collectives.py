@@ -29,9 +29,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from observe.training import stacks
 
@@ -72,9 +71,8 @@ MARK = "_fsdp_observe_tracked"
 MAX_SHAPES = 2
 
 
-@dataclass(frozen=True)
-class Issued:
-    """One collective as this rank issued it.
+class Issued(NamedTuple):
+    """One collective as this rank issued it (a named tuple: it is made on every collective).
 
     Attributes:
         pg: the process group's ``group_name`` (``"0"`` for the default group).
@@ -88,13 +86,12 @@ class Issued:
     pg: str
     seq: int
     op: str
-    shapes: tuple[tuple[int, ...], ...]
+    shapes: tuple[Any, ...]
     issued_at: float
     p2p: bool = False
 
 
-@dataclass(frozen=True)
-class Blocked:
+class Blocked(NamedTuple):
     """A thread blocked in ``Work.wait``: on which collective (``None`` when the ``Work`` came from a
     path this module does not see), since when (``time.perf_counter()``), and which thread."""
 
@@ -132,22 +129,26 @@ class CollectiveTracker:
         self._pending: dict[int, Issued] = {}
         self._local = threading.local()
         self._default_pg: Callable[[], Any] | None = None
+        self._default_name: str | None = None
+        self._names: dict[int, str] = {}
 
     # -- the hot path (training threads) ----------------------------------------------------------
 
     def issue(self, op: str, group: Any, args: tuple[Any, ...], p2p: bool = False) -> Issued:
         """Record that ``op`` was issued on ``group`` (``None``: the default group) with ``args``."""
-        pg = self._group_name(group)
+        pg = self._default_name if group is None and self._default_name else self._names.get(id(group))
+        if pg is None:
+            pg = self._group_name(group)
         counts = self.p2p_issued if p2p else self.issued
         seq = counts.get(pg, 0) + 1
         counts[pg] = seq
         shapes = []
         for a in args:
-            shape = getattr(a, "shape", None)
-            if shape is None and isinstance(a, list) and a:
+            shape = getattr(a, "shape", None)  # a torch.Size: a tuple already, kept as it is
+            if shape is None and a.__class__ is list and a:
                 shape = getattr(a[0], "shape", None)
             if shape is not None:
-                shapes.append(tuple(shape))
+                shapes.append(shape)
                 if len(shapes) == MAX_SHAPES:
                     break
         issued = Issued(pg, seq, op, tuple(shapes), self.clock(), p2p)
@@ -199,7 +200,10 @@ class CollectiveTracker:
     # -- internals --------------------------------------------------------------------------------
 
     def _group_name(self, group: Any) -> str:
-        if group is None:
+        """``group``'s name, looked up once per group object (``group_name`` asks C++; the groups
+        of a run live as long as it does)."""
+        default = group is None
+        if default:
             if self._default_pg is None:
                 return "0"
             try:
@@ -207,7 +211,12 @@ class CollectiveTracker:
             except Exception:  # noqa: BLE001 - no default group yet: the call itself will raise
                 return "0"
         name = getattr(group, "group_name", None)
-        return str(name) if name is not None else "0"
+        pg = str(name) if name is not None else "0"
+        if default:
+            self._default_name = pg
+        else:
+            self._names[id(group)] = pg
+        return pg
 
     def wrap(self, name: str, fn: Callable[..., Any], p2p: bool = False) -> Callable[..., Any]:
         """``fn`` (a ``torch.distributed`` function named ``name``) recording each call. Calls made

@@ -47,6 +47,16 @@ def flops_per_token(model: Any, seq_len: int) -> int:
     return 6 * n_params + 12 * config.num_hidden_layers * config.hidden_size * seq_len
 
 
+def model_flops_per_token(model: Any, seq_len: int) -> int:
+    """FLOPs per token of any model: the PaLM count (``flops_per_token``) for a model with a
+    Hugging Face Llama-style ``config``, else ``6 * parameters`` (Kaplan et al. 2020, "Scaling
+    Laws for Neural Language Models", section 2.1: forward plus backward, attention left out)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "num_hidden_layers") and hasattr(model, "get_input_embeddings"):
+        return flops_per_token(model, seq_len)
+    return 6 * sum(int(p.numel()) for p in model.parameters())
+
+
 def peak_flops(device_name: str | None) -> float | None:
     """Dense BF16 peak FLOP/s of a device, or ``None`` when it is not in ``PEAK_BF16_FLOPS``.
 

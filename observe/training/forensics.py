@@ -1,8 +1,9 @@
 """One rank's hang and straggler evidence: its state, its collectives, compute vs wait, its stack.
 
-``RankForensics`` is fed by the entry-point protocol at the points it already sees (a step ends, a
-batch is fetched, a window closes) and reads the process's ``CollectiveTracker`` and Flight Recorder
-when asked. It serves three readers:
+``RankForensics`` is fed at the points the entry-point protocol already sees: it listens to the
+rank's ``StepRecorder`` (a step ends, a window closes), and the data iterators tell it when they
+wait. It reads the process's ``CollectiveTracker`` and Flight Recorder when asked, and serves three
+readers:
 
 - Prometheus (``families``): the cheap always-on series of ``observe.catalog.TRAINER_FORENSICS_METRICS``;
 - the rank's ``/debug/state`` (``state_json``): the same plus the blocked collective's op, sequence
@@ -79,6 +80,9 @@ class RankForensics:
         self.window_compute: float | None = None
         self.window_wait: float | None = None
         self.step_times: deque[float] = deque(maxlen=MEDIAN_STEPS)
+        #: (compute, collective wait) of the last ``MEDIAN_STEPS`` steps: the verdict's straggler
+        #: figures (a log window of a few steps is too short on a noisy host).
+        self.recent: deque[tuple[float, float]] = deque(maxlen=MEDIAN_STEPS)
         self.in_data_since: float | None = None
         self.batches = 0
         self.last_step_unix: float | None = None
@@ -89,11 +93,22 @@ class RankForensics:
         self.stall: dict[str, Any] | None = None
         self.stall_threshold: float | None = None
         self.peers: Callable[[], dict[str, Any]] | None = None
+        #: The run's last step, when known: reaching it ends the loop (saving afterwards is no hang).
+        self.planned_steps: int | None = None
 
     # -- fed by the entry-point protocol (training thread) ------------------------------------------
 
-    def step_ended(self, step_seconds: float, data_wait: float | None) -> None:
-        """A step of ``step_seconds`` ended, ``data_wait`` of it waiting for batches."""
+    # -- a StepListener (observe.training.recorder): the recorder tells it of every step --------
+
+    def step_began(self, step: int, at: float) -> None:
+        """A step began (nothing to do: the split is taken when it ends)."""
+
+    def step_ended(self, step: int, started: float, ended: float, data_wait: float | None) -> None:
+        """Step ``step`` ran from ``started`` to ``ended`` (``time.perf_counter``), ``data_wait`` of it
+        waiting for batches: split it into compute and collective wait."""
+        step_seconds = max(0.0, ended - started)
+        if self.planned_steps is not None and step >= self.planned_steps:
+            self.loop_ended = "planned_steps"
         tracker = self.tracker
         tracker.training_thread = threading.get_ident()
         waited = tracker.wait_seconds - self._wait_mark
@@ -107,11 +122,13 @@ class RankForensics:
         self._window_wait += wait
         self._window_steps += 1
         self.step_times.append(step_seconds)
+        self.recent.append((compute, wait))
         self.last_step_unix = time.time()
         self.loop_ended = None if self.loop_ended == "loader_exhausted" else self.loop_ended
 
-    def window_closed(self) -> None:
-        """A log window closed: its means per step become the window gauges."""
+    def window_closed(self, report: object = None) -> None:
+        """A log window closed (``report``: its ``WindowReport``, unused): its means per step become
+        the window gauges."""
         if self._window_steps:
             self.window_compute = self._window_compute / self._window_steps
             self.window_wait = self._window_wait / self._window_steps
@@ -203,6 +220,7 @@ class RankForensics:
                 "compute_seconds_total": round(self.compute_seconds_total, 6),
                 "collective_wait_seconds_total": round(self.wait_seconds_total, 6),
                 "median_step_seconds": self.median_step_seconds(),
+                **self._recent_means(),
             },
             "stall": self.stall,
             "stall_threshold_seconds": self.stall_threshold,
@@ -212,6 +230,17 @@ class RankForensics:
         if self.peers is not None:
             doc["peers"] = self.peers()
         return doc
+
+    def _recent_means(self) -> dict[str, float | int]:
+        """Mean compute and collective wait per step over the last ``MEDIAN_STEPS`` steps."""
+        recent = list(self.recent)
+        if not recent:
+            return {}
+        return {
+            "recent_steps": len(recent),
+            "recent_compute_seconds": sum(c for c, _ in recent) / len(recent),
+            "recent_collective_wait_seconds": sum(w for _, w in recent) / len(recent),
+        }
 
     def families(self, labels: dict[str, str]) -> Iterator[Any]:
         """The forensics series with the rank's constant ``labels``."""

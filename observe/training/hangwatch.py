@@ -42,6 +42,7 @@ def start(
     phase: Callable[[], str],
     step: Callable[[], int],
     watchdog: bool = True,
+    planned_steps: int | None = None,
 ) -> HangWatch | None:
     """Start the forensics of this rank; ``None`` when switched off or torch is not imported.
 
@@ -50,6 +51,7 @@ def start(
             ``port`` and, on CUDA, ``gpu_uuid``.
         phase, step: read the rank's phase and last step.
         watchdog: start the stall watchdog thread (off for a rank that does not serve).
+        planned_steps: the run's last step, when known (the loop ends there).
     """
     torch = sys.modules.get("torch")
     if torch is None or not collectives.enabled():
@@ -62,6 +64,7 @@ def start(
     if index is not None:
         ident["gpu_index"] = index
     forensics = RankForensics(tracker, ident, phase, step)
+    forensics.planned_steps = planned_steps
     directory = peers.dump_dir(str(identity.get("run_id", "")))
     dog = None
     try:

@@ -37,15 +37,16 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from observe.training import session
+from observe.training import progress, session
 from observe.training.api import TrainingMetrics
-from observe.training.inject import bootstrap
+from observe.training.recorder import StepRecorder
 
 __all__ = ["FsdpObserveCallback"]
 
 
 class FsdpObserveCallback(TrainerCallback):
-    """Feeds the rank's ``TrainingMetrics`` (``instrumentation="hf"``) from Trainer events.
+    """Feeds the rank's ``TrainingMetrics`` (``instrumentation="hf"``) from Trainer events,
+    through its ``recorder``.
 
     Args:
         **metrics_kwargs: passed to ``TrainingMetrics`` (``port_base``, ``run_id``, ``info`` ...).
@@ -54,6 +55,7 @@ class FsdpObserveCallback(TrainerCallback):
     def __init__(self, **metrics_kwargs: Any) -> None:
         self.metrics_kwargs = metrics_kwargs
         self.metrics: TrainingMetrics | None = None
+        self._recorder: StepRecorder | None = None  # the metrics' recorder, which these events drive
         self._last_event = time.perf_counter()
         self._tokens_seen: float | None = None
         self._phase_started: float | None = None
@@ -61,7 +63,7 @@ class FsdpObserveCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         """Serve the rank's endpoint; planned steps from ``state.max_steps``."""
         current = session.current()
-        if current is not None and current.instrumentation == "hf" and not current.closed:
+        if current is not None and current.recorder.instrumentation == "hf" and not current.closed:
             self.metrics = current
         else:
             self.metrics = TrainingMetrics(
@@ -71,55 +73,61 @@ class FsdpObserveCallback(TrainerCallback):
                 instrumentation="hf",
                 **self.metrics_kwargs,
             )
-        self.metrics.windows_at_log_steps = False  # windows end at on_log, as Hugging Face's do
-        self.metrics.step_index = int(state.global_step or 0)
+        self._recorder = r = self.metrics.recorder
+        r.windows_at_log_steps = False  # windows end at on_log, as Hugging Face's do
+        r.step_index = int(state.global_step or 0)
+        if "kubeflow" in (getattr(args, "report_to", None) or []):  # transformers adds it when Trainer's URL is set
+            progress.leave_to(
+                "transformers' KubeflowCallback (DISABLE_KUBEFLOW_INTEGRATION=TRUE hands it to fsdp-observe)",
+                r.rank_env.rank,
+            )
         self._last_event = time.perf_counter()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A step starts; without the injector, the gap since the last event is its data wait."""
-        m = self.metrics
-        if m is None:
+        r = self._recorder
+        if r is None:
             return
         now = time.perf_counter()
-        if bootstrap.hooks_installed:
-            m.begin_step(self._last_event)
+        if session.hooks_installed:
+            r.begin_step(self._last_event)
         else:
-            m.record_batch(None, self._last_event, now, count=False)
+            r.record_batch(None, self._last_event, now, count=False)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
         """The learning rate this step used."""
-        m = self.metrics
-        if m is not None and optimizer is not None:
-            m.read_learning_rate(optimizer)
+        r = self._recorder
+        if r is not None and optimizer is not None:
+            r.read_learning_rate(optimizer)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """One optimizer step done; enter the phase Hugging Face does next."""
-        m = self.metrics
-        if m is None:
+        r = self._recorder
+        if r is None:
             return
         now = time.perf_counter()
-        m.end_step(now)
+        r.end_step(now)
         self._last_event = now
         if control.should_evaluate:
-            self._enter(m, "validating")
+            self._enter(r, "validating")
         elif control.should_save:
-            self._enter(m, "checkpointing")
+            self._enter(r, "checkpointing")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """A training log: the window's loss, gradient norm, learning rate (and input tokens)."""
-        m = self.metrics
+        r = self._recorder
         self._last_event = time.perf_counter()
-        if m is None or not logs or "loss" not in logs:
+        if r is None or not logs or "loss" not in logs:
             return
         seen, tokens = logs.get("num_input_tokens_seen"), None
-        if seen is not None and not bootstrap.hooks_installed:  # global input tokens: this rank's share
+        if seen is not None and not session.hooks_installed:  # global input tokens: this rank's share
             before = self._tokens_seen or 0.0
             self._tokens_seen = float(seen)
-            tokens = int(round((float(seen) - before) / max(1, m.rank_env.world_size)))
-        m.set_info(loss_source="hf_logged")
+            tokens = int(round((float(seen) - before) / max(1, r.rank_env.world_size)))
+        r.set_info(loss_source="hf_logged")
         if logs.get("grad_norm") is not None:
-            m.set_info(grad_norm_source="hf_logged")
-        m.record_window(
+            r.set_info(grad_norm_source="hf_logged")
+        r.record_window(
             loss=float(logs["loss"]),
             grad_norm=_float(logs.get("grad_norm")),
             learning_rate=_float(logs.get("learning_rate")),
@@ -131,36 +139,36 @@ class FsdpObserveCallback(TrainerCallback):
         self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
         """The validation loss; then checkpointing if a save follows, else back to training."""
-        m = self.metrics
-        if m is None:
+        r = self._recorder
+        if r is None:
             return
         if metrics and metrics.get("eval_loss") is not None:
-            m.validation(float(metrics["eval_loss"]))
+            r.validation(float(metrics["eval_loss"]))
         if control.should_save:
-            self._enter(m, "checkpointing")
+            self._enter(r, "checkpointing")
         else:
-            self._enter(m, "training")
+            self._enter(r, "training")
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A checkpoint was written: its time since the checkpointing phase began."""
-        m = self.metrics
-        if m is None:
+        r = self._recorder
+        if r is None:
             return
         now = time.perf_counter()
-        if m.phases.current == "checkpointing" and self._phase_started is not None:
-            m.checkpoint_saved(now - self._phase_started, step=int(state.global_step))
-        self._enter(m, "training")
+        if r.phases.current == "checkpointing" and self._phase_started is not None:
+            r.checkpoint_saved(now - self._phase_started, step=int(state.global_step))
+        self._enter(r, "training")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Close the last window and enter ``finished``; the endpoint lingers until the process
         ends (under the injector) or for ``linger_seconds`` now (explicit use)."""
-        m = self.metrics
-        if m is not None:
-            m.training_ended()
+        r = self._recorder
+        if r is not None:
+            r.training_ended()
 
-    def _enter(self, m: TrainingMetrics, phase: str) -> None:
-        if m.phases.current != phase:
-            m.enter_phase(phase)
+    def _enter(self, r: StepRecorder, phase: str) -> None:
+        if r.phases.current != phase:
+            r.enter_phase(phase)
         self._phase_started = time.perf_counter()
         self._last_event = self._phase_started
 

@@ -37,8 +37,10 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from observe.training import session
 from observe.training.api import TrainingMetrics
 from observe.training.inject import bootstrap
+from observe.training.recorder import StepRecorder
 from observe.training.tensors import Accumulator
 
 __all__ = ["FsdpObserveCallback", "callbacks"]
@@ -54,7 +56,8 @@ def callbacks() -> list[Callback]:
 
 
 class FsdpObserveCallback(Callback):
-    """Feeds the rank's ``TrainingMetrics`` (``instrumentation="lightning"``) from Lightning hooks.
+    """Feeds the rank's ``TrainingMetrics`` (``instrumentation="lightning"``) from Lightning hooks,
+    through its ``recorder``.
 
     Args:
         **metrics_kwargs: passed to ``TrainingMetrics`` (``port_base``, ``run_id``, ``info`` ...).
@@ -63,6 +66,7 @@ class FsdpObserveCallback(Callback):
     def __init__(self, **metrics_kwargs: Any) -> None:
         self.metrics_kwargs = metrics_kwargs
         self.metrics: TrainingMetrics | None = None
+        self._recorder: StepRecorder | None = None  # the metrics' recorder, which these hooks drive
         self._last_batch_end: float | None = None
         self._step_loss = Accumulator()
 
@@ -79,63 +83,64 @@ class FsdpObserveCallback(Callback):
             instrumentation="lightning",
             **self.metrics_kwargs,
         )
-        self.metrics.step_index = int(trainer.global_step)
+        self._recorder = self.metrics.recorder
+        self._recorder.step_index = int(trainer.global_step)
         self._last_batch_end = time.perf_counter()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         """The batch's samples and tokens; without the injector, its data wait."""
-        m = self.metrics
-        if m is None:
+        r = self._recorder
+        if r is None:
             return
         now = time.perf_counter()
         since = self._last_batch_end if self._last_batch_end is not None else now
-        if bootstrap.hooks_installed:  # the DataLoader hook times the fetch itself
-            m.begin_step(since)
-            m.record_batch(batch, now, now)
+        if session.hooks_installed:  # the DataLoader hook times the fetch itself
+            r.begin_step(since)
+            r.record_batch(batch, now, now)
         else:
-            m.record_batch(batch, since, now)
+            r.record_batch(batch, since, now)
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         """The learning rate of this step."""
-        if self.metrics is not None:
-            self.metrics.read_learning_rate(optimizer)
+        if self._recorder is not None:
+            self._recorder.read_learning_rate(optimizer)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """The micro-batch's loss; a step when ``global_step`` moved."""
-        m = self.metrics
+        r = self._recorder
         self._last_batch_end = time.perf_counter()
-        if m is None:
+        if r is None:
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
             self._step_loss.add(loss)
-        if int(trainer.global_step) > m.step_index:
+        if int(trainer.global_step) > r.step_index:
             if not self._step_loss.empty:
                 acc = self._step_loss
-                m.add_loss(acc.device if acc.device is not None else acc.host)
+                r.add_loss(acc.device if acc.device is not None else acc.host)
                 self._step_loss = Accumulator()
-            m.end_step(self._last_batch_end)
+            r.end_step(self._last_batch_end)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         """Enter ``validating`` (not for the sanity check before training)."""
-        if self.metrics is not None and not trainer.sanity_checking:
-            self.metrics.enter_phase("validating")
+        if self._recorder is not None and not trainer.sanity_checking:
+            self._recorder.enter_phase("validating")
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         """The validation loss the module logged, if any; back to training."""
-        m = self.metrics
-        if m is None or trainer.sanity_checking:
+        r = self._recorder
+        if r is None or trainer.sanity_checking:
             return
         for key in VALIDATION_LOSS_KEYS:
             value = trainer.callback_metrics.get(key)
             if value is not None:
-                m.validation(value)
+                r.validation(value)
                 break
-        m.enter_phase("training")
+        r.enter_phase("training")
         self._last_batch_end = time.perf_counter()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         """Close the last window and enter ``finished``; explicit use lingers here, the injector
         at exit."""
-        if self.metrics is not None:
-            self.metrics.training_ended()
+        if self._recorder is not None:
+            self._recorder.training_ended()

@@ -61,23 +61,26 @@ def register(directory: Path, identity: dict[str, Any]) -> Path:
     return path
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists in this process namespace (a zombie counts as gone)."""
+def process_state(pid: int) -> str | None:
+    """Process ``pid``'s state letter from ``/proc/<pid>/stat`` (``R`` running, ``S`` sleeping,
+    ``D`` in I/O, ``T``/``t`` stopped by a signal or a debugger, ``Z`` zombie; ``proc(5)``), ``X``
+    when it does not exist in this process namespace, ``None`` where it cannot be read."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return "X"
     except PermissionError:
-        return True
+        pass
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return True
+        return None
 
 
 def read_peers(directory: Path, me: dict[str, Any]) -> dict[str, Any]:
-    """The other ranks of this pod, by rank: ``pid``, ``alive``, ``local_rank``, ``port`` and, when
+    """The other ranks of this pod, by rank: ``pid``, ``alive``, ``process_state`` (``process_state``),
+    ``local_rank``, ``port`` and, when
     their GIL watch fired, ``gil_stacks`` (its last ``GIL_TAIL_BYTES``)."""
     out: dict[str, Any] = {}
     try:
@@ -93,7 +96,9 @@ def read_peers(directory: Path, me: dict[str, Any]) -> dict[str, Any]:
             continue
         entry: dict[str, Any] = {k: peer.get(k) for k in ("pid", "local_rank", "port", "node", "thread")}
         pid = peer.get("pid")
-        entry["alive"] = alive(int(pid)) if isinstance(pid, int) else None
+        state = process_state(pid) if isinstance(pid, int) else None
+        entry["process_state"] = state
+        entry["alive"] = None if state is None else state not in ("X", "Z")
         gil = gil_file(directory, int(peer["rank"]))
         try:
             size = gil.stat().st_size

@@ -166,3 +166,17 @@ def cuda_identity(local_rank: int) -> tuple[str | None, str | None]:
         return (f"GPU-{uuid_}" if uuid_ else None), props.name
     except Exception:  # noqa: BLE001 - a broken driver must not stop training: no GPU labels
         return None, None
+
+
+def rank_labels(run_id: str, rank_env: RankEnv, gpu_uuid: str | None) -> dict[str, str]:
+    """The constant labels of every series of this rank (``observe.catalog.TRAINER_LABELS``, and
+    ``gpu_uuid``, the ``GPU-...`` string NVML and DCGM print, on CUDA)."""
+    labels = {
+        "run_id": run_id,
+        "rank": str(rank_env.rank),
+        "local_rank": str(rank_env.local_rank),
+        "node": rank_env.node,
+    }
+    if gpu_uuid:
+        labels["gpu_uuid"] = gpu_uuid
+    return labels

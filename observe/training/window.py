@@ -1,4 +1,5 @@
-"""Log windows: which steps log, and the figures of the steps between two log steps.
+"""Log windows: which steps log, the open window (``OpenWindow``) and the figures of the steps
+between two log steps (``WindowStats``, and ``WindowReport`` for a caller's own log line).
 
 Step time over a window is the window's wall time divided by the steps really in it (not by
 ``log_every``): logging at step 1 and then every 10 steps, the window ending at step 1 holds 1
@@ -8,9 +9,9 @@ step 100 holds 4.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from observe.training.tensors import Accumulator
 
 
 def is_log_step(step: int, log_every: int, last_step: int) -> bool:
@@ -66,35 +67,89 @@ class WindowStats:
         return self.labelled_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-class LogWindow:
-    """Accumulates per-step host figures until the next log step.
+@dataclass(frozen=True)
+class WindowReport:
+    """What a closed log window gave, for a caller's own log line (``TrainingMetrics(on_window=...)``).
 
-    Args:
-        start_step: the step the run starts after (0, or the step resumed from).
-        clock: a monotonic clock in seconds (injectable for tests).
+    Attributes:
+        step: the log step that closed it. stats: its host figures.
+        loss: the window's loss (``None`` when no loss was given). grad_norm: the last one given.
+        global_tokens_per_second: summed over ranks (``global_loss`` only, else ``None``).
+        learning_rate: of the last step.
     """
 
-    def __init__(self, start_step: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
-        self.last_step = start_step
-        self._start = clock()
-        self._data_wait = 0.0
-        self._tokens = 0
+    step: int
+    stats: WindowStats
+    loss: float | None
+    grad_norm: float | None
+    global_tokens_per_second: float | None
+    learning_rate: float | None
 
-    def add(self, data_wait_seconds: float, labelled_tokens: int) -> None:
-        """Record one step's data wait and labelled tokens."""
-        self._data_wait += data_wait_seconds
-        self._tokens += labelled_tokens
 
-    def close(self, step: int) -> WindowStats:
-        """End the window at ``step`` and start the next one.
+class OpenWindow:
+    """The steps since the last log window closed: their wall time, data wait and labelled tokens
+    (a host part, and a device part that is read when the window closes), and the process's first
+    step (its warm-up) while that step's window is open.
 
-        Raises:
-            ValueError: if ``step`` does not advance past the previous log step.
-        """
-        if step <= self.last_step:
-            raise ValueError(f"log step {step} does not advance past {self.last_step}")
-        now = self._clock()
-        stats = WindowStats(step - self.last_step, now - self._start, self._data_wait, self._tokens)
-        self.last_step, self._start, self._data_wait, self._tokens = step, now, 0.0, 0
-        return stats
+    ``observe.training.recorder.StepRecorder`` adds each step (``add_step``), and on a log step
+    takes the window's figures (``stats``) and starts the next (``restart``). Times are
+    ``time.perf_counter`` seconds.
+    """
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self._started: float | None = None
+        self._first_step_ended: float | None = None
+        self._data_wait: float | None = None
+        self._tokens = Accumulator()
+        self._tokens_known = False
+        #: Labelled tokens still on a device (counted into the window when ``stats`` is given them).
+        self.device_tokens = Accumulator()
+
+    def add_step(
+        self, started: float, ended: float, data_wait: float | None, tokens: Accumulator | None, first: bool
+    ) -> int | None:
+        """A step that ran from ``started`` to ``ended``, waited ``data_wait`` seconds for data
+        (``None``: not watched) and counted ``tokens`` (an ``Accumulator``, ``None``: not
+        counted); ``first``: the process's first step. Returns the host part of its tokens."""
+        if self._started is None:
+            self._started = started
+        if first:
+            self._first_step_ended = ended
+        tokens_host: int | None = None
+        if tokens is not None:
+            self._tokens_known = True
+            if tokens.device is not None:
+                self.device_tokens.add(tokens.device)
+            tokens_host = int(tokens.host)
+            self._tokens.add(tokens_host)
+        if data_wait is not None:
+            self._data_wait = (self._data_wait or 0.0) + data_wait
+        self.steps += 1
+        return tokens_host
+
+    def add_tokens(self, tokens: int) -> None:
+        """Labelled tokens of the window a framework counted itself."""
+        self._tokens.add(tokens)
+        self._tokens_known = True
+
+    def stats(self, now: float, device_tokens: float | None) -> tuple[WindowStats, int]:
+        """The window's figures at ``now``, with ``device_tokens`` (the read value of
+        ``device_tokens``) counted in; and that count as an int, for the running total."""
+        seconds = now - (self._started if self._started is not None else now)
+        tokens: int | None = None
+        extra = 0
+        if self._tokens_known:
+            extra = int(round(device_tokens or 0.0))
+            tokens = int(self._tokens.host) + extra
+        stats = WindowStats(self.steps, seconds, self._data_wait, tokens)
+        if self._first_step_ended is not None:  # the window holds the process's first step (warm-up)
+            started = self._started if self._started is not None else self._first_step_ended
+            stats = replace(stats, warmup_steps=1, warmup_seconds=max(0.0, self._first_step_ended - started))
+            self._first_step_ended = None
+        return stats, extra
+
+    def restart(self, now: float) -> None:
+        """Start the next window at ``now``."""
+        self._started, self.steps, self._data_wait = now, 0, None
+        self._tokens, self.device_tokens, self._tokens_known = Accumulator(), Accumulator(), False

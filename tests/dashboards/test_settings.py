@@ -26,6 +26,9 @@ def test_durations(text: str, seconds: float) -> None:
         ("throughput_drop_ratio", 1.2, "throughput_drop_ratio: 1.2 is not between 0 and 1"),
         ("runbook_base_url", "docs/dashboards.md", "runbook_base_url: 'docs/dashboards.md' is not an http(s) URL"),
         ("straggler_ratio", True, "straggler_ratio: expected float, got True"),
+        ("straggler_share", 1.0, "straggler_share: 1.0 is not from 0 to below 1"),
+        ("hang_interval", "0s", "hang_interval: 0 is not an evaluation interval"),
+        ("hang_for", "1 minute", "hang_for: '1 minute' is not a Prometheus duration"),
     ],
 )
 def test_a_bad_value_names_its_field(field: str, value, message: str) -> None:

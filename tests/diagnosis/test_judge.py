@@ -260,3 +260,16 @@ def test_a_mismatch_is_found_from_the_blocked_collectives_alone_as_metrics_give_
     ]
     v = judge(ranks)
     assert (v.verdict, v.culprit_ranks) == ("mismatch", [2])
+
+
+def test_a_wait_the_wrapper_cannot_see_counts_from_the_flight_recorder_counts() -> None:
+    # DDP's reducer waits in C++ (and NCCL's host never blocks): rank 0 is "computing" to the wrapper,
+    # but it issued collective 41 and it has not completed; rank 1 never issued it.
+    ranks = [
+        rank(0, world=2, state="computing", groups={"0": Group(41, 40)}),
+        rank(1, world=2, state="data", groups={"0": Group(40, 40)}, stack=(FRAME_USER,)),
+    ]
+    v = judge(ranks)
+    assert (v.verdict, v.culprit_ranks) == ("hang", [1])
+    assert v.culprits[0].seq == 41 and v.culprits[0].op is None
+    assert "has not entered collective #41 on process group 0" in v.summary

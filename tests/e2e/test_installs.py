@@ -186,7 +186,7 @@ class LiveRun:
     rank exports, without torch ranks: the scaling report only reads the series)."""
 
     def __init__(self, run_id: str, world_size: int, steps: int, step_seconds: float) -> None:
-        from observe.training.collector import TrainerMetrics
+        from observe.training.collector import TrainingCollector
 
         info = {
             "model": "tiny",
@@ -197,7 +197,7 @@ class LiveRun:
             "backend": "gloo",
         }
         self.ranks = [
-            TrainerMetrics(
+            TrainingCollector(
                 {"run_id": run_id, "rank": str(r), "local_rank": str(r), "node": "n1"},
                 info,
                 planned_steps=steps,

@@ -22,7 +22,7 @@ import httpx
 
 from observe.k8s.job_settings import settings_from_mapping
 from observe.k8s.jobs import last_master_addr
-from observe.k8s.pytorchjob import render
+from observe.k8s.kinds.pytorchjob import render
 
 
 def operator_env(job: dict) -> dict[str, str]:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from observe.k8s.job_settings import settings_from_mapping
-from observe.k8s.pytorchjob import LAUNCHER, RESTART_POLICY, render
+from observe.k8s.kinds.pytorchjob import RESTART_POLICY, render
+from observe.k8s.pod import LAUNCHER
 from observe.ports import free_port
 from tests.e2e.test_job_rendezvous import operator_env
 from tests.support.trainer_runs import events, read_log, sigterm_at_step

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from observe.k8s.job_settings import settings_from_mapping
-from observe.k8s.pytorchjob import render
+from observe.k8s.kinds.pytorchjob import render
 from observe.ports import free_port
 from tests.e2e.test_job_rendezvous import operator_env
 from tests.support.hub_standin import HubStandIn

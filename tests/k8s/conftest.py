@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tests.support.fake_apiserver import RecordedAPIServer, Reply, write_kubeconfig
-from tests.support.kube_checks import SCHEMAS
+from tests.support.kube_checks import SCHEMAS, crd_schema
 
 
 @pytest.fixture
@@ -41,3 +41,15 @@ def pytorchjob_schema() -> dict:
     """openAPIV3Schema of the training operator's PyTorchJob CRD (tests/schemas copy)."""
     crd = yaml.safe_load((SCHEMAS / "kubeflow.org_pytorchjobs.yaml").read_text())
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+@pytest.fixture(scope="session")
+def trainjob_schema() -> dict:
+    """openAPIV3Schema of Kubeflow Trainer v2.3's TrainJob CRD (tests/schemas copy)."""
+    return crd_schema("trainer.kubeflow.org_trainjobs.yaml")
+
+
+@pytest.fixture(scope="session")
+def clustertrainingruntime_schema() -> dict:
+    """openAPIV3Schema of Kubeflow Trainer v2.3's ClusterTrainingRuntime CRD (tests/schemas copy)."""
+    return crd_schema("trainer.kubeflow.org_clustertrainingruntimes.yaml")

@@ -228,9 +228,11 @@ def test_the_namespace_comes_from_the_context_or_the_flag(api_server, kubeconfig
     config = kubeconfig(server.url, namespace="team-a")
     run(["status", JOB, "--kubeconfig", config], capsys)
     run(["status", JOB, "--kubeconfig", config, "-n", "team-b"], capsys)
-    assert [r.path for r in server.requests] == [
+    assert [r.path for r in server.requests] == [  # each kind is asked for the name, in that namespace
         f"/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs/{JOB}",
+        f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/{JOB}",
         f"/apis/kubeflow.org/v1/namespaces/team-b/pytorchjobs/{JOB}",
+        f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-b/trainjobs/{JOB}",
     ]
 
 

@@ -11,9 +11,11 @@ import yaml
 
 from observe.catalog import TRAINER_PORT_BASE
 from observe.cli import job as job_cmd
+from observe.cli import main as cli_main
 from observe.k8s import names
 from observe.k8s.job_settings import RDZV_BACKENDS, load_settings, settings_from_mapping
-from observe.k8s.pytorchjob import render, trainer_command
+from observe.k8s.kinds import pytorchjob
+from observe.k8s.kinds.pytorchjob import render, trainer_command
 from tests.support.kube_checks import K8S_VERSION, REPO, unknown_fields, validate_against
 from trainer.runspec.config import SHARDING_STRATEGIES, TrainConfig
 
@@ -55,7 +57,7 @@ def test_the_example_renders_a_valid_pytorchjob(pytorchjob_schema) -> None:
     assert spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
     assert set(spec["pytorchReplicaSpecs"]) == {"Worker"}  # elastic: every pod is a peer
     container = pod_of(job)["spec"]["containers"][0]
-    assert container["name"] == names.TRAINER_CONTAINER
+    assert container["name"] == pytorchjob.TRAINER_CONTAINER
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}
     assert pod_of(job)["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_of(job)["spec"]["tolerations"]
@@ -110,7 +112,7 @@ def test_each_rank_has_a_named_metrics_port_the_podmonitor_scrapes() -> None:
     template = pod_of(job)
     ports = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
     assert ports == {
-        names.OPERATOR_PORT_NAME: names.OPERATOR_PORT,
+        pytorchjob.OPERATOR_PORT_NAME: pytorchjob.OPERATOR_PORT,
         "metrics-0": 9600,
         "metrics-1": 9601,
         "metrics-2": 9602,
@@ -118,7 +120,7 @@ def test_each_rank_has_a_named_metrics_port_the_podmonitor_scrapes() -> None:
     }
     monitor = yaml.safe_load((REPO / "daemonsets" / "trainer-podmonitor.yaml").read_text())
     scraped = {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]}
-    assert set(ports) - {names.OPERATOR_PORT_NAME} <= scraped
+    assert set(ports) - {pytorchjob.OPERATOR_PORT_NAME} <= scraped
     assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     assert job["metadata"]["labels"]["app.kubernetes.io/instance"] == "fsdp"
 
@@ -185,6 +187,15 @@ def test_render_writes_plain_yaml_to_a_file(tmp_path: Path, pytorchjob_schema) -
         == 0
     )
     assert yaml.safe_load(out_only.read_text()) == job
+
+
+def test_a_name_too_long_for_the_worker_pods_is_one_line(capsys) -> None:
+    """``<JOB_NAME>-worker-<i>`` names pods and Services: the PyTorchJob kind's own rule."""
+    status = cli_main(["job", "render", "--config", str(ENV_EXAMPLE), "--set", "JOB_NAME=" + "a" * 60])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: JOB_NAME: 'aaaa") and "pod names 'aaaa" in err and "-worker-N' must fit in 63" in err
+    assert "use 54 characters or fewer" in err  # 63 - len("-worker-") - 1 digit (2 nodes)
 
 
 def test_node_name_comes_from_the_downward_api() -> None:

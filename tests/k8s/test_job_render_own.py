@@ -13,7 +13,8 @@ from observe.cli import main as cli_main
 from observe.errors import UserError
 from observe.k8s import names
 from observe.k8s.job_settings import load_settings, settings_from_mapping
-from observe.k8s.pytorchjob import render
+from observe.k8s.kinds import pytorchjob
+from observe.k8s.kinds.pytorchjob import render
 from tests.support.kube_checks import K8S_VERSION, REPO, unknown_fields, validate_against
 
 EXAMPLE = REPO / "examples" / "own-training.env"
@@ -58,7 +59,7 @@ def test_the_example_renders_a_valid_instrumented_job(pytorchjob_schema) -> None
     assert {f"metrics-{r}": 9500 + r for r in range(8)}.items() <= ports.items()
     monitor = yaml.safe_load((REPO / "daemonsets" / "trainer-podmonitor.yaml").read_text())
     assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
-    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} >= set(ports) - {names.OPERATOR_PORT_NAME}
+    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} >= set(ports) - {pytorchjob.OPERATOR_PORT_NAME}
 
 
 def test_our_trainers_jobs_are_not_instrumented_twice() -> None:

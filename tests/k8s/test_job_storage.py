@@ -19,7 +19,8 @@ from observe.cli import job as job_cmd
 from observe.errors import UserError
 from observe.k8s import names, storage
 from observe.k8s.job_settings import settings_from_mapping
-from observe.k8s.pytorchjob import LAUNCHER, render, trainer_command
+from observe.k8s.kinds.pytorchjob import render, trainer_command
+from observe.k8s.pod import LAUNCHER
 from tests.k8s.test_job_render import ENV_EXAMPLE, IMAGE, as_pod, assert_valid, pod_of
 from tests.support.kube_checks import K8S_VERSION, REPO
 from tests.support.pod_security import violations

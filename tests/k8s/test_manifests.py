@@ -123,7 +123,7 @@ def check_monitoring_shape(obj: dict) -> None:
 
 
 def test_a_misspelt_monitor_field_is_caught(built) -> None:
-    monitor = dict(by_kind(built, "PodMonitor"))
+    monitor = dict(by_kind(built, "PodMonitor", "fsdp-observe-trainer"))
     monitor["spec"] = {**monitor["spec"], "podMetricEndpoints": monitor["spec"]["podMetricsEndpoints"]}
     with pytest.raises(AssertionError):
         check_monitoring_shape(monitor)
@@ -290,7 +290,7 @@ def test_the_agent_service_and_servicemonitor_find_the_agent(built) -> None:
 
 
 def test_the_trainer_podmonitor_scrapes_every_rank_of_any_namespace(built) -> None:
-    monitor = by_kind(built, "PodMonitor")
+    monitor = by_kind(built, "PodMonitor", "fsdp-observe-trainer")
     assert monitor["spec"]["namespaceSelector"] == {"any": True}
     assert monitor["spec"]["selector"]["matchLabels"] == names.TRAINER_LABELS
     ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]

@@ -14,13 +14,14 @@ from observe.cli import job as job_cmd
 from observe.k8s import names
 from observe.k8s.access import trainer_network_policy, viewer_access
 from observe.k8s.job_settings import load_settings
-from observe.k8s.pytorchjob import render
+from observe.k8s.kinds import pytorchjob
+from observe.k8s.kinds.pytorchjob import render
 from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 from tests.support.network_policy import Pod, admits
 
 DAEMONSETS = REPO / "daemonsets"
 JOB_NS = "ml-jobs"
-OPERATOR_PORT, NCCL_PORT = names.OPERATOR_PORT, 43127
+OPERATOR_PORT, NCCL_PORT = pytorchjob.OPERATOR_PORT, 43127
 
 
 def template_labels(objs: list[dict], name: str) -> dict[str, str]:
@@ -142,7 +143,12 @@ def test_job_access_renders_a_read_only_role_for_one_namespace(capsys) -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         assert obj["metadata"]["namespace"] == JOB_NS
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert granted == {("", "pods"), ("", "pods/log"), ("kubeflow.org", "pytorchjobs")}
+    assert granted == {
+        ("", "pods"),
+        ("", "pods/log"),
+        ("kubeflow.org", "pytorchjobs"),
+        ("trainer.kubeflow.org", "trainjobs"),
+    }
     assert {v for rule in role["rules"] for v in rule["verbs"]} == {"get", "list", "watch"}
     assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [
         ("ServiceAccount", names.VIEWER_NAME),
@@ -150,6 +156,29 @@ def test_job_access_renders_a_read_only_role_for_one_namespace(capsys) -> None:
         ("Group", "ml"),
     ]
     assert viewer_access(JOB_NS) == [role, {**binding, "subjects": binding["subjects"][:1]}]
+
+
+def test_job_access_operator_may_stop_jobs_of_every_kind_and_read_no_secret(capsys) -> None:
+    assert job_cmd.main(["access", "-n", JOB_NS, "--user", "alice", "--operator"]) == 0
+    viewer, viewer_binding, operator, operator_binding = yaml.safe_load_all(capsys.readouterr().out)
+    for obj in (viewer, viewer_binding, operator, operator_binding):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    assert (operator["metadata"]["name"], operator_binding["roleRef"]["name"]) == ("fsdp-observe-operator",) * 2
+    verbs = {
+        (g, r): set(rule["verbs"]) for rule in operator["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    for job in (("kubeflow.org", "pytorchjobs"), ("trainer.kubeflow.org", "trainjobs")):
+        assert verbs[job] == {"get", "list", "watch", "delete", "patch"}  # delete, or patch to suspend
+        assert {"delete", "patch"}.isdisjoint(v for rule in viewer["rules"] for v in rule["verbs"])
+    # the people named, never the viewer's service account, may stop jobs
+    assert [(s["kind"], s["name"]) for s in operator_binding["subjects"]] == [("User", "alice")]
+    for role in (viewer, operator):  # nothing reads Secrets, nor anything cluster-wide
+        assert all("secrets" not in rule["resources"] and "*" not in rule["resources"] for rule in role["rules"])
+        assert role["kind"] == "Role"
+    from observe.cli import main
+
+    assert main(["job", "access", "-n", JOB_NS, "--operator"]) == 2  # an operator Role bound to nobody
+    assert "error: --operator: binds nobody" in capsys.readouterr().err
 
 
 def test_job_access_refuses_a_bad_namespace(capsys) -> None:

@@ -13,9 +13,11 @@ import yaml
 
 from observe.k8s import names
 from observe.k8s.job_settings import load_settings
-from observe.k8s.pytorchjob import render
+from observe.k8s.kinds.pytorchjob import render
+from observe.k8s.kinds.trainjob import render as render_trainjob
 from tests.support.kube_checks import K8S_VERSION, REPO, kustomize
 from tests.support.pod_security import BASELINE_CAPABILITIES, violations
+from tests.support.trainer_v2 import effective_pod
 
 DAEMONSETS = REPO / "daemonsets"
 AGENT = names.AGENT_NAME
@@ -72,6 +74,8 @@ EXCEPTIONS: dict[str, dict[str, dict[str, str]]] = {
         "restricted": {},
     },
     "pytorchjob worker": {"baseline": {}, "restricted": {}},
+    # the pod Trainer makes of the TrainJob example on the stock runtime (tests/support/trainer_v2.py)
+    "trainjob node": {"baseline": {}, "restricted": {}},
 }
 
 
@@ -98,6 +102,9 @@ def pods(tmp_path_factory) -> dict[str, dict]:
         out[f"{AGENT} + {component}"] = ds["spec"]["template"]
     job = render(load_settings(REPO / "examples" / "llama2-7b.env"), run_id="pss-1")
     out["pytorchjob worker"] = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    trainjob = render_trainjob(load_settings(REPO / "examples" / "llama2-7b-trainjob.env"), run_id="pss-2")
+    node = effective_pod(trainjob, 1)
+    out["trainjob node"] = {"metadata": node["metadata"], "spec": node["spec"]}
     return out
 
 

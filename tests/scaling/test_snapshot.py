@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from observe import catalog as c
 from observe.promtext import Sample
 from observe.scaling.snapshot import HistogramState, rank_snapshots
-from observe.training.collector import TrainerMetrics
+from observe.training.collector import TrainingCollector
 from observe.training.window import WindowStats
 
 INFO = {
@@ -26,7 +26,7 @@ INFO = {
 
 def exposition(rank: int, steps: int) -> list[Sample]:
     """Samples parsed from the trainer exporter's own text (the format a /metrics scrape returns)."""
-    m = TrainerMetrics(
+    m = TrainingCollector(
         {"run_id": "r1", "rank": str(rank), "local_rank": str(rank), "node": "n1"},
         INFO,
         planned_steps=10,

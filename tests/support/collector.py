@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from observe.training.collector import TrainerMetrics
+from observe.training.collector import TrainingCollector
 
 LABELS = {"run_id": "r1", "rank": "0", "local_rank": "0", "node": "n1"}
 INFO = {
@@ -20,13 +20,13 @@ INFO = {
 }
 
 
-def make(peak: float | None = None, export_global: bool = True) -> TrainerMetrics:
-    return TrainerMetrics(
+def make(peak: float | None = None, export_global: bool = True) -> TrainingCollector:
+    return TrainingCollector(
         LABELS, INFO, planned_steps=100, flops_per_token=1_000_000, peak_flops=peak, export_global=export_global
     )
 
 
-def scrape(metrics: TrainerMetrics) -> dict[str, dict]:
+def scrape(metrics: TrainingCollector) -> dict[str, dict]:
     """Render through a real registry and parse back: sample name -> {labels tuple: value}."""
     registry = CollectorRegistry()
     registry.register(metrics)

@@ -183,7 +183,7 @@ def trainer_exposition(
     (seconds per step), its collective tracking is on (``observe.training.forensics``: the hang and
     straggler series): each step of the last log window spent ``compute`` computing and the rest
     after the data wait blocked in collectives, 12 collectives per step, none in flight."""
-    from observe.training.collector import TrainerMetrics
+    from observe.training.collector import TrainingCollector
     from observe.training.phases import PhaseClock
     from observe.training.window import WindowStats
 
@@ -198,7 +198,7 @@ def trainer_exposition(
         "device_type": "cuda" if gpu_uuid else "cpu",
         "backend": "nccl",
     }
-    metrics = TrainerMetrics(
+    metrics = TrainingCollector(
         labels,
         info,
         planned_steps=200,
@@ -212,7 +212,8 @@ def trainer_exposition(
     window = WindowStats(steps=10, seconds=10 * step_seconds, data_wait_seconds=10 * data_wait, labelled_tokens=81920)
     metrics.on_window(window, loss=2.0 + 100 / step, grad_norm=1.0, global_tokens_per_second=20000.0, memory=None)
     if compute is not None:
-        metrics.forensics = _forensics(labels, step, step_seconds, data_wait, compute, phase)
+        forensics = _forensics(labels, step, step_seconds, data_wait, compute, phase)
+        metrics.add_families(lambda collector: forensics.families(collector.labels))
     registry = CollectorRegistry()
     registry.register(metrics)
     text = generate_latest(registry)
@@ -230,8 +231,8 @@ def _forensics(
     tracker.issued = {"0": 12 * step}
     tracker.completed = {"0": 12 * step}
     forensics = RankForensics(tracker, dict(labels), phase=lambda: phase or "training", step=lambda: step)
-    for _ in range(10):
+    for s in range(step - 9, step + 1):
         tracker.wait_seconds += max(0.0, step_seconds - data_wait - compute)
-        forensics.step_ended(step_seconds, data_wait)
+        forensics.step_ended(s, 0.0, step_seconds, data_wait)
     forensics.window_closed()
     return forensics

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
+
+import yaml
 
 from tests.support.crd_yaml import load_all
 
@@ -12,6 +15,15 @@ REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "tests" / "schemas"
 #: A current Kubernetes minor for kubernetes-validate.
 K8S_VERSION = "1.34.0"
+
+
+@functools.cache
+def crd_schema(file: str) -> dict:
+    """openAPIV3Schema of the one version of a CustomResourceDefinition under tests/schemas (read
+    once per process: the files are large; do not change what it returns)."""
+    crd = yaml.safe_load((SCHEMAS / file).read_text())
+    (version,) = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
 
 
 def kustomize(path: Path) -> list[dict]:

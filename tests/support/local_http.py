@@ -3,6 +3,7 @@ the webhook receiver): 127.0.0.1, a free port, quiet, stopped with ``close``."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,17 +16,21 @@ class QuietHandler(BaseHTTPRequestHandler):
 
 
 class BackgroundServer:
-    """Serves ``handler`` on 127.0.0.1 (a free port) on a daemon thread."""
+    """Serves ``handler`` on 127.0.0.1 (a free port) on a daemon thread; over TLS with ``tls``."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+    def __init__(self, handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None = None) -> None:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.scheme = "http"
+        if tls is not None:  # the handshake happens in the request's thread, on its first read
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True, do_handshake_on_connect=False)
+            self.scheme = "https"
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        """``http://127.0.0.1:<port>`` (``https`` over TLS)."""
+        return f"{self.scheme}://127.0.0.1:{self._httpd.server_address[1]}"
 
     def close(self) -> None:
         """Stop serving."""

@@ -4,7 +4,7 @@
   on 127.0.0.1, one path per body, for a real Prometheus to scrape.
 - ``cuda_rank_exposition`` writes what a CUDA trainer rank exports *and a CPU rank cannot*
   (``gpu_uuid`` on every series, MFU, the caching allocator's memory) with the trainer's own
-  exporter (``observe.training.collector.TrainerMetrics``) fed CUDA-like figures, so the format is the
+  exporter (``observe.training.collector.TrainingCollector``) fed CUDA-like figures, so the format is the
   trainer's and only the values are made up.
 """
 
@@ -74,7 +74,7 @@ def cuda_rank_exposition(
     The rank has done 20 steps of one 4096-token sequence at 0.5 s each (MFU about 0.33) (Llama 2 7B shapes, FULL_SHARD,
     bf16); ``peak_flops`` is the dense BF16 peak of an H100/H200 SXM (NVIDIA datasheet).
     """
-    from observe.training.collector import DeviceMemory, TrainerMetrics
+    from observe.training.collector import DeviceMemory, TrainingCollector
     from observe.training.window import WindowStats
 
     labels = {"run_id": run_id, "rank": str(rank), "local_rank": str(rank), "node": node, "gpu_uuid": gpu_uuid}
@@ -88,7 +88,7 @@ def cuda_rank_exposition(
         "activation_checkpointing": "full",
         "mesh": str(world_size),
     }
-    metrics = TrainerMetrics(
+    metrics = TrainingCollector(
         labels,
         info,
         planned_steps=1000,

@@ -58,7 +58,7 @@ def model() -> torch.nn.Module:
 def samples(m: TrainingMetrics) -> dict[str, float]:
     """Sample name (plus phase/problem label) -> value, for this rank's series."""
     out = {}
-    for name, series in scrape(m.collector).items():
+    for name, series in scrape(m.recorder.collector).items():
         for labels, value in series.items():
             extra = dict(labels).get("phase") or dict(labels).get("problem")
             out[f"{name}{{{extra}}}" if extra else name] = value
@@ -67,9 +67,9 @@ def samples(m: TrainingMetrics) -> dict[str, float]:
 
 def test_labels_come_from_the_torchrun_environment() -> None:
     m = TrainingMetrics(serve=False)
-    (key,) = scrape(m.collector)[c.TRAIN_STEP.name]
+    (key,) = scrape(m.recorder.collector)[c.TRAIN_STEP.name]
     assert dict(key) == {"run_id": "rdzv-7", "rank": "3", "local_rank": "1", "node": "node-a"}
-    info = dict(next(iter(scrape(m.collector)[c.TRAIN_INFO.name])))
+    info = dict(next(iter(scrape(m.recorder.collector)[c.TRAIN_INFO.name])))
     assert info["instrumentation"] == "api" and info["world_size"] == "4" and info["device_type"] == "cpu"
 
 
@@ -105,7 +105,7 @@ def test_gradient_accumulation_loop_counts_steps_tokens_and_a_token_weighted_los
     assert got[c.TRAIN_DATA_WAIT_SECONDS.name + "_count"] == 4
     assert got[c.TRAIN_TOKENS_PER_SECOND.name] > 0
     assert c.TRAIN_GRAD_NORM.name not in got  # never given: absent, never 0
-    info = dict(next(iter(scrape(m.collector)[c.TRAIN_INFO.name])))
+    info = dict(next(iter(scrape(m.recorder.collector)[c.TRAIN_INFO.name])))
     assert info["loss_source"] == "rank_token_mean" and info["tokens_source"] == "labels"
     assert "grad_norm_source" not in info
 
@@ -136,10 +136,10 @@ def test_values_unknown_to_the_loop_are_absent_never_zero() -> None:
 
 def test_phases_checkpoint_and_validation() -> None:
     m = TrainingMetrics(serve=False, log_every=1)
-    assert m.phases.current == "loading_weights"
+    assert m.recorder.phases.current == "loading_weights"
     with m.step() as s:
         s.loss(2.0)
-    assert m.phases.current == "training"
+    assert m.recorder.phases.current == "training"
     with m.phase("checkpointing"):
         assert samples(m)[f"{c.TRAIN_PHASE.name}{{checkpointing}}"] == 1
     m.validation(loss=torch.tensor(math.log(8.0)))
@@ -252,10 +252,10 @@ def test_global_loss_is_one_all_reduce_per_log_step(tmp_path, monkeypatch) -> No
         for step in range(3):
             with m.step() as s:
                 s.loss(torch.tensor(4.0 * (step + 1)), tokens=4, reduction="sum")
-                m.record_tokens(4, "reported")
+                m.recorder.record_tokens(4, "reported")
         got = samples(m)
         assert got[c.TRAIN_LOSS.name] == pytest.approx((8.0 + 12.0) / 8)  # the window of steps 2 and 3
         assert got[c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name] == pytest.approx(got[c.TRAIN_TOKENS_PER_SECOND.name])
-        assert dict(next(iter(scrape(m.collector)[c.TRAIN_INFO.name])))["loss_source"] == "global_token_mean"
+        assert dict(next(iter(scrape(m.recorder.collector)[c.TRAIN_INFO.name])))["loss_source"] == "global_token_mean"
     finally:
         dist.destroy_process_group()

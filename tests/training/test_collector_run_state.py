@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from observe import catalog as c
-from observe.training.collector import TrainerMetrics
+from observe.training.collector import TrainingCollector
 from observe.training.phases import Goodput, PhaseClock
 from tests.support.collector import INFO, LABELS, scrape, value
 
@@ -24,7 +24,7 @@ def test_phase_is_a_state_series_with_seconds_per_phase() -> None:
     clock.now += 4
     phases.enter("training")
     clock.now += 6
-    s = scrape(TrainerMetrics(LABELS, INFO, 100, 1, None, True, phases=phases, restarts=2))
+    s = scrape(TrainingCollector(LABELS, INFO, 100, 1, None, True, phases=phases, restarts=2))
     states = {dict(k)["phase"]: v for k, v in s[c.TRAIN_PHASE.name].items()}
     assert set(states) == set(c.TRAIN_PHASES)
     assert states["training"] == 1 and sum(states.values()) == 1
@@ -35,7 +35,7 @@ def test_phase_is_a_state_series_with_seconds_per_phase() -> None:
 
 def test_checkpoint_goodput_and_validation_series() -> None:
     goodput = Goodput(run_started=0.0, productive_seconds=30.0, clock=FakeClock(40.0))
-    m = TrainerMetrics(LABELS, INFO, 100, 1, None, True, goodput=goodput)
+    m = TrainingCollector(LABELS, INFO, 100, 1, None, True, goodput=goodput)
     before = scrape(m)
     for metric in (c.TRAIN_VALIDATION_LOSS, c.TRAIN_VALIDATION_PERPLEXITY, c.TRAIN_LAST_CHECKPOINT_STEP):
         assert metric.name not in before  # absent until known, never 0

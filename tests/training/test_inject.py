@@ -198,8 +198,8 @@ def test_importing_torch_installs_the_hooks_and_nothing_heavy(env) -> None:
 
     environ, _ = env
     code = (
-        "import sys, torch; from observe.training.inject import bootstrap; "
-        "print(bootstrap.hooks_installed, 'torch._dynamo' in sys.modules, 'prometheus_client' in sys.modules)"
+        "import sys, torch; from observe.training import session; "
+        "print(session.hooks_installed, 'torch._dynamo' in sys.modules, 'prometheus_client' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["True", "False", "False"], done.stdout + done.stderr  # no endpoint before a step

@@ -14,7 +14,7 @@ import pytest
 
 from observe import catalog as c
 from observe.promtext import parse
-from observe.training.collector import TrainerMetrics
+from observe.training.collector import TrainingCollector
 from observe.training.phases import PhaseClock
 from observe.training.server import Served, serve
 
@@ -22,7 +22,7 @@ from observe.training.server import Served, serve
 @pytest.fixture
 def served():
     phases = PhaseClock("training")
-    metrics = TrainerMetrics(
+    metrics = TrainingCollector(
         {"run_id": "r", "rank": "0", "local_rank": "0", "node": "n"},
         {},
         3,
@@ -53,7 +53,7 @@ def test_nobody_watching_means_no_wait(served: Served) -> None:
 def test_it_ends_once_every_recent_scraper_came_back(served: Served) -> None:
     get(served, "Prometheus/2.42")
     get(served, "fsdp-observe-top")
-    served.metrics.step = 3  # type: ignore[attr-defined]
+    served.metrics.on_step(3, 0.1, None, None, None, None)  # type: ignore[attr-defined]
     served.phases.enter("finished")  # type: ignore[attr-defined]
     ended = time.monotonic()
     seen: list[list] = []

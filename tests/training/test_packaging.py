@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 PTH = REPO / "observe" / "training" / "inject" / PTH_NAME
 
 
-def test_the_wheel_ships_the_pth_at_the_root_the_sitecustomize_and_the_entry_point(
+def test_the_wheel_ships_the_pth_at_the_root_the_sitecustomize_the_entry_point_and_py_typed(
     tmp_path: Path, subprocess_env
 ) -> None:
     tree = tmp_path / "src"
@@ -50,6 +50,7 @@ def test_the_wheel_ships_the_pth_at_the_root_the_sitecustomize_and_the_entry_poi
         names = set(z.namelist())
         assert z.read(PTH_NAME) == PTH.read_bytes()  # at the root: site-packages itself
         assert "observe/training/inject/site/sitecustomize.py" in names
+        assert "observe/py.typed" in names  # PEP 561: users' type checkers read our annotations
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert "[lightning.pytorch.callbacks_factory]\nfsdp_observe = observe.training.lightning:callbacks" in entry_points
 

@@ -4,53 +4,51 @@ from __future__ import annotations
 
 import pytest
 
-from observe.training.window import LogWindow, WindowStats, is_log_step
-
-
-class FakeClock:
-    """A settable clock: the test decides how much wall time passes."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from observe.training.tensors import Accumulator
+from observe.training.window import OpenWindow, WindowStats, is_log_step
+from tests.support.sync_probe import SyncProbe, probe
 
 
 def test_log_steps_are_first_every_nth_and_last() -> None:
     assert [s for s in range(1, 26) if is_log_step(s, 10, 25)] == [1, 10, 20, 25]
 
 
+def tokens(n: int) -> Accumulator:
+    counted = Accumulator()
+    counted.add(n)
+    return counted
+
+
 def test_windows_hold_the_steps_really_in_them() -> None:
-    clock = FakeClock()
-    window = LogWindow(start_step=0, clock=clock)
-    sizes = []
+    window, now, sizes = OpenWindow(), 100.0, []
     for step in range(1, 21):
-        clock.now += 0.5
-        window.add(0.1, 100)
+        started, now = now, now + 0.5
+        window.add_step(started, now, data_wait=0.1, tokens=tokens(100), first=step == 1)
         if is_log_step(step, 10, 20):
-            stats = window.close(step)
+            stats, _ = window.stats(now, None)
+            window.restart(now)
             sizes.append(stats.steps)
             assert stats.step_seconds == pytest.approx(0.5)
             assert stats.data_wait_ratio == pytest.approx(0.2)
+            assert stats.labelled_tokens == 100 * stats.steps
     assert sizes == [1, 9, 10]
 
 
-def test_window_after_resume_at_96_holds_4_steps() -> None:
-    clock = FakeClock()
-    window = LogWindow(start_step=96, clock=clock)
-    for _ in range(4):
-        clock.now += 2.0
-        window.add(0.0, 10)
-    stats = window.close(100)
-    assert stats.steps == 4
-    assert stats.step_seconds == pytest.approx(2.0)
+def test_device_tokens_are_counted_in_when_the_window_is_read() -> None:
+    window, on_device = OpenWindow(), Accumulator()
+    on_device.add(probe(7.0))
+    before = SyncProbe.total()
+    window.add_step(0.0, 1.0, data_wait=None, tokens=on_device, first=False)
+    assert SyncProbe.total() == before and window.device_tokens.device is not None  # kept on the device, unread
+    stats, extra = window.stats(1.0, 7.0)
+    assert (stats.labelled_tokens, extra, stats.data_wait_seconds) == (7, 7, None)
 
 
-def test_close_must_advance() -> None:
-    window = LogWindow(start_step=10)
-    with pytest.raises(ValueError, match="does not advance"):
-        window.close(10)
+def test_a_window_without_counted_tokens_has_none() -> None:
+    window = OpenWindow()
+    window.add_step(0.0, 2.0, data_wait=0.5, tokens=None, first=False)
+    stats, extra = window.stats(2.0, None)
+    assert (stats.labelled_tokens, stats.tokens_per_second, extra) == (None, None, 0)
 
 
 def test_tokens_per_second_vector_8_ranks() -> None:
@@ -63,12 +61,13 @@ def test_tokens_per_second_vector_8_ranks() -> None:
 def _windows(metrics, steps: list[float], start: float = 100.0) -> list[WindowStats]:
     """Run steps of the given durations through ``TrainingMetrics`` on a made-up clock; its windows."""
     windows: list[WindowStats] = []
-    metrics.on_window = lambda report: windows.append(report.stats)
+    recorder = metrics.recorder
+    recorder.on_window = lambda report: windows.append(report.stats)
     now = start
     for seconds in steps:
-        metrics.begin_step(at=now)
+        recorder.begin_step(at=now)
         now += seconds
-        metrics.end_step(now=now)
+        recorder.end_step(now=now)
     return windows
 
 

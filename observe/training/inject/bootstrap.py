@@ -2,8 +2,10 @@
 
 ``start`` does nothing unless ``FSDP_OBSERVE_INSTRUMENT`` is ``1``/``true``/``yes``. Then it
 watches imports: when ``torch`` has finished importing it installs ``observe.training.inject.hooks``
-(so anything the script sets before ``import torch`` still applies), and when
-``transformers.trainer`` has, it appends the Hugging Face callback. It binds no port and prints
+(so anything the script sets before ``import torch`` still applies), when
+``transformers.trainer`` has, it appends the Hugging Face callback, and when
+``torch.distributed.checkpoint.state_dict_saver`` has, it wraps its savers (phase
+``checkpointing`` while they run). It binds no port and prints
 nothing: the hooks create the rank's endpoint at the first optimizer step, so torchrun's agent,
 DataLoader workers (forked or spawned) and compile workers, which never step an optimizer, stay
 silent. It is idempotent (the ``.pth`` and the ``sitecustomize`` may both call it; a venv's
@@ -24,8 +26,6 @@ ENV = "FSDP_OBSERVE_INSTRUMENT"  # observe.catalog.INSTRUMENT_ENV (not imported:
 _ON = ("1", "true", "yes", "on")
 
 _started = False
-#: Set by ``hooks.install``: the torch hooks are in place in this process.
-hooks_installed = False
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
@@ -102,6 +102,12 @@ def _after_hf_trainer(module: ModuleType) -> None:
     hooks.attach_hf(module)
 
 
+def _after_dcp_saver(module: ModuleType) -> None:
+    from observe.training.inject import hooks
+
+    hooks.attach_dcp(module)
+
+
 def start(environ: dict[str, str] | None = None) -> bool:
     """Install the import watchers if the environment asks; return whether instrumentation is on."""
     global _started
@@ -111,7 +117,11 @@ def start(environ: dict[str, str] | None = None) -> bool:
         return True
     _started = True
     watched: dict[str, Callable[[ModuleType], None]] = {}
-    for name, then in (("torch", _after_torch), ("transformers.trainer", _after_hf_trainer)):
+    for name, then in (
+        ("torch", _after_torch),
+        ("transformers.trainer", _after_hf_trainer),
+        ("torch.distributed.checkpoint.state_dict_saver", _after_dcp_saver),
+    ):
         if name in sys.modules:
             _call_quietly(then, sys.modules[name])
         else:

@@ -23,7 +23,7 @@ What they capture for any PyTorch loop, without its help:
 The endpoint is created at the first optimizer step (``TrainingMetrics``, ``instrumentation="auto"``),
 so a process that never steps never binds; at exit it lingers for a final scrape. When another
 entry point drives the steps (the Hugging Face or Lightning callback, a ``TrainingMetrics`` of the
-script's own), these hooks feed it only what it asks for (``Driver.accepts``). None of them reads a
+script's own), these hooks feed its recorder only what it asks for (``AutoState.accepts``). None of them reads a
 device value: tensors are kept and read on log steps.
 """
 
@@ -34,11 +34,14 @@ import time
 import weakref
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from observe.training import collectives, session
-from observe.training.inject import bootstrap
 from observe.training.tensors import Accumulator, count_batch, is_tensor
+
+if TYPE_CHECKING:
+    from observe.training.api import TrainingMetrics
+    from observe.training.recorder import StepRecorder
 
 #: What each entry point lets these hooks feed: ``steps`` (step count, time, loss, learning rate),
 #: ``data_wait`` (DataLoader wait), ``tokens`` (samples and labelled tokens of the DataLoader's
@@ -70,12 +73,14 @@ class AutoState:
         #: batches fetched before the first step made the endpoint: (counts, started, ended)
         self.pending: list[tuple[Any, float, float]] = []
 
-    def accepts(self, what: str) -> Any:
-        """The process's ``TrainingMetrics`` if it takes ``what`` from these hooks, else ``None``."""
+    def accepts(self, what: str) -> StepRecorder | None:
+        """The recorder of the process's ``TrainingMetrics`` if it takes ``what`` from these hooks,
+        else ``None``."""
         m = session.current()
         if m is None:
             return None
-        return m if what in ACCEPTS.get(m.instrumentation, frozenset()) else None
+        r: StepRecorder = m.recorder
+        return r if what in ACCEPTS.get(r.instrumentation, frozenset()) else None
 
     # -- optimizer -----------------------------------------------------------------------------
 
@@ -96,24 +101,23 @@ class AutoState:
         m = session.current()
         if m is None:
             m = make_metrics()
-        if "steps" not in ACCEPTS.get(m.instrumentation, frozenset()):
+        r: StepRecorder = m.recorder
+        if "steps" not in ACCEPTS.get(r.instrumentation, frozenset()):
             self._forget_step()
             return
         # A step begins at its first batch; in a loop without a DataLoader, where the last one ended
         # (the first step: at its first backward()).
         begun = self.first_activity if self.batch_seen or self.last_end is None else self.last_end
         if begun is not None:
-            m.begin_step(begun)
+            r.begin_step(begun)
         if not self.loss.empty:
-            m.add_loss(self.loss.device if self.loss.device is not None else self.loss.host)
-            if m.collector.info.get("loss_source") != "backward_heuristic":
-                m.set_info(loss_source="backward_heuristic")
+            r.add_loss(self.loss.device if self.loss.device is not None else self.loss.host, how="backward_heuristic")
         if self.grad_norm is not None:
-            m.set_grad_norm(self.grad_norm, "clip_grad_norm_heuristic")
+            r.set_grad_norm(self.grad_norm, "clip_grad_norm_heuristic")
         if self.learning_rate is not None:
-            m.record_learning_rate(self.learning_rate)
+            r.record_learning_rate(self.learning_rate)
         self._forget_step()
-        m.end_step()
+        r.end_step()
         self.last_end = time.perf_counter()
 
     def _forget_step(self) -> None:
@@ -135,36 +139,36 @@ class AutoState:
         """Keep what ``clip_grad_norm_`` returned for the open step (or give it to a driver that
         takes grad norms and drives its own steps)."""
         self.grad_norm = norm
-        m = self.accepts("grad_norm")
-        if m is not None and m.instrumentation != "auto":
-            m.set_grad_norm(norm, "clip_grad_norm_heuristic")
+        r = self.accepts("grad_norm")
+        if r is not None and r.instrumentation != "auto":
+            r.set_grad_norm(norm, "clip_grad_norm_heuristic")
 
     def on_batch(self, batch: Any, started: float, ended: float) -> None:
         """One DataLoader batch: its wait and counts go to the open step."""
         if self.first_activity is None or started < self.first_activity:
             self.first_activity = started
         self.batch_seen = True
-        m = self.accepts("data_wait")
-        if m is None:
+        r = self.accepts("data_wait")
+        if r is None:
             if session.current() is None:  # before the first step: counts kept until the endpoint exists
                 self.pending.append((count_batch(batch), started, ended))
             return
-        if m.phases.current in _NOT_TRAINING:
+        if r.phases.current in _NOT_TRAINING:
             return
-        m.record_batch(batch, started, ended, count="tokens" in ACCEPTS[m.instrumentation])
+        r.record_batch(batch, started, ended, count="tokens" in ACCEPTS[r.instrumentation])
 
 
 STATE = AutoState()
 
 
-def make_metrics() -> Any:
+def make_metrics() -> TrainingMetrics:
     """The process's endpoint, created at its first optimizer step (``instrumentation="auto"``),
     given what was fetched before it; closed (lingering) at exit."""
     from observe.training.api import TrainingMetrics
 
     m = TrainingMetrics(instrumentation="auto")
     for counts, started, ended in STATE.pending:
-        m.record_batch(None, started, ended, counts=counts)
+        m.recorder.record_batch(None, started, ended, counts=counts)
     STATE.pending.clear()
     return m
 
@@ -180,9 +184,9 @@ def _close_at_exit() -> None:
 
 def install(torch: ModuleType) -> None:
     """Install every hook into the imported ``torch`` (idempotent)."""
-    if bootstrap.hooks_installed:
+    if session.hooks_installed:
         return
-    bootstrap.hooks_installed = True
+    session.hooks_installed = True
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch.utils.data import dataloader
 
@@ -196,6 +200,7 @@ def install(torch: ModuleType) -> None:
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip
     base = dataloader._BaseDataLoaderIter
     base.__next__ = _next_wrapper(base.__next__)  # type: ignore[method-assign]
+    _wrap(torch, "save", _checkpoint_wrapper)
     atexit.register(_close_at_exit)
 
 
@@ -226,9 +231,36 @@ def _clip_wrapper(original: Any) -> Any:
     return clip_grad_norm_
 
 
+def _checkpoint_wrapper(original: Any) -> Any:
+    """A save function (``torch.save``, ``torch.distributed.checkpoint.save``) that puts a zero-code
+    rank in phase ``checkpointing`` while it runs after training began: a rank saving while the
+    others wait for it in a barrier is pausing them, not hanging them."""
+
+    def save(*args: Any, **kwargs: Any) -> Any:
+        m = session.current()
+        if m is None or m.recorder.instrumentation != "auto" or m.recorder.phases.current != "training":
+            return original(*args, **kwargs)
+        with m.recorder.phase("checkpointing"):
+            return original(*args, **kwargs)
+
+    save.__name__ = save.__qualname__ = getattr(original, "__name__", "save")
+    save.__wrapped__ = original  # type: ignore[attr-defined]
+    save.__doc__ = original.__doc__
+    return save
+
+
+def attach_dcp(saver: ModuleType) -> None:
+    """Wrap ``torch.distributed.checkpoint.state_dict_saver``'s blocking savers (``save`` and the
+    deprecated ``save_state_dict``) before its package re-exports them (``_checkpoint_wrapper``)."""
+    for name in ("save", "save_state_dict"):
+        if callable(getattr(saver, name, None)):
+            _wrap(saver, name, _checkpoint_wrapper)
+
+
 def _forensics() -> Any:
+    """The process's ``RankForensics`` (``observe.training.forensics``), or ``None``."""
     m = session.current()
-    return None if m is None else m._forensics()
+    return None if m is None else m.recorder.forensics
 
 
 def _next_wrapper(original: Any) -> Any:
