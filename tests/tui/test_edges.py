@@ -28,7 +28,7 @@ from observe.tui.screens.gpus import uuid_tails
 from observe.tui.screens.help import KEYS, HelpScreen, MessagesScreen
 from observe.tui.screens.node import PROCESS_COLUMNS, NodeScreen
 from observe.tui.screens.run import RunScreen, run_lines
-from observe.tui.screens.run_ranks import deviation_bar, rank_rows
+from observe.tui.screens.run_ranks import RANK_COLUMNS, deviation_bar, rank_rows
 from observe.tui.widgets.grid import GpuGrid
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable, column_layout
@@ -66,6 +66,18 @@ def test_columns_give_way_in_their_order_and_the_essential_ones_never_drop() -> 
     process = dict((c.key, w) for c, w in column_layout(PROCESS_COLUMNS, 80))
     assert process["command"] >= 24 and {"pid", "cpu", "res", "state"} <= set(process) and "time" not in process
     assert dict((c.key, w) for c, w in column_layout(PROCESS_COLUMNS, 120))["command"] >= 40
+
+
+def test_the_rank_tables_collective_is_whole_at_120_columns_and_node_stays_at_80() -> None:
+    # "in #73 all_gather_single" needs 24 characters: at 120 a figure column drops rather than the
+    # collective being cut mid-word; at 80 NODE (a regrow column) is never dropped for it
+    at120 = {c.key: w for c, w in column_layout(RANK_COLUMNS, 120)}
+    collective = next(c for c in RANK_COLUMNS if c.key == "collective")
+    assert at120["collective"] == collective.width >= 24 and {"node", "gpu", "blocked", "coll_wait"} <= set(at120)
+    assert sum(at120.values()) + len(at120) - 1 <= 120
+    at80 = {c.key: w for c, w in column_layout(RANK_COLUMNS, 80)}
+    assert {"rank", "node", "state", "collective", "compute", "vs", "note"} <= set(at80)
+    assert len(column_layout(RANK_COLUMNS, 200)) == len(RANK_COLUMNS)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
@@ -278,7 +290,8 @@ def test_the_loss_history_has_one_point_per_log_window() -> None:
 
 
 async def test_data_wait_is_a_share_of_the_step_as_in_the_trainer_log() -> None:
-    app, pilot, ctx = await shown(fleet_snapshot(), (120, 40), keys=("2",))
+    # at 200 columns (at 120 DATA WAIT gives its room to the whole collective name)
+    app, pilot, ctx = await shown(fleet_snapshot(), (200, 50), keys=("2",))
     ranks = table_text(app.screen.query_one("#ranks", VirtualTable))
     # the straggler (rank 1) first
     assert "DATA WAIT" in ranks[0] and "15.0%" in ranks[1] and "3.3%" in ranks[2] and "90 ms" not in ranks[1]
