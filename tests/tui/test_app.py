@@ -23,7 +23,8 @@ from observe.tui.screens.run import RunScreen
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable
 from tests.support.fleet import RecordedFleet
-from tests.support.tui import lines_text, table_text, until
+from tests.support.scenes import fleet_snapshot
+from tests.support.tui import Offline, lines_text, table_text, until
 
 SIZE = (160, 48)
 pytestmark = pytest.mark.anyio
@@ -214,3 +215,12 @@ async def test_a_node_that_goes_away_keeps_its_last_data_with_its_age(fleet) -> 
         assert "connection refused" in row and "75%" in row  # last figures kept
         node = app.snapshot.node("gpu-node-1")
         assert node.age(time.time()) >= 1.0 and node.figures.gpus == 4
+
+
+def test_a_refresh_that_lands_while_the_app_closes_is_kept_without_drawing() -> None:
+    # the fan-in thread's last snapshot can arrive after the screens are gone (seen in the live demo's
+    # test under load: ScreenStackError at the end of run_test)
+    app = make_app(Offline(), interval=2.0, poll=False)
+    snapshot = fleet_snapshot()
+    app.show_snapshot(snapshot)  # no screen on the stack
+    assert app.snapshot is snapshot
