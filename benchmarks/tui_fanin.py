@@ -24,12 +24,21 @@ the longest stall in the 0.5 s after the key.
 
 As a side-by-side reference it also times one refresh of the same summaries through
 ``httpx.AsyncClient`` (64 connections), the obvious client, against ``observe.sources.http``.
+
+Trainer ranks (``--ranks``, default 8,192): the CPU one refresh spends on the fan-in's thread once
+the ranks' ``/metrics`` answers are in, per stage: decoding each rank's text (the samples the TUI
+reads, hang series included: ``observe.sources.trainer.parse_exposition``), building the ranks'
+status, then the run's verdict (each rank's evidence, and ``observe.diagnosis.judge``). The texts
+are the recorded hang of two real gloo ranks (tests/tui/recorded/forensics) written out for every
+rank of a simulated run, one of which never entered the collective the others wait in. Beside the
+decode, the same lines through prometheus_client's parser alone (``promtext``'s fallback).
 Targets (issue 16): 4,096 nodes x 8 GPUs refreshed every 2 s with the GPU grid open, each
 refresh <= 1 s, no stall above 50 ms; RSS reported. 1,024 nodes is the smoke size.
 
     python benchmarks/tui_fanin.py            # N = 16, 1024, 4096; about 5 minutes
     python benchmarks/tui_fanin.py --quick    # N = 1024, 2 refreshes per screen: the smoke size
     python benchmarks/tui_fanin.py --nodes 8 --cycles 1   # what tests/tui/test_benchmark_smoke.py runs
+    python benchmarks/tui_fanin.py --ranks 8192 --nodes   # the trainer ranks' part alone
 
 Results go to ``--out`` (default: a scratch folder; ``benchmarks/results/`` only when asked).
 """
@@ -361,22 +370,90 @@ def _switch(r: dict, phase: str) -> str:
     return ", ".join(parts) or "-"
 
 
+def ranks_cost(n: int, repeats: int = 5) -> dict:
+    """CPU seconds per refresh of ``n`` trainer ranks' decode, status and verdict (medians of
+    ``repeats``), with prometheus_client's parser alone beside the decode."""
+    from observe import promtext
+    from observe.diagnosis import judge
+    from observe.sources.trainer import SAMPLE_NAMES, parse_exposition, ranks_from_samples
+    from observe.sources.verdicts import rank_evidence
+
+    sys.path.insert(0, str(ROOT))  # the recorded ranks' texts and their reader live with the tests
+    from tests.support.forensics import fleet_texts
+
+    now = time.time()
+    texts = fleet_texts(n, culprit=n * 5 // 8, now=now)
+    stages: dict[str, list[float]] = {
+        "decode": [],
+        "decode_prometheus_client": [],
+        "status": [],
+        "evidence": [],
+        "judge": [],
+    }
+    verdict = ""
+    for _ in range(repeats):
+        started = time.thread_time()
+        samples = [parse_exposition(text) for _, text in texts]
+        decoded = time.thread_time()
+        ranks = [r for (url, _), s in zip(texts, samples, strict=True) for r in ranks_from_samples(s, url, now)]
+        built = time.thread_time()
+        evidence = [rank_evidence(r, now) for r in ranks]
+        gathered = time.thread_time()
+        verdict = judge(evidence).summary  # type: ignore[arg-type]  # every rank answered
+        judged = time.thread_time()
+        for stage, seconds in zip(
+            ("decode", "status", "evidence", "judge"),
+            (decoded - started, built - decoded, gathered - built, judged - gathered),
+            strict=True,
+        ):
+            stages[stage].append(seconds)
+        started = time.thread_time()
+        for _, text in texts:
+            promtext.full_parse(promtext.kept_lines(text, SAMPLE_NAMES))
+        stages["decode_prometheus_client"].append(time.thread_time() - started)
+    return {"ranks": n, **{f"{k}_cpu_s": statistics.median(v) for k, v in stages.items()}, "verdict": verdict}
+
+
+def ranks_table(rows: list[dict]) -> str:
+    out = [
+        "trainer ranks | decode (prometheus_client alone) | status | evidence | judge | total CPU per refresh",
+        "--- | --- | --- | --- | --- | ---",
+    ]
+    for r in rows:
+        total = r["decode_cpu_s"] + r["status_cpu_s"] + r["evidence_cpu_s"] + r["judge_cpu_s"]
+        out.append(
+            f"{r['ranks']:,} | {r['decode_cpu_s']:.3f} ({r['decode_prometheus_client_cpu_s']:.3f}) s | "
+            f"{r['status_cpu_s']:.3f} s | {r['evidence_cpu_s']:.3f} s | {r['judge_cpu_s']:.3f} s | {total:.3f} s"
+        )
+    out.append(f"verdict: {rows[-1]['verdict']}" if rows else "")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N = 1024 (the smoke size), 2 refreshes per screen")
-    ap.add_argument("--nodes", type=int, nargs="+", help="fleet sizes (default 16 1024 4096)")
+    ap.add_argument("--nodes", type=int, nargs="*", help="fleet sizes (default 16 1024 4096; none: skip)")
+    ap.add_argument("--ranks", type=int, nargs="*", help="trainer ranks' decode and verdict (default 8192; none: skip)")
     ap.add_argument("--cycles", type=int, help="refreshes measured per screen (default 5)")
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS})")
     ns = ap.parse_args()
-    sizes = ns.nodes or ([1024] if ns.quick else [16, 1024, 4096])
+    sizes = ns.nodes if ns.nodes is not None else ([1024] if ns.quick else [16, 1024, 4096])
+    rank_sizes = ns.ranks if ns.ranks is not None else ([] if ns.quick or ns.nodes else [8192])
     cycles = ns.cycles or (2 if ns.quick else 5)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * max(sizes) + 512)), hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * max(sizes, default=0) + 512)), hard))
     rows = []
     for n in sizes:
         print(f"measuring {n} nodes...", file=sys.stderr, flush=True)
         rows.append(measure(n, cycles) if len(sizes) == 1 else _in_child(n, cycles))
-    print(table(rows))
+    rank_rows = []
+    for n in rank_sizes:
+        print(f"measuring {n} trainer ranks...", file=sys.stderr, flush=True)
+        rank_rows.append(ranks_cost(n))
+    if rows:
+        print(table(rows))
+    if rank_rows:
+        print(("\n" if rows else "") + ranks_table(rank_rows))
     load = os.getloadavg()
     print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
     ns.out.parent.mkdir(parents=True, exist_ok=True)
@@ -391,6 +468,7 @@ def main() -> int:
                 "quick": ns.quick,
                 "cycles": cycles,
                 "results": rows,
+                "ranks": rank_rows,
             },
             indent=2,
         )

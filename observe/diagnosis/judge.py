@@ -48,10 +48,16 @@ def frame_text(frame: tuple[str, int, str, str]) -> str:
     return f"{file}:{line} in {function}" + (f": {code}" if code else "")
 
 
+def library_file(path: str) -> bool:
+    """Whether ``path`` is one of Python's or an installed package's files (or ``<frozen ...>``),
+    not the user's code."""
+    return _LIBRARY.search(path.replace("\\", "/")) is not None
+
+
 def user_frame(stack: Sequence[tuple[str, int, str, str]]) -> tuple[str, int, str, str] | None:
     """The innermost frame outside Python's and installed packages' files, else the innermost."""
     for frame in reversed(stack):
-        if not _LIBRARY.search(frame[0].replace("\\", "/")):
+        if not library_file(frame[0]):
             return frame
     return stack[-1] if stack else None
 
@@ -94,7 +100,7 @@ def judge(
     run_id = Counter(r.run_id for r in ranks).most_common(1)[0][0] if ranks else ""
     sizes = [r.world_size for r in ranks if r.world_size]
     world = max(sizes) if sizes else (len(ranks) + len(unreached) or None)
-    unreached = _identify(ranks, unreached, world)
+    unreached = identify(ranks, unreached, world)
     seen = len(ranks)
     base = {"run_id": run_id, "ranks_seen": seen, "world_size": world}
     if not ranks:
@@ -119,7 +125,7 @@ def judge(
     return _stalled(ranks, unreached, world, base)
 
 
-def _identify(ranks: Sequence[RankEvidence], unreached: Sequence[Unreached], world: int | None) -> list[Unreached]:
+def identify(ranks: Sequence[RankEvidence], unreached: Sequence[Unreached], world: int | None) -> list[Unreached]:
     """Give each unreached address its rank where the answering ranks' peers or the missing ranks tell."""
     out: list[Unreached] = []
     peers: dict[int, dict] = {}
@@ -162,7 +168,7 @@ def _unreached_culprit(
             note = "its process is alive but its Python threads do not run: its training thread holds the GIL"
         else:
             note = f"it does not answer at {u.address} ({u.reason}{': ' + u.detail if u.detail else ''})"
-    stack = _gil_stack(gil, thread) if gil else []
+    stack = gil_stack(gil, thread) if gil else []
     return Culprit(
         rank=u.rank,
         kind=kind,
@@ -179,7 +185,7 @@ def _unreached_culprit(
     )
 
 
-def _gil_stack(text: str, thread: str | None = None) -> list[str]:
+def gil_stack(text: str, thread: str | None = None) -> list[str]:
     """The training thread's frames (``thread``: faulthandler's ``0x…`` id; default the last thread
     listed) from the last dump in ``text``, innermost last, ``file:line in function``."""
     dumps = re.split(r"(?m)^Timeout \(", text)

@@ -20,17 +20,19 @@ import itertools
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from urllib.parse import urlsplit
 
+from observe.diagnosis import Unreached
 from observe.errors import UserError
 from observe.model import NodeSnapshot
 from observe.sources.http import FetchError, HttpFetcher
 from observe.sources.summary import read_summary
 from observe.sources.trainer import parse_exposition, ranks_from_samples
-from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_status
+from observe.sources.verdicts import REASONS, GpuIndex, run_verdict
+from observe.sources.view import DEADLINE_MISSED, ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_status
 
 #: Points of loss history kept per run.
 LOSS_HISTORY_POINTS = 600
@@ -166,10 +168,20 @@ class StepRate:
         return max(0.0, t1 - t0) / (s1 - s0)
 
 
-def build_runs(ranks: list[RankStatus], history: LossHistory, rates: StepRate | None = None) -> tuple[RunStatus, ...]:
+def build_runs(
+    ranks: list[RankStatus],
+    history: LossHistory,
+    rates: StepRate | None = None,
+    now: float | None = None,
+    unreached: Sequence[Unreached] = (),
+    gpu_index: GpuIndex | None = None,
+) -> tuple[RunStatus, ...]:
     """Group ranks into runs (sorted by run id, ranks by rank), extend each run's loss history
     (one point per log window: the window figures of the lowest rank that has them) and, with
-    ``rates``, its observed seconds per step (``StepRate``: what the ETA uses)."""
+    ``rates``, its observed seconds per step (``StepRate``: what the ETA uses). With ``now``, each
+    run gets its verdict (``observe.sources.verdicts.run_verdict``); ``unreached`` (endpoints
+    that never answered, so of no known run) go with the run when there is exactly one, and join
+    its ranks (as ``slow`` or ``unreachable``) when the verdict can tell their rank."""
     by_run: dict[str, list[RankStatus]] = {}
     for rank in ranks:
         by_run.setdefault(rank.run_id, []).append(rank)
@@ -183,8 +195,24 @@ def build_runs(ranks: list[RankStatus], history: LossHistory, rates: StepRate | 
             slowest = min((r for r in members if r.step is not None), key=lambda r: r.step or 0.0, default=None)
             per_step = rates.add(run_id, run.step, slowest.last_step_unix if slowest is not None else None)
             run = replace(run, seconds_per_step=per_step)
+        if now is not None:
+            lost = unreached if len(by_run) == 1 else ()
+            verdict, stand_ins = run_verdict(members, now, lost, gpu_index)
+            if stand_ins:
+                members = tuple(sorted((*members, *stand_ins), key=lambda r: r.rank))
+            run = replace(run, ranks=members, verdict=verdict)
         runs.append(run)
     return tuple(runs)
+
+
+def gpu_indexes(nodes: Sequence[NodeStatus]) -> GpuIndex:
+    """``(node, gpu_uuid) -> NVML index`` over the agents' latest data (``None`` when unknown)."""
+    by_node = {n.name: n.gpu_uuids for n in nodes if n.figures is not None}
+
+    def index(node: str, uuid: str | None) -> int | None:
+        return by_node.get(node, {}).get(uuid) if uuid else None
+
+    return index
 
 
 class DirectSource:
@@ -210,7 +238,7 @@ class DirectSource:
         self.fetcher = HttpFetcher(concurrency=concurrency, timeout=timeout)
         self._nodes: dict[str, NodeStatus] = {}
         self._ranks: dict[str, list[RankStatus]] = {}
-        self._trainer_errors: dict[str, str] = {}
+        self._trainer_errors: dict[str, tuple[str, str]] = {}
         self._history = LossHistory()
         self._rates = StepRate()
         self.errors: tuple[str, ...] = ()
@@ -252,13 +280,22 @@ class DirectSource:
         )
         await self._run_pool(jobs, len(self.agents) + len(self.trainers), end)
         ranks = [r for url in (e.url for e in self.trainers) for r in self._ranks.get(url, [])]
-        errors = [f"trainer {url}: {reason}" for url, reason in self._trainer_errors.items()]
+        errors = [f"trainer {url}: {kind}: {reason}" for url, (kind, reason) in self._trainer_errors.items()]
         nodes, duplicates = self._distinct_nodes()
+        now = time.time()
+        where = {e.url: e.node or "" for e in self.trainers}
+        unreached = [
+            Unreached(url, REASONS.get(kind, "error"), reason, node=where.get(url, ""))
+            for url, (kind, reason) in self._trainer_errors.items()
+            # a malformed answer is no rank of the run (another process, say); a refresh that ran
+            # out of time before an address answered says nothing of it
+            if kind in REASONS and reason != DEADLINE_MISSED
+        ]
         return ClusterSnapshot(
-            time_unix=time.time(),
+            time_unix=now,
             source=self.description,
             nodes=nodes,
-            runs=build_runs(ranks, self._history, self._rates),
+            runs=build_runs(ranks, self._history, self._rates, now, unreached, gpu_indexes(nodes)),
             focus=focus,
             cycle_seconds=time.monotonic() - started,
             errors=(*self.errors, *errors, *duplicates),
@@ -315,9 +352,7 @@ class DirectSource:
         try:
             body = await self.fetcher.get(url, timeout=min(self.fetcher.timeout, end - time.monotonic()))
         except asyncio.CancelledError:
-            self._nodes[endpoint.url] = replace(
-                previous, state="slow", error="no answer before the refresh deadline", checked_unix=time.time()
-            )
+            self._nodes[endpoint.url] = replace(previous, state="slow", error=DEADLINE_MISSED, checked_unix=time.time())
             raise
         except FetchError as exc:
             self._nodes[endpoint.url] = replace(previous, state=exc.kind, error=str(exc), checked_unix=time.time())
@@ -340,7 +375,7 @@ class DirectSource:
                         f"answers for run {others[0]!r}, not {self.run_id!r}: another process holds this port",
                     )
         except asyncio.CancelledError:
-            self._mark_ranks(url, "slow", "no answer before the refresh deadline")
+            self._mark_ranks(url, "slow", DEADLINE_MISSED)
             raise
         except FetchError as exc:
             self._mark_ranks(url, exc.kind, str(exc))
@@ -360,7 +395,7 @@ class DirectSource:
                 for r in self._ranks[url]
             ]
         else:
-            self._trainer_errors[url] = f"{state}: {error}"
+            self._trainer_errors[url] = (state, error)
 
     def close(self) -> None:
         """Close the kept-alive connections."""

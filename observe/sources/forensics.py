@@ -51,6 +51,17 @@ async def _one(fetcher: HttpFetcher, url: str) -> RankEvidence | Unreached:
         return Unreached(url, "error", f"not a /debug/state answer ({exc}); is collective tracking off?")
 
 
+async def fetch_state(url: str, timeout: float = STATE_TIMEOUT) -> RankEvidence | Unreached:
+    """One rank's ``/debug/state`` (``url``: its base or ``/metrics`` URL), asked once: what the
+    TUI's rank view shows on Enter. A rank that does not answer is ``Unreached`` with why
+    (``timeout``: its process is alive and its Python threads do not run; ``refused``: gone)."""
+    fetcher = HttpFetcher(concurrency=1, timeout=timeout)
+    try:
+        return await _one(fetcher, url)
+    finally:
+        fetcher.close()
+
+
 async def gather_direct(
     urls: Sequence[str], timeout: float = STATE_TIMEOUT
 ) -> tuple[list[RankEvidence], list[Unreached]]:

@@ -33,7 +33,7 @@ from observe.promapi import PrometheusAPI, PrometheusError
 from observe.promql import names_regex
 from observe.promql import string as promql_string
 from observe.promtext import Sample
-from observe.sources.direct import LossHistory, StepRate, build_runs
+from observe.sources.direct import LossHistory, StepRate, build_runs, gpu_indexes
 from observe.sources.trainer import SAMPLE_NAMES as TRAINER_SAMPLES
 from observe.sources.trainer import ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, node_status
@@ -202,7 +202,7 @@ class PrometheusSource:
         self._nodes: dict[str, NodeStatus] = {}
         self._history = LossHistory()
         self._rates = StepRate()
-        self._finished: dict[tuple[str, int], RankStatus] = {}
+        self._last: dict[tuple[str, int], RankStatus] = {}
 
     @property
     def description(self) -> str:
@@ -262,8 +262,8 @@ class PrometheusSource:
                 seen[name] = replace(old, state="unreachable", error="no longer in Prometheus", snapshot=None)
         self._nodes = dict(sorted(seen.items()))
         samples = [Sample(s["metric"].get("__name__", ""), s["metric"], _value(s)) for s in trainer_series]
-        ranks = self._keep_finished(ranks_from_samples(samples, "prometheus", now))
-        runs = build_runs(ranks, self._history, self._rates)
+        ranks = self._keep_gone(ranks_from_samples(samples, "prometheus", now))
+        runs = build_runs(ranks, self._history, self._rates, now, gpu_index=gpu_indexes(tuple(self._nodes.values())))
         runs = tuple(replace(run, loss_history=self._loss_history(run.run_id, now) or run.loss_history) for run in runs)
         return ClusterSnapshot(
             time_unix=now,
@@ -274,14 +274,24 @@ class PrometheusSource:
             trainers=None,
         )
 
-    def _keep_finished(self, ranks: list[RankStatus]) -> list[RankStatus]:
-        """``ranks`` plus every rank that said ``finished`` before and whose series are gone now
-        (its process ended after the run): kept as ``finished`` with its last figures."""
+    def _keep_gone(self, ranks: list[RankStatus]) -> list[RankStatus]:
+        """``ranks`` plus the ranks seen before whose series are gone now: one that said
+        ``finished`` is kept as ``finished`` with its last figures (its process ended after the
+        run); another is ``unreachable`` while its run has ranks left (Prometheus' scrapes of it
+        fail: its process is gone or does not answer), so the verdict counts it as a rank that
+        does not answer."""
         seen = {(r.run_id, r.rank) for r in ranks}
+        runs = {r.run_id for r in ranks}
         for r in ranks:
-            if r.finished:
-                self._finished[(r.run_id, r.rank)] = r
-        gone = [replace(r, state="finished") for key, r in self._finished.items() if key not in seen]
+            self._last[(r.run_id, r.rank)] = r
+        self._last = {k: r for k, r in self._last.items() if k[0] in runs or r.finished}
+        gone = [
+            replace(r, state="finished", error=None)
+            if r.finished
+            else replace(r, state="unreachable", error="no series in Prometheus now: its scrapes fail")
+            for key, r in self._last.items()
+            if key not in seen
+        ]
         return sorted([*ranks, *gone], key=lambda r: (r.run_id, r.rank))
 
     def _loss_history(self, run_id: str, now: float) -> tuple[tuple[float, float], ...]:

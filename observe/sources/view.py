@@ -4,21 +4,23 @@ Every source (agents and trainers pulled directly, pods found through Kubernetes
 HTTP API) becomes this one in-memory shape; the screens render only it. A node keeps its latest
 good ``NodeSnapshot`` (``observe.model``) together with the state of the latest pull, so a node
 that stopped answering still shows its last data, with its age and the reason. The figures the
-Cluster screen sorts on (``NodeFigures``) and the run's aggregates (step, ETA, straggler) are
-computed here, once per refresh and off the UI's event loop.
+Cluster screen sorts on (``NodeFigures``) and the run's aggregates (step, ETA) are computed here,
+once per refresh and off the UI's event loop; so is each run's verdict (``observe.diagnosis``:
+which rank is stuck or slow), which the sources put on ``RunStatus.verdict``.
 
 Units as in ``observe.model``: seconds, bytes, watts, celsius; ``*_ratio`` in 0..1; ``None``
-means "could not be read" (shown as N/A, never 0). Standard library only.
+means "could not be read" (shown as N/A, never 0). Standard library only (and the pure
+``observe.diagnosis``).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from observe.diagnosis import Verdict
 from observe.model import GpuInfo, NodeHealth, NodeSnapshot, XidEvent
 from observe.xid import SEVERITIES
 
@@ -30,12 +32,12 @@ from observe.xid import SEVERITIES
 #: pulled yet.
 State = Literal["ok", "stale", "slow", "unreachable", "malformed", "waiting"]
 STATES: tuple[str, ...] = ("ok", "stale", "slow", "unreachable", "malformed", "waiting")
+#: The ``error`` of an endpoint the refresh ran out of time for before it answered: ``slow``, but
+#: no sign of its own (its answer may simply have been queued behind the others').
+DEADLINE_MISSED = "no answer before the refresh deadline"
 #: A snapshot older than this many seconds when it arrives is ``stale`` (the agent's healthz rule
 #: is 3 intervals + 5 s; with the default 1 s interval that is 8 s; 15 s leaves room for clocks).
 STALE_AFTER_SECONDS = 15.0
-#: A slowest rank is called a straggler when its step takes this much longer than the median
-#: rank's (below it, the difference is timing noise).
-STRAGGLER_RATIO = 0.05
 #: Window of the Cluster screen's XID column.
 XID_WINDOW_SECONDS = 3600.0
 #: Severity classes from worst to mildest (``observe.xid.SEVERITIES`` minus ``unknown``, which is
@@ -325,6 +327,18 @@ class RankStatus:
             ``None`` when the exporter has no phase series).
         updated_unix: when this was read.
 
+    The hang and straggler series (``observe.catalog.TRAINER_FORENSICS_METRICS``; all ``None`` or
+    empty when the rank's collective tracking is off):
+
+        train_state: what its training thread does (``observe.catalog.TRAIN_STATES``: computing,
+            collective, data, phase); not to be confused with ``state``, the pull's outcome.
+        collectives: ``(process group, enqueued, completed)`` per process group, by group name.
+        blocked_seconds: how long its training thread has been blocked in its current collective
+            (0 when not). waiting: ``(process group, op, sequence number)`` of that collective.
+        stalled: its stall watchdog sees no progress. stall_threshold_seconds: the watchdog's limit.
+        window_compute_seconds, window_collective_wait_seconds: per step, means over the last log
+            window (compute = step time - data wait - collective wait: the straggler signal).
+
     A rank that stops answering after it said ``finished`` is in state ``finished`` (the run is
     over and the exporter's linger ended), keeping its last figures, not ``unreachable``.
     """
@@ -351,6 +365,14 @@ class RankStatus:
     device_type: str | None = None
     phase: str | None = None
     updated_unix: float | None = None
+    train_state: str | None = None
+    collectives: tuple[tuple[str, int, int], ...] = ()
+    blocked_seconds: float | None = None
+    waiting: tuple[str, str, int] | None = None
+    stalled: bool | None = None
+    stall_threshold_seconds: float | None = None
+    window_compute_seconds: float | None = None
+    window_collective_wait_seconds: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -377,24 +399,6 @@ class RankStatus:
 
 
 @dataclass(frozen=True)
-class Straggler:
-    """The slowest rank of a run.
-
-    Attributes:
-        rank: its status (node and GPU included).
-        slower_ratio: how much longer its step takes than the median rank's, e.g. 0.12 = 12 %.
-    """
-
-    rank: RankStatus
-    slower_ratio: float
-
-    @property
-    def significant(self) -> bool:
-        """At least ``STRAGGLER_RATIO`` slower than the median: a straggler, not noise."""
-        return self.slower_ratio >= STRAGGLER_RATIO
-
-
-@dataclass(frozen=True)
 class RunStatus:
     """One training run and its ranks.
 
@@ -404,12 +408,15 @@ class RunStatus:
         seconds_per_step: the pace the source saw the run make over its recent refreshes, the
             warm-up of a process's first step left out (``observe.sources.direct.StepRate``);
             ``None`` until it saw two different steps.
+        verdict: which rank is stuck or slow, judged from the ranks' hang and straggler series
+            (``observe.sources.verdicts``); ``None`` when no rank exports them.
     """
 
     run_id: str
     ranks: tuple[RankStatus, ...] = ()
     loss_history: tuple[tuple[float, float], ...] = ()
     seconds_per_step: float | None = None
+    verdict: Verdict | None = None
 
     def _first(self, attr: str) -> float | None:
         return next((v for r in self.ranks if (v := getattr(r, attr)) is not None), None)
@@ -485,16 +492,6 @@ class RunStatus:
         if step is None or planned is None or seconds is None:
             return None
         return max(0.0, planned - step) * seconds
-
-    @property
-    def straggler(self) -> Straggler | None:
-        """The rank with the longest step time and how much longer than the median (2+ ranks)."""
-        timed = [(r.window_step_seconds, r) for r in self.ranks if r.window_step_seconds is not None]
-        if len(timed) < 2:
-            return None
-        seconds, slowest = max(timed, key=lambda t: (t[0], t[1].data_wait_seconds or 0.0))
-        median = statistics.median(s for s, _ in timed)
-        return Straggler(slowest, (seconds - median) / median if median > 0 else 0.0)
 
 
 @dataclass(frozen=True)

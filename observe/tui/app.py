@@ -105,7 +105,8 @@ class TopApp(App):
         """Make ``snapshot`` the current one and redraw the screen on top."""
         self.snapshot = snapshot
         self.refreshes += 1
-        update = getattr(self.screen, "update_snapshot", None)
+        # a refresh that lands while the app closes finds no screen left to draw on
+        update = getattr(self.screen, "update_snapshot", None) if self.screen_stack else None
         if update is not None:
             try:
                 update(snapshot)

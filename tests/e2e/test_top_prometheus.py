@@ -2,8 +2,9 @@
 
 The agents are ``python -m observe.cli agent`` processes (GPUs from the fake NVML stand-in: one node
 healthy, one with a lost GPU; XIDs from the field case's kernel log); the ranks serve the
-trainer's own exporter text. Prometheus (Debian's ``prometheus``) scrapes them every 250 ms; the
-source must turn its answers into the same ClusterSnapshot the direct source builds.
+trainer's own exporter text, with its hang and straggler series. Prometheus (Debian's
+``prometheus``) scrapes them every 250 ms; the source must turn its answers into the same
+ClusterSnapshot the direct source builds, each run with its verdict.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def scraped(native, tmp_path: Path, port_block, subprocess_env):
                 )
             )
         ranks = [
-            fleet.trainer("rank0", trainer_exposition(0, "prom-node-a", GPU0, 0.5, 0.02)),
-            fleet.trainer("rank1", trainer_exposition(1, "prom-node-a", GPU1, 0.6, 0.09)),
+            fleet.trainer("rank0", trainer_exposition(0, "prom-node-a", GPU0, 0.6, 0.02, compute=0.30)),
+            fleet.trainer("rank1", trainer_exposition(1, "prom-node-a", GPU1, 0.6, 0.09, compute=0.48)),
         ]
         targets = [a.base.split("://")[1] for a in agents] + [r.split("://")[1].split("/")[0] for r in ranks]
         prom = prometheus_local.start(
@@ -93,7 +94,10 @@ def test_the_cluster_as_prometheus_sees_it(scraped: str) -> None:
     xid13 = next(x for x in a.xid_events if x.xid == 13)
     assert xid13.gpu == 0 and xid13.name.startswith("Graphics engine exception")
     (run,) = summary.runs
-    assert [r.rank for r in run.ranks] == [0, 1] and run.straggler.rank.rank == 1
+    assert [r.rank for r in run.ranks] == [0, 1] and run.ranks[1].window_compute_seconds == pytest.approx(0.48)
+    # the straggler by compute (both ranks take 600 ms per step), its GPU's index from the agent's series
+    assert run.verdict is not None and run.verdict.verdict == "straggler" and run.verdict.culprit_ranks == [1]
+    assert (run.verdict.culprits[0].node, run.verdict.culprits[0].gpu_index) == ("prom-node-a", 1)
     assert summary.gpu_index("prom-node-a", GPU1) == 1
     full = focused.node("prom-node-a").snapshot
     assert full is not None and full.view == "full" and full.processes  # from fsdp_node_process_info

@@ -125,6 +125,19 @@ class RecordedFleet:
         """A trainer rank serving ``render()`` as ``/metrics``; returns its ``/metrics`` URL."""
         return self._add(name, lambda path: (200, "text/plain; version=0.0.4", render())) + "/metrics"
 
+    def rank(self, name: str, pages: dict[str, Callable[[], bytes]], delay: float = 0.0) -> str:
+        """A trainer rank serving ``pages`` (path -> body: ``/metrics``, ``/debug/state``), answering
+        each request after ``delay`` seconds (a rank whose threads do not run); its ``/metrics`` URL."""
+
+        def answer(path: str) -> tuple[int, str, bytes]:
+            render = pages.get(path)
+            if render is None:
+                return 404, "text/plain", b"not found\n"
+            kind = "application/json" if path.startswith("/debug/") else "text/plain; version=0.0.4"
+            return 200, kind, render()
+
+        return self._add(name, answer, delay) + "/metrics"
+
     def trainer_on(self, port: int, render: Callable[[], bytes], name: str = "") -> str:
         """``trainer`` on a chosen port (another process holding a rank's port); its ``/metrics`` URL."""
         server = self.servers[name or f"port-{port}"] = _Server(
@@ -163,9 +176,13 @@ def trainer_exposition(
     world_size: int = 2,
     run_id: str = "llama-ft-7",
     phase: str | None = None,
+    compute: float | None = None,
 ) -> Callable[[], bytes]:
     """A rank's ``/metrics`` as the trainer's own exporter renders it, after ``step`` steps; with
-    ``phase``, its ``fsdp_train_phase`` series say the rank is in that phase."""
+    ``phase``, its ``fsdp_train_phase`` series say the rank is in that phase. With ``compute``
+    (seconds per step), its collective tracking is on (``observe.training.forensics``: the hang and
+    straggler series): each step of the last log window spent ``compute`` computing and the rest
+    after the data wait blocked in collectives, 12 collectives per step, none in flight."""
     from observe.training.collector import TrainingCollector
     from observe.training.phases import PhaseClock
     from observe.training.window import WindowStats
@@ -194,7 +211,28 @@ def trainer_exposition(
         metrics.on_step(s, step_seconds, data_wait, labelled_tokens=8192, samples=4, learning_rate=2e-5)
     window = WindowStats(steps=10, seconds=10 * step_seconds, data_wait_seconds=10 * data_wait, labelled_tokens=81920)
     metrics.on_window(window, loss=2.0 + 100 / step, grad_norm=1.0, global_tokens_per_second=20000.0, memory=None)
+    if compute is not None:
+        forensics = _forensics(labels, step, step_seconds, data_wait, compute, phase)
+        metrics.add_families(lambda collector: forensics.families(collector.labels))
     registry = CollectorRegistry()
     registry.register(metrics)
     text = generate_latest(registry)
     return lambda: text
+
+
+def _forensics(
+    labels: dict[str, str], step: int, step_seconds: float, data_wait: float, compute: float, phase: str | None
+):
+    """A rank's real ``RankForensics`` after a log window of steps of ``compute`` seconds each."""
+    from observe.training.collectives import CollectiveTracker
+    from observe.training.forensics import RankForensics
+
+    tracker = CollectiveTracker()
+    tracker.issued = {"0": 12 * step}
+    tracker.completed = {"0": 12 * step}
+    forensics = RankForensics(tracker, dict(labels), phase=lambda: phase or "training", step=lambda: step)
+    for s in range(step - 9, step + 1):
+        tracker.wait_seconds += max(0.0, step_seconds - data_wait - compute)
+        forensics.step_ended(s, 0.0, step_seconds, data_wait)
+    forensics.window_closed()
+    return forensics

@@ -10,18 +10,25 @@
   answering after it said so.
 - ``big_snapshot``: ``n`` nodes of 8 GPUs for the GPU grid, with an idle GPU, a hot one, a lost
   one, an XID and an unreachable node among them.
+- ``forensics_snapshot``: the fleet with a run as two real gloo ranks served it while healthy,
+  straggling, hung, or with rank 1 holding the GIL (tests/tui/recorded/forensics); ``hang_snapshot``:
+  a simulated 8,192-rank hang built from that recording's format.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import replace
 
+from observe.diagnosis import Unreached, from_state
 from observe.model import GpuInfo, NodeHealth, NodeSnapshot, XidEvent
-from observe.sources.direct import LossHistory, StepRate, build_runs
+from observe.sources.direct import LossHistory, StepRate, build_runs, gpu_indexes
 from observe.sources.trainer import parse_exposition, ranks_from_samples
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, node_status
+from observe.tui.screens.rank import Fetched
 from tests.support.fleet import NODES, recorded, trainer_exposition
+from tests.support.forensics import RECORDED, hang_fleet, meta, recorded_ranks, state_doc
 from tests.support.tui import GPU0, GPU1
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
@@ -89,8 +96,8 @@ def no_power_reading(base: NodeSnapshot, name: str, gpu: int) -> NodeSnapshot:
 
 def _ranks(phase: str | None = None, step: int = 120) -> list[RankStatus]:
     ranks = []
-    for rank, (uuid, seconds, wait) in enumerate(((GPU0, 0.50, 0.02), (GPU1, 0.60, 0.09))):
-        text = trainer_exposition(rank, "gpu-node-1", uuid, seconds, wait, step=step)().decode()
+    for rank, (uuid, compute, wait) in enumerate(((GPU0, 0.30, 0.02), (GPU1, 0.48, 0.09))):
+        text = trainer_exposition(rank, "gpu-node-1", uuid, 0.60, wait, step=step, compute=compute)().decode()
         ranks += ranks_from_samples(parse_exposition(text), f"http://10.0.0.1:{9500 + rank}/metrics", NOW)
     if phase is not None:
         ranks = [replace(r, phase=phase) for r in ranks]
@@ -148,14 +155,15 @@ def _rates(ranks: list[RankStatus], seconds_per_step: float = 0.60, steps_ago: i
 
 
 def fleet_snapshot(focus: str | None = None) -> ClusterSnapshot:
-    """The fleet with a two-rank run in progress (rank 1 on GPU 1 is the straggler), seen for 20 steps
-    at its slowest rank's 0.60 s per step."""
+    """The fleet with a two-rank run of our trainer in progress, seen for 20 steps at 0.60 s per step:
+    rank 1 on GPU 1 is the straggler (it computes 480 ms per step, rank 0 300 ms and waits for it)."""
     ranks = _ranks()
+    nodes = fleet_nodes(focus)
     return ClusterSnapshot(
         time_unix=NOW - 0.3,
         source=SOURCE,
-        nodes=tuple(fleet_nodes(focus)),
-        runs=build_runs(ranks, _history(), _rates(ranks)),
+        nodes=tuple(nodes),
+        runs=build_runs(ranks, _history(), _rates(ranks), NOW, gpu_index=gpu_indexes(nodes)),
         focus=focus,
         cycle_seconds=0.042,
         trainers=2,
@@ -170,7 +178,7 @@ def finished_snapshot() -> ClusterSnapshot:
         time_unix=NOW - 0.3,
         source=SOURCE,
         nodes=tuple(fleet_nodes(None)),
-        runs=build_runs(ranks, _history()),
+        runs=build_runs(ranks, _history(), now=NOW),
         cycle_seconds=0.042,
         trainers=2,
     )
@@ -226,3 +234,57 @@ def big_snapshot(n: int) -> ClusterSnapshot:
         cycle_seconds=0.31,
         trainers=0,
     )
+
+
+def _rank_url(mode: str) -> Callable[[int], str]:
+    base = meta(mode)["port_base"]
+    return lambda rank: f"http://127.0.0.1:{base + rank}/metrics"
+
+
+def forensics_snapshot(mode: str) -> ClusterSnapshot:
+    """The fleet with the run two real gloo ranks served in ``mode`` (``healthy``, ``straggle``,
+    ``hang``, ``gil``), as the direct source reads it at ``NOW`` (the recording moved to then); in
+    ``gil``, rank 1's endpoint has not answered since the TUI started (its training thread holds
+    the GIL), so it is an endpoint that times out."""
+    url = _rank_url(mode)
+    ranks = recorded_ranks(mode, NOW, url)
+    nodes = fleet_nodes(None)
+    unreached, errors = [], []
+    for rank in (0, 1):
+        if not any(r.rank == rank for r in ranks):
+            unreached.append(Unreached(url(rank), "timeout", "no answer within 1.5 s"))
+            errors.append(f"trainer {url(rank)}: slow: no answer within 1.5 s")
+    return ClusterSnapshot(
+        time_unix=NOW - 0.3,
+        source=SOURCE,
+        nodes=tuple(nodes),
+        runs=build_runs(ranks, LossHistory(), _rates(ranks, 0.2, 5), NOW, unreached, gpu_indexes(nodes)),
+        cycle_seconds=0.042,
+        errors=tuple(errors),
+        trainers=2,
+    )
+
+
+def hang_snapshot(world: int = 8192, culprit: int = 5121) -> ClusterSnapshot:
+    """``world`` simulated ranks (``tests.support.forensics.hang_fleet``: the recorded hang's format)
+    where ``culprit`` never entered the collective all the others wait in."""
+    ranks = hang_fleet(world, culprit, NOW)
+    return ClusterSnapshot(
+        time_unix=NOW - 0.3,
+        source=f"0 agents, {world:,} trainer endpoints",
+        runs=build_runs(ranks, LossHistory(), None, NOW),
+        cycle_seconds=1.9,
+        trainers=world,
+    )
+
+
+def fetched_page(mode: str, rank: int) -> Fetched:
+    """What the rank view gets for ``rank`` of ``mode``'s recording at ``NOW``: its recorded
+    ``/debug/state``, or, for a rank that did not answer (rank 1 holding the GIL), a timeout and
+    what rank 0's page reports of it."""
+    if rank in (r for r in (0, 1) if (RECORDED / mode / f"rank{r}.state.json").exists()):
+        return Fetched(from_state(state_doc(mode, rank)), NOW)
+    url = _rank_url(mode)(rank).removesuffix("/metrics") + "/debug/state"
+    peer = next(r for r in (0, 1) if r != rank)
+    report = from_state(state_doc(mode, peer)).peers.get(rank)
+    return Fetched(Unreached(url, "timeout", "no answer within 5.0 s"), NOW, peer, report)

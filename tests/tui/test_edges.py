@@ -1,5 +1,5 @@
 """Issue 16's defects, one test each: screens at 80x24 / 120x40, 8- and 16-GPU nodes, and the TUI
-telling the truth at the edges (partial sums, finished runs, straggler threshold, loss points per
+telling the truth at the edges (partial sums, finished runs, the straggler by compute, loss points per
 log window, data-wait unit, "no run" wording, duplicate agents, bad --agents-file lines, status
 messages, Ctrl-C, no terminal, the sort menu's backdrop, help covering every key, --help text).
 
@@ -19,6 +19,7 @@ import pytest
 
 from observe.cli import main as cli_main
 from observe.sources.direct import DirectSource, Endpoint, LossHistory, same_endpoint_key
+from observe.sources.verdicts import run_verdict
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_figures
 from observe.tui.app import make_app
 from observe.tui.screens.base import SortMenu, error_lines, status_line
@@ -26,7 +27,8 @@ from observe.tui.screens.cluster import COLUMNS
 from observe.tui.screens.gpus import uuid_tails
 from observe.tui.screens.help import KEYS, HelpScreen, MessagesScreen
 from observe.tui.screens.node import PROCESS_COLUMNS, NodeScreen
-from observe.tui.screens.run import RunScreen, deviation_bar, rank_rows, run_lines
+from observe.tui.screens.run import RunScreen, run_lines
+from observe.tui.screens.run_ranks import RANK_COLUMNS, deviation_bar, rank_rows
 from observe.tui.widgets.grid import GpuGrid
 from observe.tui.widgets.lines import Lines
 from observe.tui.widgets.table import VirtualTable, column_layout
@@ -64,6 +66,18 @@ def test_columns_give_way_in_their_order_and_the_essential_ones_never_drop() -> 
     process = dict((c.key, w) for c, w in column_layout(PROCESS_COLUMNS, 80))
     assert process["command"] >= 24 and {"pid", "cpu", "res", "state"} <= set(process) and "time" not in process
     assert dict((c.key, w) for c, w in column_layout(PROCESS_COLUMNS, 120))["command"] >= 40
+
+
+def test_the_rank_tables_collective_is_whole_at_120_columns_and_node_stays_at_80() -> None:
+    # "in #73 all_gather_single" needs 24 characters: at 120 a figure column drops rather than the
+    # collective being cut mid-word; at 80 NODE (a regrow column) is never dropped for it
+    at120 = {c.key: w for c, w in column_layout(RANK_COLUMNS, 120)}
+    collective = next(c for c in RANK_COLUMNS if c.key == "collective")
+    assert at120["collective"] == collective.width >= 24 and {"node", "gpu", "blocked", "coll_wait"} <= set(at120)
+    assert sum(at120.values()) + len(at120) - 1 <= 120
+    at80 = {c.key: w for c, w in column_layout(RANK_COLUMNS, 80)}
+    assert {"rank", "node", "state", "collective", "compute", "vs", "note"} <= set(at80)
+    assert len(column_layout(RANK_COLUMNS, 200)) == len(RANK_COLUMNS)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
@@ -229,27 +243,40 @@ async def test_the_run_screen_says_finished_with_the_final_figures() -> None:
     await ctx.__aexit__(None, None, None)
 
 
-def _run(*seconds: float) -> RunStatus:
-    return RunStatus(
-        "r",
-        tuple(
-            RankStatus(rank=i, run_id="r", window_step_seconds=s, step=10, planned_steps=20)
-            for i, s in enumerate(seconds)
-        ),
+def _run(*compute: float, step: float = 0.5) -> RunStatus:
+    """A moving run whose ranks take ``step`` seconds per step each (as synchronous ranks do),
+    rank ``i`` computing ``compute[i]`` of it; with its verdict, as the sources judge it."""
+    ranks = tuple(
+        RankStatus(
+            rank=i,
+            run_id="r",
+            window_step_seconds=step,
+            window_compute_seconds=c,
+            window_collective_wait_seconds=step - c,
+            train_state="computing",
+            stalled=False,
+            step=10,
+            planned_steps=20,
+        )
+        for i, c in enumerate(compute)
     )
+    return RunStatus("r", ranks, verdict=run_verdict(ranks, NOW)[0])
 
 
-def test_no_straggler_mark_below_five_percent_and_bars_on_a_deviation_scale() -> None:
+def test_the_straggler_mark_is_the_verdicts_by_compute_and_bars_on_a_deviation_scale() -> None:
     snapshot = ClusterSnapshot(time_unix=NOW)
-    close = _run(1.000, 1.001)
+    close = _run(0.200, 0.260)  # 1.3x the median's compute: below the verdict's 1.5x
     rows = rank_rows(snapshot, close)
-    assert not any(r.straggler for r in rows)
+    assert not any(r.straggler for r in rows) and close.verdict.verdict == "healthy"
     text = "\n".join("".join(t for t, _ in line) for line in run_lines(snapshot, close, 120))
-    assert "Straggler none" in text and "◀" not in text
+    assert "Verdict  healthy" in text and "most compute: rank 1, 1.30× the median" in text and "◀" not in text
     assert deviation_bar(0.0).strip() == "│" and deviation_bar(0.01).count("█") == 0  # 1 %: a sliver
-    assert deviation_bar(0.20).count("█") == 6 and deviation_bar(-0.20).count("█") == 6
-    far = rank_rows(snapshot, _run(1.0, 1.0, 1.2))
-    assert [r.straggler for r in far] == [False, False, True]
+    assert deviation_bar(1.0).count("█") == 6 and deviation_bar(-1.0).count("█") == 6
+    assert deviation_bar(0.5).count("█") == 3  # the verdict's 1.5x: half a side
+    far = rank_rows(snapshot, _run(0.2, 0.2, 0.36))  # 1.8x, and 160 ms over the median is 32 % of the step
+    assert [r.straggler for r in far] == [False, False, True] and far[2].vs_median == pytest.approx(0.8)
+    tiny = rank_rows(snapshot, _run(0.010, 0.010, 0.030))  # 3x, but 20 ms of a 500 ms step: noise
+    assert not any(r.straggler for r in tiny)
 
 
 def test_the_loss_history_has_one_point_per_log_window() -> None:
@@ -263,9 +290,11 @@ def test_the_loss_history_has_one_point_per_log_window() -> None:
 
 
 async def test_data_wait_is_a_share_of_the_step_as_in_the_trainer_log() -> None:
-    app, pilot, ctx = await shown(fleet_snapshot(), (120, 40), keys=("2",))
+    # at 200 columns (at 120 DATA WAIT gives its room to the whole collective name)
+    app, pilot, ctx = await shown(fleet_snapshot(), (200, 50), keys=("2",))
     ranks = table_text(app.screen.query_one("#ranks", VirtualTable))
-    assert "DATA WAIT" in ranks[0] and "4.0%" in ranks[1] and "15.0%" in ranks[2] and "90 ms" not in ranks[2]
+    # the straggler (rank 1) first
+    assert "DATA WAIT" in ranks[0] and "15.0%" in ranks[1] and "3.3%" in ranks[2] and "90 ms" not in ranks[1]
     await ctx.__aexit__(None, None, None)
 
 

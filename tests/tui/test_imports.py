@@ -17,7 +17,7 @@ def test_importing_the_whole_tui_loads_no_torch_pynvml_trainer_or_agent() -> Non
         "import observe.cli.top, observe.tui.app, observe.sources.direct, observe.sources.kube, "
         "observe.sources.prometheus\n"
         "import observe.tui.screens.cluster, observe.tui.screens.node, observe.tui.screens.run, "
-        "observe.tui.screens.alerts, observe.tui.screens.help\n"
+        "observe.tui.screens.rank, observe.tui.screens.alerts, observe.tui.screens.help\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pynvml', 'trainer') "
         "or m.startswith('observe.agent'))))\n"
     )

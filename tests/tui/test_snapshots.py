@@ -15,7 +15,16 @@ import pytest
 
 from observe.tui import fmt
 from observe.tui.app import make_app
-from tests.support.scenes import NOW, SOURCE, big_snapshot, finished_snapshot, fleet_snapshot
+from tests.support.scenes import (
+    NOW,
+    SOURCE,
+    big_snapshot,
+    fetched_page,
+    finished_snapshot,
+    fleet_snapshot,
+    forensics_snapshot,
+    hang_snapshot,
+)
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x50": (200, 50)}
 
@@ -80,6 +89,45 @@ SCENES = {
 @pytest.mark.parametrize("name", list(SCENES))
 def test_screen(snap_compare, pinned, name: str, size: str) -> None:
     app, run_before = SCENES[name]()
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+
+
+#: The Run screen's verdict banner from what real gloo ranks served (tests/tui/recorded/forensics),
+#: and a simulated 8,192-rank hang in that format: at the two sizes a terminal usually has.
+VERDICT_SCENES = {
+    "run_hang": lambda: scene(forensics_snapshot("hang"), keys=("2",)),
+    "run_gil": lambda: scene(forensics_snapshot("gil"), keys=("2",)),
+    "run_straggler": lambda: scene(forensics_snapshot("straggle"), keys=("2",)),
+    "run_healthy": lambda: scene(forensics_snapshot("healthy"), keys=("2",)),
+    "run_hang_8192": lambda: scene(hang_snapshot(), keys=("2",)),
+}
+
+
+@pytest.mark.parametrize("size", ["80x24", "120x40"])
+@pytest.mark.parametrize("name", list(VERDICT_SCENES))
+def test_verdict(snap_compare, pinned, name: str, size: str) -> None:
+    app, run_before = VERDICT_SCENES[name]()
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+
+
+def rank_scene(mode: str):
+    """The Run screen of ``mode``'s recording with its first row (the culprit) opened, its page as
+    the rank served it (or, for a rank that did not answer, its timeout and what its peer said)."""
+    app, show = scene(forensics_snapshot(mode), keys=("2",))
+
+    async def run_before(pilot) -> None:
+        await show(pilot)
+        screen = app.screen
+        screen.open_rank(screen.table.current_row, fetched=fetched_page(mode, screen.table.current_row.rank.rank))
+        await pilot.pause()
+
+    return app, run_before
+
+
+@pytest.mark.parametrize("size", ["80x24", "120x40"])
+@pytest.mark.parametrize("mode", ["hang", "gil", "straggle"])
+def test_rank_view(snap_compare, pinned, mode: str, size: str) -> None:
+    app, run_before = rank_scene(mode)
     assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
 
 

@@ -16,15 +16,16 @@ KEYS = (
     ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes it)"),
     ("1 2 3 4", "Cluster, Run, Alerts and GPU grid screens"),
-    ("Enter", "drill down: the node of a row or of a grid cell; a GPU in full"),
+    ("Enter", "drill down: the node of a row or of a grid cell; a GPU in full; a rank in full (Run screen)"),
     ("Esc", "back (or clear the filter)"),
     ("s  F6  I", "sort by a column (a menu); the same column again reverses; I inverts"),
     ("/", "filter rows by text (node name, state, command)"),
-    ("r", "refresh now"),
+    ("r", "refresh now (a rank's view: ask its stack again)"),
     ("e", "every message of the source in full (the status bar cuts them)"),
     ("c", "Node screen: GPUs compact (a line each) or detailed (with history)"),
     ("m", "GPU grid: colour by utilisation, memory, temperature or XID errors"),
     ("n", "Run screen: the next run, when there are several"),
+    ("o", "Run screen: the node of the rank under the cursor"),
     ("Tab", "next table (Node screen: processes / GPUs)"),
     ("↑ ↓ ← → PgUp PgDn Home End", "move"),
 )
@@ -38,7 +39,10 @@ STATES = (
     ("N/A", "na", "the value could not be read (never shown as 0); N/A (MIG): MIG GPUs report no utilisation"),
     ("*", "warn", "partial: a sum or mean over only the GPUs that could be read (a lost GPU, an N/A reading)"),
     ("LOST", "lost", "NVML reports the GPU fell off the bus: reset or reboot it"),
-    ("straggler", "bad", "a rank whose step takes 5 % or more longer than the median rank's"),
+    ("HANG", "alarm", "Run screen's verdict: which rank the others wait for, in which collective, and why"),
+    ("STRAGGLER", "caution", "a rank computing 1.5x the median rank's time per step, the excess over 10 % of a step"),
+    ("! state", "bad", "Run screen: the rank's watchdog sees no progress (stalled)"),
+    ("◀ behind", "bad", "a culprit: behind, other op, gone, no answer (alive, holding the GIL), straggler"),
 )
 
 

@@ -1,170 +1,101 @@
 """The Run screen: a training run's phase, progress, loss history (one point per log window),
-throughput, MFU, step time and ETA; then one row per rank: its step time against the median rank's
-(a straggler from ``STRAGGLER_RATIO`` on), its data wait as a share of the step (as the trainer's
-log writes it), tokens/s, state, and its node and GPU (Enter opens the node)."""
+throughput, MFU, step time and ETA; its verdict as a banner (which rank is stuck, or slow, and
+why: ``observe.diagnosis`` over the ranks' ``/metrics`` series); then one row per rank, the
+verdict's culprits first: what its training thread does (computing, in a collective, waiting for
+data, in a phase; ``!`` stalled), the collective it waits in or the last it issued, its compute
+per step against the median rank's (the straggler signal: synchronous ranks share one step time),
+its collective and data waits, tokens/s, and its node and GPU. Enter opens a rank: its stack and
+collective state, asked once from its ``/debug/state`` (``observe.tui.screens.rank``)."""
 
 from __future__ import annotations
 
-import statistics
 import textwrap
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 
-from observe.sources.view import STRAGGLER_RATIO, ClusterSnapshot, RankStatus, RunStatus
+from observe.diagnosis import Verdict
+from observe.sources.view import ClusterSnapshot, RankStatus, RunStatus
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
-from observe.tui.screens.cluster import STATE_STYLE
-from observe.tui.screens.gpus import text_meter
+from observe.tui.screens.run_ranks import RANK_COLUMNS, RankRow, median_compute, note, rank_rows, state_text
 from observe.tui.widgets.lines import Line, Lines, bar, fit, spark
-from observe.tui.widgets.table import Column, VirtualTable
+from observe.tui.widgets.table import VirtualTable
 
-#: The step-time deviation bar's full scale: a rank this much slower (or faster) than the median
-#: fills one side, so 1 % is a sliver and the 5 % straggler threshold a quarter.
-DEVIATION_SCALE = 0.20
-#: Cells on each side of the deviation bar's centre line.
-DEVIATION_HALF = 6
-_EIGHTHS = "▏▎▍▌▋▊▉█"
+if TYPE_CHECKING:
+    from observe.tui.screens.rank import Fetched
 
-
-def gpu_label(snapshot: ClusterSnapshot, rank: RankStatus) -> str:
-    """``GPU 3`` from the rank's ``gpu_uuid`` and its node's agent data; the UUID's tail when the
-    node does not list it; ``cpu`` for a rank without a GPU."""
-    if rank.gpu_uuid is None:
-        return "cpu" if rank.device_type in (None, "cpu") else fmt.NA
-    index = snapshot.gpu_index(rank.node, rank.gpu_uuid)
-    return f"GPU {index}" if index is not None else "…" + rank.gpu_uuid[-8:]
+#: Banner style per verdict (healthy is quiet: no badge).
+VERDICT_STYLE = {"hang": "alarm", "mismatch": "alarm", "stopped": "alarm", "straggler": "caution"}
+#: Lines of the verdict banner at most (the rank view shows the whole verdict), below and from
+#: ``TALL_ROWS`` terminal rows (below, the header also leaves out its blank line).
+BANNER_LINES, BANNER_LINES_TALL, TALL_ROWS = 3, 5, 30
 
 
-def deviation_bar(ratio: float | None, half: int = DEVIATION_HALF, scale: float = DEVIATION_SCALE) -> str:
-    """``ratio`` (step time / median - 1) as a bar either side of a centre line ``│``: slower to the
-    right in eighths of a cell, faster to the left; ``scale`` fills one side."""
-    if ratio is None:
-        return " " * (2 * half + 1)
-    eighths = round(min(1.0, abs(ratio) / scale) * half * 8)
-    full, part = divmod(eighths, 8)
-    if ratio >= 0:
-        right = ("█" * full + (_EIGHTHS[part - 1] if part else "")).ljust(half)
-        return " " * half + "│" + right
-    left = ("▐" if part >= 4 else "") + "█" * full
-    return left.rjust(half)[-half:] + "│" + " " * half
+def verdict_lines(run: RunStatus, width: int, most: int = BANNER_LINES) -> list[Line]:
+    """The verdict banner in ``width`` cells and at most ``most`` lines: a badge with the verdict
+    and its summary, wrapped (a healthy run's in quiet colours, with the rank of most compute
+    against the median; no verdict without the ranks' hang series, and why)."""
+    label = (" Verdict  ", "label")
+    verdict = run.verdict
+    if verdict is None:
+        return [
+            fit(
+                [
+                    (label[0], "label", 0),
+                    ("none", "dim", 0),
+                    (
+                        ": the ranks export no hang series (collective tracking off: FSDP_OBSERVE_COLLECTIVES=0?)",
+                        "dim",
+                        1,
+                    ),
+                ],
+                width,
+            )
+        ]
+    if verdict.verdict == "healthy":
+        text = _without_word(verdict)
+        pieces: list[tuple[str, str | None, int]] = [(label[0], "label", 0), ("healthy", "ok", 0)]
+        pieces.append((f"  {text}", "dim", 1))
+        top = _most_compute(run)
+        if top is not None:
+            pieces.append((f"; most compute: rank {top[0]}, {top[1]:.2f}× the median", "dim", 2))
+        return [fit(pieces, width)]
+    badge = f" {verdict.verdict.upper()} "
+    indent = len(label[0])
+    room = max(10, width - indent - len(badge) - 1)
+    body = textwrap.wrap(_without_word(verdict), room, break_on_hyphens=False) or [""]
+    rest = textwrap.wrap(" ".join(body[1:]), max(10, width - indent), break_on_hyphens=False) if len(body) > 1 else []
+    style = "bad" if VERDICT_STYLE.get(verdict.verdict) == "alarm" else "warn"
+    lines: list[Line] = [[label, (badge, VERDICT_STYLE.get(verdict.verdict, "alarm")), (" " + body[0], style)]]
+    for n, part in enumerate(rest[: most - 1]):
+        if n == most - 2 and len(rest) > most - 1:
+            part = fmt.shorten(part + " " + " ".join(rest[most - 1 :]), max(10, width - indent))
+        lines.append([(" " * indent, None), (part, style)])
+    return lines
 
 
-@dataclass(frozen=True)
-class RankRow:
-    """One line of the rank table.
-
-    Attributes:
-        rank: the rank. gpu: its GPU as shown (``gpu_label``).
-        vs_median: its step time / the median rank's - 1 (``None`` without a step time).
-        straggler: the slowest rank and at least ``STRAGGLER_RATIO`` slower than the median.
-    """
-
-    rank: RankStatus
-    gpu: str
-    vs_median: float | None
-    straggler: bool
+def _without_word(verdict: Verdict) -> str:
+    """The summary without its leading ``hang:`` (the badge says it)."""
+    head = f"{verdict.verdict}: "
+    return verdict.summary[len(head) :] if verdict.summary.startswith(head) else verdict.summary
 
 
-def rank_rows(snapshot: ClusterSnapshot, run: RunStatus) -> list[RankRow]:
-    """The rank table of ``run``."""
-    timed = [r.window_step_seconds for r in run.ranks if r.window_step_seconds is not None]
-    median = statistics.median(timed) if timed else None
-    straggler = run.straggler
-    marked = straggler.rank if straggler is not None and straggler.significant else None
-    rows = []
-    for r in run.ranks:
-        vs = (
-            None
-            if median is None or not median or r.window_step_seconds is None
-            else r.window_step_seconds / median - 1
-        )
-        rows.append(RankRow(r, gpu_label(snapshot, r), vs, r is marked))
-    return rows
+def _most_compute(run: RunStatus) -> tuple[int, float] | None:
+    """``(rank, compute / median)`` of the rank with the most compute per step (2+ ranks)."""
+    median = median_compute(run)
+    timed = [r for r in run.ranks if r.window_compute_seconds is not None]
+    if not median or len(timed) < 2:
+        return None
+    top = max(timed, key=lambda r: r.window_compute_seconds or 0.0)
+    return top.rank, (top.window_compute_seconds or 0.0) / median
 
 
-def _note(row: RankRow) -> str:
-    if row.straggler:
-        return "◀ straggler"
-    return row.rank.error or ""
-
-
-#: Priorities: RANK, STEP TIME, VS MEDIAN, STATE and NOTE never drop; then, first to last: the
-#: data-wait bar, the deviation bar, TOK/S, GPU, NODE (after shrinking to 10), DATA WAIT.
-RANK_COLUMNS = (
-    Column("rank", "RANK", 5, lambda r: r.rank.rank, right=True, style=lambda r: "accent"),
-    Column(
-        "node",
-        "NODE",
-        18,
-        lambda r: r.rank.node or None,
-        text=lambda r: r.rank.node or fmt.NA,
-        min_width=10,
-        priority=3,
-    ),
-    Column("gpu", "GPU", 9, lambda r: r.gpu, priority=3),
-    Column(
-        "step",
-        "STEP TIME",
-        9,
-        lambda r: r.rank.window_step_seconds,
-        right=True,
-        text=lambda r: fmt.step_time(r.rank.window_step_seconds),
-        style=lambda r: "bad" if r.straggler else None,
-    ),
-    Column(
-        "vs",
-        "VS MEDIAN",
-        9,
-        lambda r: r.vs_median,
-        right=True,
-        text=lambda r: fmt.NA if r.vs_median is None else f"{r.vs_median * 100:+.1f}%",
-        style=lambda r: "bad" if r.straggler else "warn" if (r.vs_median or 0) >= STRAGGLER_RATIO else "dim",
-    ),
-    Column(
-        "vs_bar",
-        f"-{DEVIATION_SCALE:.0%} · +{DEVIATION_SCALE:.0%}",
-        2 * DEVIATION_HALF + 1,
-        lambda r: r.vs_median,
-        text=lambda r: deviation_bar(r.vs_median),
-        style=lambda r: "bad" if r.straggler else "warn" if (r.vs_median or 0) >= STRAGGLER_RATIO else "ok",
-        priority=5,
-    ),
-    Column(
-        "wait",
-        "DATA WAIT",
-        9,
-        lambda r: r.rank.data_wait_ratio,
-        right=True,
-        text=lambda r: fmt.pct(r.rank.data_wait_ratio, 1),
-        priority=2,
-    ),
-    Column(
-        "wait_bar",
-        "",
-        8,
-        lambda r: r.rank.data_wait_ratio,
-        text=lambda r: text_meter(r.rank.data_wait_ratio, 8),
-        style=lambda r: "warn",
-        priority=6,
-    ),
-    Column(
-        "tps",
-        "TOK/S",
-        8,
-        lambda r: r.rank.tokens_per_second,
-        right=True,
-        text=lambda r: fmt.num(r.rank.tokens_per_second, 0),
-        priority=4,
-    ),
-    Column("state", "STATE", 11, lambda r: r.rank.shown_state, style=lambda r: STATE_STYLE.get(r.rank.shown_state)),
-    Column("note", "NOTE", 0, _note, style=lambda r: "bad", min_width=10),
-)
-
-
-def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Line]:
-    """The Run screen's header for ``run`` in ``width`` cells (the rank table follows it)."""
+def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int, height: int = 40) -> list[Line]:
+    """The Run screen's header for ``run`` in ``width`` cells on a ``height``-row terminal (the
+    rank table follows it)."""
     first = run.ranks[0] if run.ranks else None
     phase = run.phase
     title_pieces: list[tuple[str, str | None, int]] = [(f" run {run.run_id or '(no run_id)'} ", "title", 0)]
@@ -180,7 +111,8 @@ def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Lin
     progress = None if step is None or not planned else step / planned
     meter = max(12, min(60, width - 50))
     eta = "done" if run.finished else fmt.duration(run.eta_seconds)
-    lines: list[Line] = [fit(title_pieces, width), []]
+    tall = height >= TALL_ROWS
+    lines: list[Line] = [fit(title_pieces, width), []] if tall else [fit(title_pieces, width)]
     lines.append(
         [
             (" Step     ", "label"),
@@ -214,36 +146,7 @@ def run_lines(snapshot: ClusterSnapshot, run: RunStatus, width: int) -> list[Lin
             width,
         )
     )
-    straggler = run.straggler
-    if straggler is not None and straggler.significant:
-        r = straggler.rank
-        lines.append(
-            fit(
-                [
-                    (" Straggler ", "label", 0),
-                    (f"rank {r.rank}", "bad", 0),
-                    (f" on node {r.node or fmt.NA} {gpu_label(snapshot, r)}", "value", 0),
-                    (f"  {straggler.slower_ratio * 100:+.1f}% step time vs the median rank", "warn", 1),
-                ],
-                width,
-            )
-        )
-    elif straggler is not None:
-        lines.append(
-            fit(
-                [
-                    (" Straggler ", "label", 0),
-                    ("none", "ok", 0),
-                    (
-                        f"  (slowest rank {straggler.rank.rank} {straggler.slower_ratio * 100:+.1f}%, "
-                        f"below {STRAGGLER_RATIO:.0%})",
-                        "dim",
-                        1,
-                    ),
-                ],
-                width,
-            )
-        )
+    lines += verdict_lines(run, width, BANNER_LINES_TALL if tall else BANNER_LINES)
     return lines
 
 
@@ -282,11 +185,34 @@ def no_run_lines(snapshot: ClusterSnapshot, width: int) -> list[Line]:
     return [fit([(text, style, 0) for text, style in line], width) for line in lines]
 
 
+def _host(url: str) -> str | None:
+    return urlsplit(url).hostname if url.startswith("http") else None
+
+
+def node_peers(run: RunStatus, rank: RankStatus) -> list[RankStatus]:
+    """The other ranks of ``rank``'s node that answered: those with its node name, or, for a rank
+    whose node is not known (an address that never answered), those at its host (a pod's ranks
+    share its IP address)."""
+    host = _host(rank.source)
+    return [
+        r
+        for r in run.ranks
+        if r.rank != rank.rank
+        and r.state == "ok"
+        and ((rank.node and r.node == rank.node) or (not rank.node and host and _host(r.source) == host))
+    ]
+
+
 class RunScreen(TableScreen):
-    """The training run(s) seen; ``n`` shows the next run when there are several."""
+    """The training run(s) seen; ``n`` shows the next run when there are several; Enter opens a
+    rank (its stack and collective state), ``o`` the rank's node."""
 
     TITLE = "Run"
-    BINDINGS = [*TableScreen.BINDINGS, Binding("n", "next_run", "next run")]
+    BINDINGS = [
+        *TableScreen.BINDINGS,
+        Binding("n", "next_run", "next run"),
+        Binding("o", "open_node", "node"),
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -298,7 +224,7 @@ class RunScreen(TableScreen):
         yield VirtualTable(
             RANK_COLUMNS,
             row_key=lambda r: (r.rank.run_id, r.rank.rank),
-            search_text=lambda r: f"{r.rank.rank} {r.rank.node} {r.gpu} {r.rank.shown_state}",
+            search_text=lambda r: f"{r.rank.rank} {r.rank.node} {r.gpu} {state_text(r.rank)} {note(r)}",
             sort_key="rank",
             empty="no ranks",
             id="ranks",
@@ -309,6 +235,12 @@ class RunScreen(TableScreen):
     def action_next_run(self) -> None:
         self.index += 1
         self.update_snapshot(self.top.snapshot)
+
+    @property
+    def run(self) -> RunStatus | None:
+        """The run shown (``None`` without any)."""
+        runs = self.top.snapshot.runs
+        return runs[self.index % len(runs)] if runs else None
 
     def update_snapshot(self, snapshot: ClusterSnapshot) -> None:
         super().update_snapshot(snapshot)
@@ -323,7 +255,7 @@ class RunScreen(TableScreen):
             table.set_rows([])
         else:
             run = snapshot.runs[self.index % len(snapshot.runs)]
-            lines = run_lines(snapshot, run, width)
+            lines = run_lines(snapshot, run, width, self.app.size.height or 40)
             if len(snapshot.runs) > 1:
                 lines.insert(
                     0, [(f" run {self.index % len(snapshot.runs) + 1} of {len(snapshot.runs)} (n: next)", "dim")]
@@ -333,6 +265,24 @@ class RunScreen(TableScreen):
         self.query_one("#run", Lines).set_lines(lines)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:
-        node = event.row.rank.node
+        self.open_rank(event.row)
+
+    def open_rank(self, row: RankRow, fetched: Fetched | None = None) -> None:
+        """Show ``row``'s rank in full (``observe.tui.screens.rank``), its page asked for now
+        (or ``fetched`` already)."""
+        from observe.tui.screens.rank import RankScreen
+
+        run = self.run
+        if run is None:
+            return
+        self.app.push_screen(
+            RankScreen(row.rank, row.gpu, run.verdict, row.culprit, node_peers(run, row.rank), fetched=fetched)
+        )
+
+    def action_open_node(self) -> None:
+        row = self.table.current_row
+        node = row.rank.node if row is not None else ""
         if node and self.top.snapshot.node(node) is not None:
             self.top.open_node(node)
+        elif row is not None:
+            self.notify(f"no agent data for node {node or '(unknown)'}", timeout=2)

@@ -34,6 +34,8 @@ STYLES = (
     "dim",
     "accent",
     "lost",
+    "alarm",
+    "caution",
     "title",
     "spark",
     # the GPU grid's legend (``observe.tui.widgets.grid``): its scales and XID classes

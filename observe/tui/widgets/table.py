@@ -49,6 +49,10 @@ class Column:
             dropped first (ties: the rightmost first).
         min_width: the column may shrink to this many characters before any column is dropped
             (default: ``width``; for the fill column, the room it keeps before others drop).
+        regrow: when columns were dropped, this column widens back (towards ``width``) with the
+            room they left before the fill column takes it (the lowest ``priority`` first); columns
+            that would drop after the first such column drop early when that gives it its whole
+            ``width``.
     """
 
     key: str
@@ -60,6 +64,7 @@ class Column:
     right: bool = False
     priority: int = 0
     min_width: int | None = None
+    regrow: bool = False
 
     @property
     def least(self) -> int:
@@ -76,7 +81,11 @@ def column_layout(columns: Sequence[Column], total: int) -> list[tuple[Column, i
 
     Order of giving way: the fill column (``width == 0``) shrinks to its ``min_width``; other
     columns shrink to their ``min_width``; columns are dropped, highest ``priority`` first
-    (``0`` never); the fill column shrinks to ``FILL_FLOOR``. The fill column takes what is left.
+    (``0`` never); a ``regrow`` column widens back with the room left (the lowest ``priority``
+    first), and when that room is not enough for the first one's whole ``width``, the columns that
+    would drop after it (higher ``priority``, not ``regrow``) drop too, highest first, if that gives
+    it its whole width (a cut name costs more than a figure the screen can spare); the fill column shrinks to
+    ``FILL_FLOOR``. The fill column takes what is left.
     """
     shown = list(columns)
     widths = {id(c): (c.least if c.width == 0 else c.width) for c in shown}
@@ -99,6 +108,24 @@ def column_layout(columns: Sequence[Column], total: int) -> list[tuple[Column, i
             break
         drop = max(droppable, key=lambda c: (c.priority, shown.index(c)))
         shown.remove(drop)
+    regrow = sorted((c for c in shown if c.regrow and c.width), key=lambda c: c.priority)
+    for column in regrow:
+        widths[id(column)] += max(0, min(total - used(), column.width - widths[id(column)]))
+        short = column.width - widths[id(column)] if column is regrow[0] else 0
+        spare = total - used()
+        given: list[Column] = []
+        for other in sorted(
+            (c for c in shown if c.priority > column.priority and not c.regrow and c.width),
+            key=lambda c: (-c.priority, -shown.index(c)),
+        ):
+            if spare >= short:
+                break
+            given.append(other)
+            spare += widths[id(other)] + 1
+        if short > 0 and spare >= short:
+            for other in given:
+                shown.remove(other)
+            widths[id(column)] = column.width
     fill = next((c for c in shown if c.width == 0), None)
     if fill is not None:
         others = sum(widths[id(c)] for c in shown if c is not fill) + max(0, len(shown) - 1)
