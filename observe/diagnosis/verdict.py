@@ -93,8 +93,11 @@ class Verdict:
         }
 
 
-def ranks_text(ranks: list[int], most: int = 8) -> str:
-    """``rank 0``, ``ranks 0, 2, 3``; past ``most``, counted: ``8,191 ranks (0–8191)``."""
+def ranks_text(ranks: list[int], most: int = 8, spans: int = 3) -> str:
+    """``rank 0``, ``ranks 0, 2, 3``; past ``most``, counted with their spans of consecutive ranks:
+    ``8,191 ranks (0–5119, 5121–8191)`` (so a rank left out of the crowd is not read into it);
+    past ``spans`` spans, the first ones and how many more: ``600 ranks (0–99, 101–199, 201–299, 3 more spans)``.
+    """
     ranks = sorted(set(ranks))
     if not ranks:
         return "no rank"
@@ -102,7 +105,16 @@ def ranks_text(ranks: list[int], most: int = 8) -> str:
         return f"rank {ranks[0]}"
     if len(ranks) <= most:
         return "ranks " + ", ".join(str(r) for r in ranks)
-    return f"{len(ranks):,} ranks ({ranks[0]}–{ranks[-1]})"
+    runs: list[list[int]] = [[ranks[0], ranks[0]]]
+    for r in ranks[1:]:
+        if r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    shown = [f"{a}–{b}" if a != b else str(a) for a, b in runs[:spans]]
+    if len(runs) > spans:
+        shown.append(f"{len(runs) - spans} more spans")
+    return f"{len(ranks):,} ranks ({', '.join(shown)})"
 
 
 def seconds_text(seconds: float | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from observe.diagnosis import Collective, Group, RankEvidence, Unreached, from_state, judge
+from observe.diagnosis.verdict import ranks_text
 
 FRAME_USER = ("/home/me/train.py", 36, "main", "time.sleep(10**6)")
 FRAME_FWD = ("/home/me/train.py", 24, "main", "loss = model(x).sum()")
@@ -207,7 +208,7 @@ def test_at_8192_ranks_the_waiting_crowd_is_counted_not_listed() -> None:
     ranks.append(rank(4711, world=world, groups={"0": Group(98, 98)}, stack=(FRAME_USER,)))
     v = judge(ranks)
     assert v.culprit_ranks == [4711]
-    assert "8,191 ranks (0–8191) wait in it" in v.summary
+    assert "8,191 ranks (0–4710, 4712–8191) wait in it" in v.summary
     assert len(v.summary) < 400
 
 
@@ -273,3 +274,10 @@ def test_a_wait_the_wrapper_cannot_see_counts_from_the_flight_recorder_counts() 
     assert (v.verdict, v.culprit_ranks) == ("hang", [1])
     assert v.culprits[0].seq == 41 and v.culprits[0].op is None
     assert "has not entered collective #41 on process group 0" in v.summary
+
+
+def test_a_counted_crowd_names_its_spans_so_the_culprit_is_not_read_into_it() -> None:
+    assert ranks_text([r for r in range(600) if r % 100 != 0 or r == 0]) == (
+        "595 ranks (0–99, 101–199, 201–299, 3 more spans)"
+    )
+    assert ranks_text([*range(0, 10), 12]) == "11 ranks (0–9, 12)"
