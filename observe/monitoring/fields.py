@@ -74,8 +74,10 @@ NODE_DISK_READ = "node_disk_read_bytes_total"  # counter, label device
 NODE_DISK_WRITTEN = "node_disk_written_bytes_total"  # counter, label device
 NODE_DISK_IO_TIME = "node_disk_io_time_seconds_total"  # counter, label device
 NODE_UNAME = "node_uname_info"  # value 1, one per node
+NODE_BOOT_TIME = "node_boot_time_seconds"  # Unix time the node booted
 NODE_EXPORTER: tuple[str, ...] = (
     NODE_UNAME,
+    NODE_BOOT_TIME,
     NODE_CPU_SECONDS,
     NODE_NETWORK_RECEIVE,
     NODE_NETWORK_TRANSMIT,
