@@ -4,8 +4,9 @@ Named once here (ours live in ``observe.catalog``). Each DCGM field below is exp
 install: it is listed, not commented out, in both counter files of the newest tagged
 dcgm-exporter release (``tests/cases/dcgm/released-4.5.3-4.8.2``: ``default-counters.csv``, the
 exporter's default, and ``dcp-metrics-included.csv``, which the GPU Operator sets), except
-``DCGM_XID_COUNT``, which needs switching on (docs/dashboards.md). Units are DCGM's, given beside
-each name; the dashboards convert to Grafana's base units.
+``DCGM_XID_COUNT``, which needs switching on (docs/dashboards.md). These are the names up to 4.8.x;
+``observe.monitoring.dialects`` holds the later releases' and converts every figure to its base
+unit once. Units are DCGM's, given beside each name.
 """
 
 from __future__ import annotations
