@@ -307,7 +307,9 @@ class GpuHealthQueries:
         self.process_sm = (
             f"last_over_time({agent(c.GPU_PROCESS_SM_UTILIZATION)}[2m])\nand on (node, gpu, pid)\n({processes})"
         )
-        self.dialects = f'count by (node, dialect, driver_version) ({d.DIALECT}{{node=~"$node"}})'
+        # Nodes per dialect: a few rows at any fleet size (a row per node would be 1,024).
+        per_node = f'count by (node, dialect, driver_version) ({d.DIALECT}{{node=~"$node"}})'
+        self.dialects = f"count by (dialect, driver_version) ({per_node})"
         self.nodes = f"label_values({d.TEMPERATURE.record}, node)"
         self.gpus = f'label_values({d.TEMPERATURE.record}{{node=~"$node"}}, gpu)'
 

@@ -56,7 +56,7 @@ RANKS = [
 #: Canonical-record targets that are empty on a healthy replay: no PCIe replays in the range.
 EMPTY = {"fsdp-gpu-health / GPUs with memory or PCIe errors / D"}
 #: What tells the dialects apart, and so differs between fleets by design (its own test below).
-DIALECT_NAMED = {"fsdp-gpu-health / dcgm-exporter dialect per node / A", dialects.DIALECT}
+DIALECT_NAMED = {"fsdp-gpu-health / Nodes by dcgm-exporter dialect / A", dialects.DIALECT}
 GPUS = 8  # 2 + 2 + 2 MIG instances + 2
 
 pytestmark = pytest.mark.skipif(
