@@ -22,9 +22,10 @@ only where the latest of those XIDs is recent by its own kernel timestamp
 when it read the line). One shape covers an XID 143 logged at driver load on a node back from
 repair, a fault a minute after a reboot, and the first XID of a node whose agent Prometheus has
 scraped for less than a window, and stays silent for a 29-day-old line a fresh agent reads again
-from the ring buffer. A born series counts whole only when the node booted within the window (then
-every XID in its count is recent); otherwise it counts one (the recent latest), so a burst is never
-made of old XIDs. Series are matched on the GPU's identity only, so a replaced agent pod (new
+from the ring buffer. A born series counts whole where every XID in its count is within the window:
+the agent was already scraped a window ago (so the series, and all it counts, came since), or the
+node booted within the window; otherwise (an agent new to Prometheus on a node up for longer) it
+counts one, the recent latest, so a burst is never made of old XIDs. Series are matched on the GPU's identity only, so a replaced agent pod (new
 ``pod`` and ``instance``, the same counts read again) raises nothing.
 
 Nodes without our agent get a dcgm-exporter variant, read from the canonical layer
@@ -195,6 +196,7 @@ def _xid_counter(s: Settings, severity: str) -> str:
     series = s.agent(c.GPU_XID_ERRORS.name, f'severity="{severity}"')
     latest = s.agent(c.GPU_XID_LAST_TIME.name, f'severity="{severity}"')
     uptime = s.agent(c.NODE_UPTIME.name)
+    seen_before = s.agent(c.AGENT_COLLECTIONS.name)
     born_recent = (
         f"({series} unless on ({_XID_ID}) {series} offset {w})\n"
         f"      and on ({_XID_ID})\n"
@@ -207,7 +209,11 @@ def _xid_counter(s: Settings, severity: str) -> str:
         f"  label_replace(\n"
         f"    (\n"
         f"      {born_recent}\n"
-        f"      and on (node) (max by (node) ({uptime}) < {duration_seconds(w):g})\n"
+        f"      and on (node) (\n"
+        f"        max by (node) ({seen_before} offset {w})\n"
+        f"        or\n"
+        f"        max by (node) ({uptime}) < {duration_seconds(w):g}\n"
+        f"      )\n"
         f"    )\n"
         f"    or\n"
         f"    clamp_max(\n"

@@ -583,6 +583,31 @@ BOOT_CASES = [
         22,
         [xid_alert("FsdpGpuXidNodeReboot", 79, "node_reboot", GPU_B, "critical", "none seen", NEW_AGENT)],
     ),
+    # Three XID 13 in one scrape, the first of that code on the GPU, on an agent scraped for long:
+    # the new series counts whole (all of it came within the window), a burst.
+    (
+        "FsdpGpuXidApplicationBurst",
+        [
+            {"series": xid_series(GPU_D, 13, "application"), "values": "_x15 3x30"},
+            {"series": xid_time(GPU_D, 13, "application"), "values": "_x15 900x30"},
+        ],
+        [14, 15],
+        16,
+        [
+            (
+                {**GPU_D, "node": NODE, "xid": "13", "severity": "warning", "xid_class": "application"},
+                {
+                    "summary": f"3 XID 13 errors on {gpu_text(GPU_D)} within 10m",
+                    "description": f"XID 13 (class application) came 3 times within 10m on {gpu_text(GPU_D)}, PCI "
+                    f"{GPU_D['pci_bus']} (3 or more make a burst). Runs on this GPU: none seen. One such XID is "
+                    f"usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
+                    f"{xid.APP_BUG}",
+                    "runbook_url": f"{BOOK}#fsdpgpuxidapplicationburst",
+                    **catalogue(13),
+                },
+            )
+        ],
+    ),
     # dcgm-exporter (no agent): GPU 0's last XID changes to 79 at 15m and pages; the exporter pod is
     # replaced at 35m and the new one re-reports the same sticky 79 from 37m: silent.
     (
