@@ -97,7 +97,8 @@ class Figure:
         spellings: every name dcgm-exporter prints for it, newest first.
         agent: the agent's series that read the same quantity (labels ``node``, ``gpu``,
             ``gpu_uuid``), used for GPUs no dcgm-exporter reports; empty where the agent has none.
-        agent_expr: how ``agent`` combine (``str.format`` over their selectors; ``"{0}"``: the first).
+        agent_expr: how the ``agent`` series combine (``str.format`` over their selectors; ``"{0}"``: the
+            first alone).
         labels: labels of the field itself kept besides ``CANONICAL_LABELS`` (``xid``, ``pci_bus``).
     """
 
