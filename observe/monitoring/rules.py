@@ -25,8 +25,9 @@ scraped for less than a window, and stays silent for a 29-day-old line a fresh a
 from the ring buffer. A born series counts whole where every XID in its count is within the window:
 the agent was already scraped a window ago (so the series, and all it counts, came since), or the
 node booted within the window; otherwise (an agent new to Prometheus on a node up for longer) it
-counts one, the recent latest, so a burst is never made of old XIDs. Series are matched on the GPU's identity only, so a replaced agent pod (new
-``pod`` and ``instance``, the same counts read again) raises nothing.
+counts one, the recent latest, so a burst is never made of old XIDs. Series are matched on the
+GPU's identity only, so a replaced agent pod (new ``pod`` and ``instance``, the same counts read
+again) raises nothing.
 
 Nodes without our agent get a dcgm-exporter variant, read from the canonical layer
 (``observe.monitoring.dialects``), whatever the exporter's dialect. By default it reads the last
