@@ -374,8 +374,8 @@ def gpu_health(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                         f"How many of the selected nodes' exporters speak each dcgm-exporter dialect ({d.DIALECT}): "
                         "up-to-4.8.2 (Hostname), 4.8.3 (hostname), 4.9 (renamed fields in base units), 4.10 (renamed "
                         "PCIe fields; a 4.10 exporter without them shows as 4.9), with the driver version. Every panel "
-                        "reads every dialect; during a rolling upgrade both rows show. Which nodes: pick one in the node "
-                        f"variable, or query count by (node, dialect) ({d.DIALECT}).",
+                        "reads every dialect; during a rolling upgrade both rows show. Which nodes: pick one in the "
+                        f"node variable, or query count by (node, dialect) ({d.DIALECT}).",
                         transformations=[organize(["dialect", "driver_version", "Value"])],
                         overrides=[override("Value", displayName="nodes", unit="none")],
                         plugin=ds,

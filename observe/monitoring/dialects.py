@@ -2,7 +2,7 @@
 series in Prometheus base units, which every dashboard and alert reads.
 
 NVIDIA changed what dcgm-exporter prints three times in 2026 (the table, with its sources, is
-``tests/cases/dcgm/renames-4.9.0-4.10.0.csv`` and ``docs/dashboards.md``):
+``tests/dashboards/dcgm_sources/renames-4.9.0-4.10.0.csv`` and ``docs/dashboards.md``):
 
 - 4.6.0-4.8.3 renamed the node label ``Hostname`` to ``hostname`` (PR #655);
 - 4.9.0 renamed the fields DCGM 4.7 deprecates to their DCGM names, eleven of them to new fields

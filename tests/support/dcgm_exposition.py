@@ -4,9 +4,10 @@ A stand-in for dcgm-exporter (which needs a GPU and DCGM), built from what the e
 does, so a real Prometheus can scrape it (tests say they replay it):
 
 - the fields: the counter list the exporter is started with, read from the release's csv
-  (``tests/cases/dcgm/released-*``); rows commented out there are not exported, and ``label``
-  rows (``DCGM_FI_DRIVER_VERSION``) become a label on every series. 4.9.0 and 4.10.0 print the
-  4.6.0-4.8.3 lists under the names and units of ``tests/cases/dcgm/renames-4.9.0-4.10.0.csv``
+  (``tests/cases/dcgm/released-4.5.3-4.8.2``, ``tests/dashboards/dcgm_sources/released-4.6.0-4.8.3``);
+  rows commented out there are not exported, and ``label`` rows (``DCGM_FI_DRIVER_VERSION``)
+  become a label on every series. 4.9.0 and 4.10.0 print the 4.6.0-4.8.3 lists under the names
+  and units of ``tests/dashboards/dcgm_sources/renames-4.9.0-4.10.0.csv``
   (their own lists were not found; ``RELEASES``), with ``DCGM_FI_DEV_FB_CAPACITY_BYTES`` added;
 - the labels and their order: ``gpuMetricsFormat`` of ``internal/pkg/rendermetrics`` -
   ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``GPU_I_PROFILE``/``GPU_I_ID``
@@ -36,7 +37,9 @@ from tests.support.cases import CASES
 
 RELEASE = "4.5.3-4.8.2"
 COUNTERS = CASES / "dcgm" / f"released-{RELEASE}"
-RENAMES = CASES / "dcgm" / "renames-4.9.0-4.10.0.csv"
+#: Counter lists and the rename table that are not among the shared field cases (their sources: the README there).
+SOURCES = Path(__file__).resolve().parents[1] / "dashboards" / "dcgm_sources"
+RENAMES = SOURCES / "renames-4.9.0-4.10.0.csv"
 #: DCGM fields of type double (``DCGM_FT_DOUBLE``), by every name they have; the others are int64.
 DOUBLE_FIELDS = frozenset(
     {
@@ -79,13 +82,13 @@ class Release:
 
     Attributes:
         name: the release (``4.9.0``).
-        counters: the folder of its counter lists under ``tests/cases/dcgm``.
+        counters: the folder of its counter lists.
         hostname_label: ``Hostname`` up to 4.5.3-4.8.2, ``hostname`` from 4.6.0-4.8.3.
         renamed: the rename table's column naming its fields (``from_4_9``, ``from_4_10``), or ``""``.
     """
 
     name: str
-    counters: str
+    counters: Path
     hostname_label: str
     renamed: str = ""
 
@@ -93,10 +96,10 @@ class Release:
 RELEASES = {
     r.name: r
     for r in (
-        Release("4.5.3-4.8.2", "released-4.5.3-4.8.2", "Hostname"),
-        Release("4.6.0-4.8.3", "released-4.6.0-4.8.3", "hostname"),
-        Release("4.9.0", "released-4.6.0-4.8.3", "hostname", "from_4_9"),
-        Release("4.10.0", "released-4.6.0-4.8.3", "hostname", "from_4_10"),
+        Release("4.5.3-4.8.2", COUNTERS, "Hostname"),
+        Release("4.6.0-4.8.3", SOURCES / "released-4.6.0-4.8.3", "hostname"),
+        Release("4.9.0", SOURCES / "released-4.6.0-4.8.3", "hostname", "from_4_9"),
+        Release("4.10.0", SOURCES / "released-4.6.0-4.8.3", "hostname", "from_4_10"),
     )
 }
 
@@ -146,7 +149,7 @@ def counters(csv_name: str, extra: tuple[Counter, ...] = (), release: str = RELE
     names, with ``DCGM_FI_DEV_FB_CAPACITY_BYTES`` (4.9.0 collects it by default)."""
     r = RELEASES[release]
     rows = []
-    for line in (CASES / "dcgm" / r.counters / csv_name).read_text().splitlines():
+    for line in (r.counters / csv_name).read_text().splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         name, kind, text = (part.strip() for part in next(csv.reader([line], skipinitialspace=True)))
