@@ -118,8 +118,9 @@ class Figure:
 _DCGM_BINDINGS = "DCGM's Python bindings (dcgm_fields.py, _DEPRECATED_ALIASES)"
 _GO_DCGM_UNITS = "go-dcgm pkg/dcgm/base_unit_fields_test.go (new field id, legacy id kept)"
 _SECONDARY = (
-    "inferred: the 4.9.0 release notes say this field changes unit; the name is from a third-party "
-    "summary of DCGM 4.7's field list (id {id}), not seen in NVIDIA's own files"
+    "inferred: the 4.9.0 release notes (as recorded, not found again in stored sources) say this "
+    "field changes unit; the name is from a third-party summary of DCGM 4.7's field list (id {id}), "
+    "not seen in NVIDIA's own files"
 )
 
 
@@ -163,7 +164,7 @@ UTILIZATION = Figure(
             "",
             FROM_4_9,
             True,
-            _DCGM_BINDINGS + "; the 4.9.0 release notes move utilisation to a 0-1 ratio",
+            _DCGM_BINDINGS + "; the 4.9.0 release notes (as recorded) move utilisation to a 0-1 ratio",
         ),
         _old(f.DCGM_GPU_UTIL, "/ 100"),
     ),
@@ -221,7 +222,7 @@ NVLINK = Figure(
         _old(f.DCGM_NVLINK_BANDWIDTH, NVLINK_TO_BYTES),
     ),
 )
-_PCIE_410 = "the 4.10.0 release notes (renamed, still bytes per second)"
+_PCIE_410 = "the 4.10.0 release notes as recorded, not found again in stored sources (renamed, still bytes per second)"
 PCIE_TRANSMIT = Figure(
     "dcgm_pcie_transmit_bytes_per_second",
     "PCIe transmit, headers included, bytes per second (profiling field; the agent's NVML figure elsewhere).",
@@ -316,7 +317,7 @@ DIALECTS: tuple[tuple[str, str, str], ...] = (
     ("up-to-4.8.2", f.DCGM_GPU_TEMP, 'Hostname!=""'),
 )
 #: The driver-version label: ``DCGM_FI_DRIVER_VERSION`` up to 4.8, ``DCGM_FI_SYSTEM_DRIVER_VERSION``
-#: from 4.9.0 (release notes).
+#: from 4.9.0 (its release notes as recorded; check against a 4.9 exporter's ``/metrics``).
 DRIVER_LABELS = ("DCGM_FI_SYSTEM_DRIVER_VERSION", "DCGM_FI_DRIVER_VERSION")
 
 
