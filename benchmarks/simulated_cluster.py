@@ -2,10 +2,12 @@
 
 For ``benchmarks/dashboard_queries.py``. A cluster of ``nodes`` nodes, each with:
 
-- dcgm-exporter (4.5.3-4.8.2, the GPU Operator's counter list): every field of
-  ``dcp-metrics-included.csv`` for ``gpus`` GPUs, in the released dialect (``Hostname``, ``UUID``,
-  ``modelName``), with the target labels the GPU Operator's ServiceMonitor gives
-  (``job="nvidia-dcgm-exporter"``, the exporter pod's ``namespace``/``pod``/``instance``);
+- dcgm-exporter in the middle of a rolling upgrade: node ``n`` runs release ``RELEASES[n % 4]``
+  (4.5.3-4.8.2 with ``Hostname``, 4.6.0-4.8.3 with ``hostname``, 4.9.0 and 4.10.0 with their
+  renamed fields in base units; ``tests/support/dcgm_exposition``), every field of its
+  ``default-counters.csv`` for ``gpus`` GPUs, with the target labels the GPU Operator's
+  ServiceMonitor gives (``job="nvidia-dcgm-exporter"``, the exporter pod's
+  ``namespace``/``pod``/``instance``), so the canonical layer's rules read every dialect at once;
 - the fsdp-observe agent: host series (``cores`` per-core CPU series), per-GPU series, one GPU
   process per GPU, XID-free;
 - node-exporter: per-core CPU time by mode, network and disk counters, ``node_uname_info``;
@@ -28,10 +30,13 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from observe import catalog as c
-from tests.support.dcgm_exposition import BUSY, COUNTERS, DOUBLE_FIELDS, counters
+from tests.support.dcgm_exposition import COUNTERS, DOUBLE_FIELDS, LAST_XID, RELEASES, Gpu, counters, reading
 
 RUN = "llama3-70b-ft"
 NAMESPACE = "training"
+#: dcgm-exporter release per node, in turn: a fleet halfway through two upgrades.
+DIALECTS = tuple(RELEASES)
+_PLAIN = Gpu(0, "", "")
 
 
 @dataclass(frozen=True)
@@ -103,32 +108,36 @@ def _series(out: TextIO, name: str, labels: str, samples: list[str]) -> int:
 def dcgm(cluster: Cluster, out: TextIO, p: Profiles) -> int:
     """dcgm-exporter's families for every GPU of the cluster; returns the samples written."""
     written = 0
-    for counter in counters("dcp-metrics-included.csv"):
-        if counter.kind == "label":
-            continue
-        for n in range(cluster.nodes):
-            node = cluster.node(n)
-            for g in range(cluster.gpus):
-                labels = (
-                    f'gpu="{g}",UUID="GPU-{n:08x}-0000-4000-8000-{g:012x}",'
-                    f'pci_bus_id="00000000:{16 + g:02X}:00.0",'
-                    f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="{node}",'
-                    f'DCGM_FI_DRIVER_VERSION="570.124.06",exported_container="pytorch",'
-                    f'exported_namespace="{NAMESPACE}",exported_pod="{RUN}-worker-{n}",'
-                    f'job="nvidia-dcgm-exporter",namespace="gpu-operator",pod="nvidia-dcgm-exporter-{n:05x}",'
-                    f'instance="10.{n // 250}.{n % 250}.9:9400",container="nvidia-dcgm-exporter",'
-                    f'service="nvidia-dcgm-exporter",endpoint="gpu-metrics"'
-                )
-                if counter.name == "DCGM_FI_DEV_XID_ERRORS":
-                    no_error = labels + ',err_code="0",err_msg="No Error"'
-                    written += _series(out, counter.name, no_error, p.gauge(0, 0, True))
-                    continue
-                level = float(BUSY.get(counter.name, 0))
-                if counter.name == "DCGM_FI_DEV_GPU_TEMP" and (n, g) == (5, 3):
-                    level = 84.0
-                written += _series(
-                    out, counter.name, labels, p.gauge(level, level * 0.02, counter.name not in DOUBLE_FIELDS)
-                )
+    for d, release in enumerate(DIALECTS):
+        fields = counters("default-counters.csv", release=release)
+        driver = next(f.name for f in fields if f.kind == "label")
+        host = RELEASES[release].hostname_label
+        nodes = range(d, cluster.nodes, len(DIALECTS))
+        for counter in fields:
+            if counter.kind == "label":
+                continue
+            for n in nodes:
+                node = cluster.node(n)
+                for g in range(cluster.gpus):
+                    labels = (
+                        f'gpu="{g}",UUID="GPU-{n:08x}-0000-4000-8000-{g:012x}",'
+                        f'pci_bus_id="00000000:{16 + g:02X}:00.0",'
+                        f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",{host}="{node}",'
+                        f'{driver}="570.124.06",exported_container="pytorch",'
+                        f'exported_namespace="{NAMESPACE}",exported_pod="{RUN}-worker-{n}",'
+                        f'job="nvidia-dcgm-exporter",namespace="gpu-operator",pod="nvidia-dcgm-exporter-{n:05x}",'
+                        f'instance="10.{n // 250}.{n % 250}.9:9400",container="nvidia-dcgm-exporter",'
+                        f'service="nvidia-dcgm-exporter",endpoint="gpu-metrics"'
+                    )
+                    if counter.name in LAST_XID:
+                        no_error = labels + ',err_code="0",err_msg="No Error"'
+                        written += _series(out, counter.name, no_error, p.gauge(0, 0, True))
+                        continue
+                    level = float(reading(_PLAIN, counter.name))
+                    if "GPU_TEMP" in counter.name and (n, g) == (5, 3):
+                        level = 84.0
+                    integer = counter.name not in DOUBLE_FIELDS
+                    written += _series(out, counter.name, labels, p.gauge(level, level * 0.02, integer))
     return written
 
 
@@ -339,9 +348,10 @@ def write_span(cluster: Cluster, out: TextIO, start: float, end: float) -> int:
     return written
 
 
-def series_per_node(cluster: Cluster) -> int:
-    """How many series one node adds (for the size estimate)."""
-    fields = len([x for x in counters("dcp-metrics-included.csv") if x.kind != "label"])
+def series_per_node(cluster: Cluster, n: int = 0) -> int:
+    """How many series node ``n`` adds (for the size estimate)."""
+    release = DIALECTS[n % len(DIALECTS)]
+    fields = len([x for x in counters("default-counters.csv", release=release) if x.kind != "label"])
     agent_series = 13 + cluster.cores + 3 + 3 + 1 + cluster.gpus * (7 + 4 + 2 + 2 + 1 + 2)
     buckets = len(c.STEP_SECONDS_BUCKETS) + 1
     rank = 15 + 1 + 2 * len(c.TRAIN_PHASES) + 3 + 2 * (buckets + 2)
@@ -351,7 +361,7 @@ def series_per_node(cluster: Cluster) -> int:
 
 def series_total(cluster: Cluster) -> int:
     """How many series the whole cluster has (the run's global tokens/s is one series)."""
-    return cluster.nodes * series_per_node(cluster) + 1
+    return sum(series_per_node(cluster, n) for n in range(cluster.nodes)) + 1
 
 
 __all__ = ["COUNTERS", "Cluster", "series_per_node", "series_total", "write_span"]

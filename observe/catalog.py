@@ -644,6 +644,15 @@ GPU_XID_ERRORS = Metric(
     "cannot be read), by code and severity class (observe.xid). Each report counts once.",
     ("pci_bus", "xid", "severity"),
 )
+GPU_XID_LAST_TIME = Metric(
+    "fsdp_gpu_xid_last_timestamp_seconds",
+    "gauge",
+    "Unix time of the latest XID of this code on this GPU: the kernel log record's own timestamp "
+    "(the ring buffer's time since boot plus the boot time), or when the agent received it (NVML "
+    "events, lines appended to a followed file). Absent where that time is not known. The XID "
+    "alerts page on a recent one even before Prometheus has a window of the agent's history.",
+    ("pci_bus", "xid", "severity"),
+)
 
 AGENT_UP = Metric(
     "fsdp_node_agent_source_up",
@@ -730,6 +739,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     GPU_PROCESS_MEMORY,
     GPU_PROCESS_SM_UTILIZATION,
     GPU_XID_ERRORS,
+    GPU_XID_LAST_TIME,
     AGENT_UP,
     AGENT_COLLECTION_SECONDS,
     AGENT_COLLECTIONS,

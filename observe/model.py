@@ -242,7 +242,13 @@ class XidEvent:
 
 @dataclass(frozen=True)
 class XidCount:
-    """How many times one XID code was reported for one GPU (a Prometheus counter)."""
+    """How many times one XID code was reported for one GPU (a Prometheus counter).
+
+    ``last_time_unix``: when the latest of them happened, from the kernel log record's own
+    timestamp (or when the agent received it: an NVML event, a line appended to a followed file);
+    ``None`` when that time is not known (lines already in a followed file when the agent opened
+    it, counts taken over from a saved state).
+    """
 
     xid: int
     severity: str
@@ -250,6 +256,7 @@ class XidCount:
     pci_bus: str | None = None
     gpu: int | None = None
     gpu_uuid: str | None = None
+    last_time_unix: float | None = None
 
 
 @dataclass(frozen=True)

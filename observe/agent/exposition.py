@@ -200,6 +200,7 @@ class SnapshotCollector(Collector):
         for x in self.snapshot.xid_counts:
             base = (node, "" if x.gpu is None else str(x.gpu), x.gpu_uuid or "")
             f.add(c.GPU_XID_ERRORS, base, x.count, x.pci_bus or "", str(x.xid), x.severity)
+            f.add(c.GPU_XID_LAST_TIME, base, x.last_time_unix, x.pci_bus or "", str(x.xid), x.severity)
 
     def _agent(self, f: _Families) -> None:
         a, node = self.snapshot.agent, (self.snapshot.node,)

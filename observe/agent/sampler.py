@@ -345,6 +345,7 @@ class Sampler:
     def _xids(self, gpus: list[GpuInfo]) -> tuple[tuple[XidEvent, ...], tuple[XidCount, ...]]:
         """Recent events and counts, with GPU index and UUID matched by PCI bus."""
         events, counts, uuids = self.xids.view()
+        last = self.xids.last_times()
         by_bus = {g.pci_bus: g for g in gpus if g.pci_bus}
         self._by_bus = by_bus
 
@@ -361,7 +362,12 @@ class Sampler:
         totals = []
         for (bus, code, severity), n in sorted(counts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1], kv[0][2])):
             index, uuid = where(bus)
-            totals.append(XidCount(xid=code, severity=severity, count=n, pci_bus=bus, gpu=index, gpu_uuid=uuid))
+            when = last.get((bus, code, severity))
+            totals.append(
+                XidCount(
+                    xid=code, severity=severity, count=n, pci_bus=bus, gpu=index, gpu_uuid=uuid, last_time_unix=when
+                )
+            )
         return tuple(matched), tuple(totals)
 
     def _health(self, seconds: float, notices: list[str]) -> AgentHealth:

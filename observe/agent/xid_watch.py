@@ -73,16 +73,25 @@ class XidStore:
         self._lock = threading.Lock()
         self._recent: deque[XidEvent] = deque(maxlen=keep)
         self._counts: Counter[tuple[str | None, int, str]] = Counter()
+        self._last: dict[tuple[str | None, int, str], float] = {}
         self._uuids: dict[str | None, str] = {}
         #: Called with each event as it is counted (outside the lock; must not block).
         self.listeners: list[Callable[[XidEvent], None]] = []
 
-    def add(self, event: XidEvent) -> None:
-        """Count ``event`` (the same XID twice counts twice) and keep it among the recent ones."""
+    def add(self, event: XidEvent, dated: bool = True) -> None:
+        """Count ``event`` (the same XID twice counts twice) and keep it among the recent ones.
+
+        ``dated``: ``event.time_unix`` is when the XID happened (a kernel timestamp, or an event
+        received as it happened), so it may be the latest time of its GPU and code
+        (``last_times``); ``False`` for a line whose time is only when the agent read it.
+        """
         event = exportable(event)
+        key = (event.pci_bus, event.xid, event.severity)
         with self._lock:
             self._recent.append(event)
-            self._counts[(event.pci_bus, event.xid, event.severity)] += 1
+            self._counts[key] += 1
+            if dated and event.time_unix > self._last.get(key, float("-inf")):
+                self._last[key] = event.time_unix
             if event.gpu_uuid:
                 self._uuids.setdefault(event.pci_bus, event.gpu_uuid)
         for listener in self.listeners:
@@ -92,6 +101,11 @@ class XidStore:
         """Copies of (recent events oldest first, counts, PCI bus -> UUID the events named)."""
         with self._lock:
             return list(self._recent), dict(self._counts), dict(self._uuids)
+
+    def last_times(self) -> dict[tuple[str | None, int, str], float]:
+        """(PCI bus, code, severity) -> Unix time of its latest dated XID (a copy)."""
+        with self._lock:
+            return dict(self._last)
 
     def restore(self, counts: dict[tuple[str | None, int, str], int], uuids: dict[str | None, str]) -> None:
         """Start from counts a previous run of the agent saved (``observe.agent.xid_cursor``)."""
@@ -150,6 +164,7 @@ class KernelLogWatcher:
         self._ring = ring
         self._last_stamp: float | None = None
         self._same_stamp = 0
+        self._caught_up = False  # file mode: the lines already there when it was opened are read
 
     @property
     def up(self) -> bool:
@@ -226,20 +241,26 @@ class KernelLogWatcher:
         now: float | None = None,
         position: tuple[float, ...] | None = None,
         file_offset: int | None = None,
+        dated: bool = True,
     ) -> None:
         """Parse one line and count its XID; with a cursor, skip a line counted before a restart
-        (``position``: the record's place in this boot's ring buffer) and save the place after it."""
+        (``position``: the record's place in this boot's ring buffer) and save the place after it.
+        ``dated``: the event's time is when it happened (``XidStore.add``)."""
         if self.cursor is not None and self.cursor.seen(position):
             return
         event = self.parser.feed(line, now=time.time() if now is None else now, boot_time=self.boot_time)
         if event is not None and event.continues:
             event = None  # a further line of a report counted already: one fault, one count
+
+        def add(e: XidEvent) -> None:
+            self.store.add(e, dated=dated)
+
         if self.cursor is None:
             if event is not None:
-                self.store.add(event)
+                add(event)
             return
         fd = self._file.fd if self._file is not None else None
-        self.cursor.record(self.store.add, event, ring_position=position, file_fd=fd, file_offset=file_offset)
+        self.cursor.record(add, event, ring_position=position, file_fd=fd, file_offset=file_offset)
 
     def _follow_kmsg(self) -> None:
         """One ``read`` per record; EAGAIN means none yet, EPIPE that the ring overwrote some."""
@@ -263,7 +284,9 @@ class KernelLogWatcher:
             for line in record.decode("utf-8", "replace").split("\n"):
                 if line and not line.startswith(" "):  # " KEY=value" lines continue a record
                     seq = kmsg_sequence(line)
-                    self._feed(line, position=None if seq is None else (float(seq),))
+                    # dated by the record's microseconds since boot (with the boot time)
+                    dated = self.boot_time is not None
+                    self._feed(line, position=None if seq is None else (float(seq),), dated=dated)
 
     def _follow_file(self) -> None:
         """Read to the end, then poll for appended lines; follow rotation and truncation
@@ -275,11 +298,15 @@ class KernelLogWatcher:
                     lines = self._file.read_lines()
                 except OSError as exc:
                     self._set_status(f"cannot read {self.source}: {exc.strerror}")
-                    lines = []
+                    lines = None
                 if lines:
+                    # A line read as it is appended is dated when read; the lines already in the
+                    # file when it was opened may be days old and have no time the agent knows.
                     for line, end in zip(lines, self._file.line_ends, strict=True):
-                        self._feed(line.decode("utf-8", "replace"), file_offset=end)
+                        self._feed(line.decode("utf-8", "replace"), file_offset=end, dated=self._caught_up)
                     continue
+                if lines is not None:
+                    self._caught_up = True
             if self._stop.wait(self.poll_seconds):
                 break
             self._set_status(self._file.check() or "ok")
@@ -299,7 +326,12 @@ class KernelLogWatcher:
             for line in lines:
                 since_boot = timestamp(line)
                 when = self.boot_time + since_boot if since_boot is not None and self.boot_time else None
-                self._feed(line.decode("utf-8", "replace"), now=when, position=self._ring_position(since_boot))
+                self._feed(
+                    line.decode("utf-8", "replace"),
+                    now=when,
+                    position=self._ring_position(since_boot),
+                    dated=when is not None,
+                )
             self._stop.wait(self.poll_seconds)
 
     def _ring_position(self, since_boot: float | None) -> tuple[float, ...] | None:

@@ -11,7 +11,7 @@ deterministic, so ``--check`` (CI) regenerates in memory and fails on any differ
     fsdp-observe dashboards --settings my.yaml --out /tmp/dash --no-k8s
     fsdp-observe dashboards --settings my.yaml --receivers my-receivers.yaml --out /etc/fsdp-observe --no-k8s
 
-A settings file is YAML (or JSON) with fields of ``Settings``, e.g. ``dcgm_hostname_label: hostname``.
+A settings file is YAML (or JSON) with fields of ``Settings``, e.g. ``dcgm_selector: 'job="dcgm-exporter"'``.
 """
 
 from __future__ import annotations

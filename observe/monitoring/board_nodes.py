@@ -3,7 +3,8 @@
 node-exporter runs wherever kube-prometheus-stack does, so the first row (CPU, network, disk) is
 filled before the agent is deployed; the rest comes from the agent (per-core CPU, memory, swap,
 load, processes, its NVML view of the GPUs, its own health). The ``node`` variable lists nodes
-that either source reports. Per-node panels draw the ``top_n`` busiest nodes over the range.
+that either source reports. Per-node panels draw the ``top_n`` busiest nodes over the range. A
+list of panels; the queries are ``observe.monitoring.queries.NodeQueries``.
 """
 
 from __future__ import annotations
@@ -25,29 +26,16 @@ from observe.monitoring.grafana import (
     timeseries,
     variable,
 )
-from observe.monitoring.scale import stable_top
+from observe.monitoring.queries import NodeQueries
 from observe.monitoring.settings import Settings
 
 
 def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
     """Description, variables and panels of the Nodes dashboard."""
-    n = 'node=~"$node"'
+    q = NodeQueries(s)
     k = s.top_n
-
-    def a(metric: c.Metric, *extra: str) -> str:
-        return s.agent(metric.name, n, *extra)
-
-    def recorded(rule: str) -> str:
-        """A per-node series recorded from node-exporter (``observe.monitoring.rules.node_rules``)."""
-        return f"{rule}{{{n}}}"
-
-    def busiest(expr: str, by: str = "node", bottom: bool = False) -> str:
-        return stable_top(k, expr, by, bottom=bottom)
-
-    cpu_rate = f"rate({a(c.NODE_PROCESS_CPU_SECONDS)}[5m])"
-    top_processes = f"topk({k}, {cpu_rate})"
+    ds = s.datasource_type
     gpu = "{{node}} GPU {{gpu}}"
-    sources = a(c.AGENT_UP)
     sections = [
         (
             f"Host (node-exporter; the {k} busiest nodes)",
@@ -55,7 +43,7 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 [
                     timeseries(
                         "CPU busy (node-exporter)",
-                        [target(busiest(recorded(rules.NODE_CPU_BUSY)), "{{node}}")],
+                        [target(q.cpu_busy_node_exporter, "{{node}}")],
                         "percentunit",
                         f"1 - the idle share of {f.NODE_CPU_SECONDS} over all cores ({rules.NODE_CPU_BUSY}).",
                         min_=0,
@@ -63,14 +51,14 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     ),
                     timeseries(
                         "Network receive",
-                        [target(busiest(recorded(rules.NODE_NETWORK_RECEIVE)), "{{node}}")],
+                        [target(q.network_receive, "{{node}}")],
                         "Bps",
                         f"{f.NODE_NETWORK_RECEIVE} over the physical interfaces (loopback, CNI and bridge devices left "
                         "out): data loading, checkpoint reads and, without RDMA, the collectives.",
                     ),
                     timeseries(
                         "Network transmit",
-                        [target(busiest(recorded(rules.NODE_NETWORK_TRANSMIT)), "{{node}}")],
+                        [target(q.network_transmit, "{{node}}")],
                         "Bps",
                         f"{f.NODE_NETWORK_TRANSMIT} over the physical interfaces.",
                     ),
@@ -78,19 +66,19 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 [
                     timeseries(
                         "Disk read",
-                        [target(busiest(recorded(rules.NODE_DISK_READ)), "{{node}}")],
+                        [target(q.disk_read, "{{node}}")],
                         "Bps",
                         f"{f.NODE_DISK_READ} over whole disks (partitions and device-mapper counted once).",
                     ),
                     timeseries(
                         "Disk write",
-                        [target(busiest(recorded(rules.NODE_DISK_WRITTEN)), "{{node}}")],
+                        [target(q.disk_written, "{{node}}")],
                         "Bps",
                         f"{f.NODE_DISK_WRITTEN}: a checkpoint save shows as a burst here.",
                     ),
                     timeseries(
                         "Disk busy",
-                        [target(busiest(recorded(rules.NODE_DISK_BUSY)), "{{node}}")],
+                        [target(q.disk_busy, "{{node}}")],
                         "percentunit",
                         f"{f.NODE_DISK_IO_TIME}: share of time the busiest disk of the node had I/O in flight.",
                         min_=0,
@@ -105,7 +93,7 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 [
                     timeseries(
                         "CPU busy",
-                        [target(busiest(a(c.NODE_CPU_BUSY)), "{{node}}")],
+                        [target(q.cpu_busy, "{{node}}")],
                         "percentunit",
                         "Share of all CPU time not idle or in iowait.",
                         min_=0,
@@ -113,25 +101,20 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     ),
                     heatmap(
                         RowsHeatmap,
-                        "CPU busy per core of $core_node",
-                        [
-                            target(
-                                s.agent(c.NODE_CPU_CORE_BUSY.name, 'node="$core_node"'),
-                                "{{cpu}}",
-                                plugin=s.datasource_type,
-                            )
-                        ],
+                        f"CPU busy: the {k} busiest cores of $core_node",
+                        [target(q.busiest_cores, "{{cpu}}", plugin=ds)],
                         "percentunit",
-                        "Each logical CPU's busy share of one node (the Cores of variable), one row per core "
-                        "in core order. One node at a time: a row per core of every node would be thousands.",
-                        plugin=s.datasource_type,
+                        f"The busy share of the {k} logical CPUs of one node (the Cores of variable) that were busiest "
+                        "over the range, one row per core in core order: a rank pinned to a saturated core shows as a "
+                        "hot row. The busiest few, not every core: a 192-core node would draw 192 rows.",
+                        plugin=ds,
                     ),
                     timeseries(
                         "Load average",
                         [
-                            target(busiest(a(c.NODE_LOAD1)), "{{node}} 1m"),
-                            target(busiest(a(c.NODE_LOAD5)), "{{node}} 5m", "B"),
-                            target(busiest(a(c.NODE_LOAD15)), "{{node}} 15m", "C"),
+                            target(q.load[0], "{{node}} 1m"),
+                            target(q.load[1], "{{node}} 5m", "B"),
+                            target(q.load[2], "{{node}} 15m", "C"),
                         ],
                         "short",
                         "Run-queue length averaged over 1, 5 and 15 minutes.",
@@ -145,17 +128,7 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 [
                     timeseries(
                         "Memory used",
-                        [
-                            target(
-                                stable_top(
-                                    k,
-                                    f"{a(c.NODE_MEMORY_USED)} / {a(c.NODE_MEMORY_TOTAL)}",
-                                    "node",
-                                    pick_from=a(c.NODE_MEMORY_USED),
-                                ),
-                                "{{node}}",
-                            )
-                        ],
+                        [target(q.memory_used, "{{node}}")],
                         "percentunit",
                         "Used (total - free - buffers - cache, as free and htop count it) over total.",
                         min_=0,
@@ -163,13 +136,13 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     ),
                     timeseries(
                         "Memory available",
-                        [target(busiest(a(c.NODE_MEMORY_AVAILABLE), bottom=True), "{{node}}")],
+                        [target(q.memory_available, "{{node}}")],
                         "bytes",
                         "MemAvailable of the nodes with the least: what can still be allocated without swapping.",
                     ),
                     timeseries(
                         "Swap used",
-                        [target(busiest(a(c.NODE_SWAP_USED)), "{{node}}")],
+                        [target(q.swap_used, "{{node}}")],
                         "bytes",
                         "Swap in use; a training node that swaps is slow.",
                     ),
@@ -183,8 +156,8 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     timeseries(
                         "Processes by state",
                         [
-                            target(f"sum by (state) ({a(c.NODE_PROCESSES)})", "{{state}}"),
-                            target(f"sum({a(c.NODE_THREADS)})", "threads", "B"),
+                            target(q.processes_by_state, "{{state}}"),
+                            target(q.threads, "threads", "B"),
                         ],
                         "short",
                         "Processes on the selected nodes by state, and their threads.",
@@ -192,23 +165,14 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     merged_table(
                         f"Busiest processes (the {k} of all selected nodes)",
                         [
-                            (
-                                f"{top_processes}\n* on (node, pid) group_left (name, user, "
-                                f"command)\n{a(c.NODE_PROCESS_INFO)}",
-                                "short",
-                                "CPU (cores)",
-                            ),
-                            (
-                                f"{a(c.NODE_PROCESS_RESIDENT_MEMORY)}\nand on (node, pid)\n{top_processes}",
-                                "bytes",
-                                "resident memory",
-                            ),
+                            (q.busiest_processes_cpu, "short", "CPU (cores)"),
+                            (q.busiest_processes_memory, "bytes", "resident memory"),
                         ],
                         f"The {k} processes of the selected nodes that used the most CPU over 5 minutes (cores), with "
                         "their "
                         "resident memory. Command lines are redacted on the node (docs/agent.md).",
                         ("node", "pid", "user", "name", "command"),
-                        s.datasource_type,
+                        ds,
                     ),
                 ]
             ],
@@ -219,7 +183,7 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 [
                     timeseries(
                         "GPU utilisation",
-                        [target(stable_top(k, a(c.GPU_UTILIZATION), "node, gpu", bottom=True), gpu)],
+                        [target(q.gpu_utilization, gpu)],
                         "percentunit",
                         "Share of the last sample period in which a kernel ran, the least busy GPUs.",
                         min_=0,
@@ -227,13 +191,13 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     ),
                     timeseries(
                         "GPU memory used",
-                        [target(stable_top(k, a(c.GPU_MEMORY_USED), "node, gpu"), gpu)],
+                        [target(q.gpu_memory_used, gpu)],
                         "bytes",
                         "Device memory allocated by processes, the fullest GPUs.",
                     ),
                     timeseries(
                         "GPU temperature",
-                        [target(stable_top(k, a(c.GPU_TEMPERATURE), "node, gpu"), gpu)],
+                        [target(q.gpu_temperature, gpu)],
                         "celsius",
                         "GPU core temperature, the hottest GPUs.",
                         thresholds=temperature_thresholds(s),
@@ -241,7 +205,7 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     ),
                     timeseries(
                         "GPU power",
-                        [target(stable_top(k, a(c.GPU_POWER), "node, gpu"), gpu)],
+                        [target(q.gpu_power, gpu)],
                         "watt",
                         f"Board power, the GPUs drawing most ({c.GPU_POWER_LIMIT.name} is the limit the driver "
                         "enforces).",
@@ -255,26 +219,21 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 [
                     stat(
                         "Agents reporting",
-                        [target(f"count({a(c.AGENT_COLLECTIONS)})")],
+                        [target(q.agents_reporting)],
                         "none",
                         "Nodes whose fsdp-observe agent is scraped. No data: none is.",
                     ),
                     state_timeline(
                         "Sources unreadable",
-                        [
-                            target(
-                                f"{sources}\nand on (node, source)\n(min_over_time({sources}[$__range] @ end()) == 0)",
-                                "{{node}} {{source}}",
-                            )
-                        ],
+                        [target(q.sources_unreadable, "{{node}} {{source}}")],
                         "Sources (procfs, NVML, the kernel log) an agent could not read at some time in the range, and "
                         "when. Empty: every agent read every source throughout.",
                         states={0: ("unreadable", "red"), 1: ("readable", "green")},
-                        plugin=s.datasource_type,
+                        plugin=ds,
                     ),
                     timeseries(
                         "Collection time",
-                        [target(busiest(a(c.AGENT_COLLECTION_SECONDS)), "{{node}}")],
+                        [target(q.collection_time, "{{node}}")],
                         "s",
                         "Wall time of the agent's last collection, the slowest agents.",
                     ),
@@ -282,19 +241,9 @@ def nodes(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
             ],
         ),
     ]
-    node_sources = (
-        f"count by (node) ({s.node_exporter(f.NODE_UNAME, s.node_exporter_node('.+'))}) "
-        f"or count by (node) ({s.agent(c.AGENT_COLLECTIONS.name)})"
-    )
     templates = [
-        variable("node", "Node", f"query_result({node_sources})", ".+", s.datasource_type, regex='/node="([^"]+)"/'),
-        variable(
-            "core_node",
-            "Cores of",
-            f"label_values({s.agent(c.NODE_CPU_CORE_BUSY.name, n)}, node)",
-            None,
-            s.datasource_type,
-        ),
+        variable("node", "Node", q.nodes, ".+", ds, regex='/node="([^"]+)"/'),
+        variable("core_node", "Cores of", q.core_nodes, None, ds),
     ]
     return (
         "Host data from node-exporter (CPU, network, disk) and the fsdp-observe agent (per-core CPU, memory, "

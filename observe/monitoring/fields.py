@@ -4,8 +4,9 @@ Named once here (ours live in ``observe.catalog``). Each DCGM field below is exp
 install: it is listed, not commented out, in both counter files of the newest tagged
 dcgm-exporter release (``tests/cases/dcgm/released-4.5.3-4.8.2``: ``default-counters.csv``, the
 exporter's default, and ``dcp-metrics-included.csv``, which the GPU Operator sets), except
-``DCGM_XID_COUNT``, which needs switching on (docs/dashboards.md). Units are DCGM's, given beside
-each name; the dashboards convert to Grafana's base units.
+``DCGM_XID_COUNT``, which needs switching on (docs/dashboards.md). These are the names up to 4.8.x;
+``observe.monitoring.dialects`` holds the later releases' and converts every figure to its base
+unit once. Units are DCGM's, given beside each name.
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ NODE_DISK_READ = "node_disk_read_bytes_total"  # counter, label device
 NODE_DISK_WRITTEN = "node_disk_written_bytes_total"  # counter, label device
 NODE_DISK_IO_TIME = "node_disk_io_time_seconds_total"  # counter, label device
 NODE_UNAME = "node_uname_info"  # value 1, one per node
+NODE_BOOT_TIME = "node_boot_time_seconds"  # Unix time the node booted
 NODE_EXPORTER: tuple[str, ...] = (
     NODE_UNAME,
+    NODE_BOOT_TIME,
     NODE_CPU_SECONDS,
     NODE_NETWORK_RECEIVE,
     NODE_NETWORK_TRANSMIT,

@@ -12,22 +12,36 @@ GPU and an XID the catalogue does not know are warnings, ``informational`` ones 
 Every XID alert carries ``severity``, ``xid_class`` (the catalogue's class), ``node``, ``gpu``,
 ``gpu_uuid``, ``pci_bus`` and ``xid``, for Alertmanager routing.
 
-Counting XIDs from the agent's counter needs care: a series of ``fsdp_gpu_xid_errors_total`` is
-born with the first XID of its code on its GPU, already at 1, and ``increase()`` over a series'
-first sample is nothing. So an XID alert fires on ``increase(...[window]) > 0`` **or** on a series
-that is new within the window, the latter only where the agent on that node was already scraped a
-window ago (otherwise every old XID would fire again after Prometheus starts).
+XIDs at boot, after repair, and on an agent new to Prometheus. A series of
+``fsdp_gpu_xid_errors_total`` is born with the first XID of its code on its GPU, already at 1,
+and ``increase()`` over a series' first sample is nothing. So the XIDs of one GPU and code in the
+window are ``increase(...[window])`` for the series that were there a window ago, and for a series
+born within the window (the agent's first scrape, or a code new on that GPU) its own count, but
+only where the latest of those XIDs is recent by its own kernel timestamp
+(``fsdp_gpu_xid_last_timestamp_seconds``, which the agent reads from the log record, never from
+when it read the line). One shape covers an XID 143 logged at driver load on a node back from
+repair, a fault a minute after a reboot, and the first XID of a node whose agent Prometheus has
+scraped for less than a window, and stays silent for a 29-day-old line a fresh agent reads again
+from the ring buffer. A born series counts whole where every XID in its count is within the window:
+the agent was already scraped a window ago (so the series, and all it counts, came since), or the
+node booted within the window; otherwise (an agent new to Prometheus on a node up for longer) it
+counts one, the recent latest, so a burst is never made of old XIDs. Series are matched on the
+GPU's identity only, so a replaced agent pod (new ``pod`` and ``instance``, the same counts read
+again) raises nothing.
 
-Nodes without our agent get a dcgm-exporter variant. By default it reads
-``DCGM_FI_DEV_XID_ERRORS``, which every stock exporter exports: the **last** XID code of a GPU,
-as a series whose ``err_code`` label is that code. A change of the code is a new series, so the
-alert fires on a series (a GPU and code) that is new within the window on a GPU the exporter
-already reported a window ago: a change fires once, for one window; a steady value never fires,
-nor does an old value after Prometheus or the exporter restarts. A repeat of the same code is
-invisible in that field. With ``dcgm_xid_count`` the variant counts ``DCGM_EXP_XID_ERRORS_COUNT``
-(a windowed gauge, off by default in the exporter: ``max_over_time > 0``) instead, which also sees
-repeats and so adds a burst alert. Both stay silent on nodes where our agent reads XIDs, so one
-XID never pages twice.
+Nodes without our agent get a dcgm-exporter variant, read from the canonical layer
+(``observe.monitoring.dialects``), whatever the exporter's dialect. By default it reads the last
+XID field (``DCGM_FI_DEV_XID_ERRORS``, ``DCGM_FI_DEV_XID_ERROR`` from 4.9.0), which every stock
+exporter exports: the **last** XID code of a GPU, recorded with the code as the ``xid`` label. A
+change of the code is a new series, so the alert fires on a series (a GPU and code) that is new
+within the window on a GPU the exporter already reported a window ago, or on a node that booted
+within the window (node-exporter's ``node_boot_time_seconds``: an XID at driver load): a change
+fires once, for one window; a steady value never fires, nor does an old value after Prometheus or
+the exporter restarts (the record carries no exporter pod). A repeat of the same code is invisible
+in that field. With ``dcgm_xid_count`` the variant counts ``DCGM_EXP_XID_ERRORS_COUNT`` (a windowed
+gauge, off by default in the exporter: ``max_over_time > 0``) instead, which also sees repeats and
+so adds a burst alert. Both stay silent on nodes where our agent reads XIDs, so one XID never pages
+twice.
 """
 
 from __future__ import annotations
@@ -36,8 +50,7 @@ from typing import Any
 
 from observe import catalog as c
 from observe import xid, yamlio
-from observe.monitoring import alert_templates, fields, hangs
-from observe.monitoring.fields import DCGM_XID_COUNT, DCGM_XID_ERRORS
+from observe.monitoring import alert_templates, dialects, fields, hangs
 from observe.monitoring.settings import Settings
 from observe.promql import duration_seconds
 
@@ -64,7 +77,9 @@ GLOBAL_TOKENS = f"namespace_run_id:{c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name}:max"
 #: benchmark: benchmarks/dashboard_queries.py).
 DATA_WAIT_SHARE = f"rank:{c.TRAIN_DATA_WAIT_SECONDS.name}:share5m"
 STEP_BUCKET_RATE = f"namespace_run_id_le:{c.TRAIN_STEP_SECONDS.name}_bucket:rate2m"
-RUN_GPUS = f"node_gpu:{c.TRAIN_INFO.name}:dcgm_labels"
+#: The GPUs CUDA ranks use (node and UUID), with the rank and run: panels join the canonical
+#: DCGM records to runs through it.
+RUN_GPUS = f"node_gpu:{c.TRAIN_INFO.name}:ranks"
 PHASE_SHARE = f"namespace_run_id_phase:{c.TRAIN_PHASE_SECONDS.name}:rate2m"
 PHASE_RANKS = f"namespace_run_id_phase:{c.TRAIN_PHASE.name}:ranks"
 #: Alerts that mean a GPU fault a run cannot survive (the stall alert's likely causes).
@@ -96,6 +111,7 @@ RECORDED = (
     NODE_DISK_WRITTEN,
     NODE_DISK_BUSY,
     *hangs.RECORDED,
+    *dialects.RECORDED,
 )
 
 _RUN = "namespace, run_id"
@@ -176,21 +192,37 @@ _COUNT = '{{ printf "%.0f" $value }}'
 
 
 def _xid_counter(s: Settings, severity: str) -> str:
-    """Per GPU and code: XIDs of one class within the window, a series' first sample included.
-
-    Series are matched on the GPU's identity only, so a restarted agent pod (new ``pod`` and
-    ``instance`` target labels, the same counts replayed from the kernel log) raises nothing.
-    """
+    """Per GPU and code: XIDs of one class within the window, including those at the agent's first
+    scrape when they are recent by their own kernel timestamp (see the module docstring)."""
     w = s.xid_window
     series = s.agent(c.GPU_XID_ERRORS.name, f'severity="{severity}"')
+    latest = s.agent(c.GPU_XID_LAST_TIME.name, f'severity="{severity}"')
+    uptime = s.agent(c.NODE_UPTIME.name)
     seen_before = s.agent(c.AGENT_COLLECTIONS.name)
+    born_recent = (
+        f"({series} unless on ({_XID_ID}) {series} offset {w})\n"
+        f"      and on ({_XID_ID})\n"
+        f"      (time() - max by ({_XID_ID}) (max_over_time({latest}[{w}])) < {duration_seconds(w):g})"
+    )
     return (
         f"max by ({_AGENT_XID_BY}) (\n"
-        f"  (increase({series}[{w}]) > 0)\n"
+        f"  increase({series}[{w}])\n"
         f"  or\n"
-        f"  (\n"
-        f"    ({series} unless on ({_XID_ID}) {series} offset {w})\n"
-        f"    and on (node) ({seen_before} offset {w})\n"
+        f"  label_replace(\n"
+        f"    (\n"
+        f"      {born_recent}\n"
+        f"      and on (node) (\n"
+        f"        max by (node) ({seen_before} offset {w})\n"
+        f"        or\n"
+        f"        max by (node) ({uptime}) < {duration_seconds(w):g}\n"
+        f"      )\n"
+        f"    )\n"
+        f"    or\n"
+        f"    clamp_max(\n"
+        f"      {born_recent},\n"
+        f"      1\n"
+        f"    ),\n"
+        f'    "first_scrape", "true", "", ""\n'
         f"  )\n"
         f")"
     )
@@ -204,7 +236,7 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
         alerts.append(
             _alert(
                 name,
-                f"{_xid_counter(s, severity)} > 0",
+                f"{_xid_counter(s, severity)}\n> 0",
                 s.xid_for,
                 "critical",
                 f"XID {{{{ $labels.xid }}}} on {_GPU}: {_CLASS_EFFECT[severity]}",
@@ -221,7 +253,7 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
     alerts.append(
         _alert(
             "FsdpGpuXidApplicationBurst",
-            f"{_xid_counter(s, 'application')} >= {burst}",
+            f"{_xid_counter(s, 'application')}\n>= {burst}",
             s.xid_for,
             "warning",
             f"{_COUNT} XID {{{{ $labels.xid }}}} errors on {_GPU} within {s.xid_window}",
@@ -237,7 +269,7 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
     alerts.append(
         _alert(
             "FsdpGpuXidUnknown",
-            f"{_xid_counter(s, 'unknown')} > 0",
+            f"{_xid_counter(s, 'unknown')}\n> 0",
             s.xid_for,
             "warning",
             f"Unknown XID {{{{ $labels.xid }}}} on {_GPU}",
@@ -258,33 +290,34 @@ def _agent_reads_xids(s: Settings) -> str:
     return f"unless on (node) (max by (node) ({readers}) == 1)"
 
 
+def _booted_within(s: Settings) -> str:
+    """Nodes that booted within the window, by node-exporter's boot time (node name in ``node``)."""
+    boot = s.node_exporter(fields.NODE_BOOT_TIME)
+    return f"(time() - max by (node) ({boot}) < {duration_seconds(s.xid_window):g})"
+
+
 def _dcgm_last_xid_changed(s: Settings, wanted: list[int]) -> str:
-    """Per GPU and code: a last-XID value (``DCGM_FI_DEV_XID_ERRORS``) that is new within the window.
-
-    The field's series carry the code as ``err_code``, so a change is a new series: one that was
-    not there a window ago, on a GPU the exporter reported a window ago.
-    """
+    """Per GPU and code: a last-XID value new within the window (the canonical record
+    ``gpu:dcgm_last_xid:max``, whose ``xid`` label is the code), on a GPU the exporter reported a
+    window ago or on a node that booted within the window (an XID logged at driver load)."""
     w = s.xid_window
-    series = s.dcgm_raw(DCGM_XID_ERRORS, f'err_code=~"{"|".join(map(str, wanted))}"')
-
-    def coded(expr: str) -> str:
-        return f'label_replace({s.dcgm_normalised(expr, pci_bus=True)}, "xid", "$1", "err_code", "(.+)")'
-
-    seen = f"max by (node, gpu_uuid) ({s.dcgm_normalised(f'{s.dcgm_raw(DCGM_XID_ERRORS)} offset {w}')})"
+    record = dialects.LAST_XID.record
+    series = f'{record}{{xid=~"{"|".join(map(str, wanted))}"}}'
+    new = f"({series} unless on (node, gpu_uuid, xid) {series} offset {w})"
+    seen = f"max by (node, gpu_uuid) ({record} offset {w})"
     changed = (
         f"max by ({_XID_ID}) (\n"
-        f"  ({coded(series)}\n   unless on (node, gpu_uuid, xid)\n   {coded(f'{series} offset {w}')})\n"
-        f"  and on (node, gpu_uuid) {seen}\n)"
+        f"  {new}\n  and on (node, gpu_uuid) {seen}\n"
+        f"  or\n"
+        f"  {new}\n  and on (node) {_booted_within(s)}\n)"
     )
     return f"{_with_class(changed, tuple(CRITICAL_XID_CLASSES))}\n{_agent_reads_xids(s)}"
 
 
 def _dcgm_xid_counted(s: Settings, wanted: list[int], threshold: str, classes: tuple[str, ...]) -> str:
     """Per GPU and code: the most XIDs dcgm-exporter's window held within ``xid_window``."""
-    series = s.dcgm_raw(DCGM_XID_COUNT, f'xid=~"{"|".join(map(str, wanted))}"')
-    counted = (
-        f"max by ({_XID_ID}) (\n  {s.dcgm_normalised(f'max_over_time({series}[{s.xid_window}])', pci_bus=True)}\n)"
-    )
+    series = f'{dialects.XID_WINDOW.record}{{xid=~"{"|".join(map(str, wanted))}"}}'
+    counted = f"max by ({_XID_ID}) (\n  max_over_time({series}[{s.xid_window}])\n)"
     return f"{_with_class(counted, classes)} {threshold}\n{_agent_reads_xids(s)}"
 
 
@@ -306,7 +339,7 @@ def dcgm_xid_alerts(s: Settings) -> list[dict[str, Any]]:
                 s.xid_for,
                 "critical",
                 f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
-                f"dcgm-exporter's last XID ({DCGM_XID_ERRORS}) changed to {which}; {meaning} {tail}",
+                f"dcgm-exporter's last XID changed to {which}; {meaning} {tail}",
                 s,
                 **fatal,
             )
@@ -424,16 +457,10 @@ def gpu_unreadable_alert(s: Settings) -> dict[str, Any]:
     )
 
 
-def _run_gpus_in_dcgm_labels(s: Settings) -> str:
-    """The GPUs CUDA ranks use, carrying dcgm-exporter's node and UUID labels too, so panels join
-    DCGM series to runs without a ``label_replace`` on every DCGM series at every step."""
+def _run_gpus(s: Settings) -> str:
+    """The GPUs CUDA ranks use, one series per rank (``RUN_GPUS``)."""
     info = s.trainer(c.TRAIN_INFO.name, 'gpu_uuid!=""')
-    copied = info
-    for theirs, ours in ((s.dcgm_hostname_label, "node"), (s.dcgm_uuid_label, "gpu_uuid")):
-        if theirs != ours:
-            copied = f'label_replace({copied}, "{theirs}", "$1", "{ours}", "(.+)")'
-    identity = ", ".join(dict.fromkeys((_RUN, "rank", "node", "gpu_uuid", s.dcgm_hostname_label, s.dcgm_uuid_label)))
-    return f"group by ({identity}) ({copied})"
+    return f"group by ({_RUN}, rank, node, gpu_uuid) ({info})"
 
 
 def gpu_recording_rules(s: Settings) -> list[dict[str, Any]]:
@@ -531,8 +558,13 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
             "record": STEP_BUCKET_RATE,
             "expr": f"sum by ({_RUN}, le) (rate({s.trainer(c.TRAIN_STEP_SECONDS.name + '_bucket')}[2m]))",
         },
-        {"record": RUN_GPUS, "expr": _run_gpus_in_dcgm_labels(s)},
-        {"record": PHASE_SHARE, "expr": f"sum by ({_RUN}, phase) (rate({s.trainer(c.TRAIN_PHASE_SECONDS.name)}[2m]))"},
+        {"record": RUN_GPUS, "expr": _run_gpus(s)},
+        {
+            # ``run`` (namespace/run_id) names one run: the phase stack repeats per value of it
+            "record": PHASE_SHARE,
+            "expr": f"label_join(sum by ({_RUN}, phase) (rate({s.trainer(c.TRAIN_PHASE_SECONDS.name)}[2m])), "
+            f'"run", "/", "namespace", "run_id")',
+        },
         {"record": PHASE_RANKS, "expr": f"count by ({_RUN}, phase) ({s.trainer(c.TRAIN_PHASE.name)} == 1)"},
         run_gpu_faults_rule(s),
         _alert(
@@ -638,9 +670,12 @@ def hang_rules(s: Settings) -> list[dict[str, Any]]:
 
 
 def rule_file(settings: Settings | None = None) -> dict[str, Any]:
-    """The rule file as a mapping: ``{"groups": [training, hang, gpu, nodes]}``."""
+    """The rule file as a mapping: ``{"groups": [training, hang, gpu (the canonical DCGM layer first), nodes]}``."""
     s = settings or Settings()
+    # The canonical DCGM layer first, in the group of the alerts that read it: a group's rules run in
+    # order, so an alert sees this evaluation's records (groups run independently of each other).
     gpu = [
+        *dialects.recording_rules(s),
         *gpu_recording_rules(s),
         *xid_alerts(s),
         *dcgm_xid_alerts(s),

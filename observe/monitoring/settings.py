@@ -9,13 +9,10 @@ the Alertmanager receivers and grouping intervals. ``observe.monitoring.dashboar
 every metric name from ``observe.catalog`` (ours) or ``observe.monitoring.fields`` (dcgm-exporter's
 and node-exporter's).
 
-dcgm-exporter's identity labels (``tests/cases/dcgm``; ``internal/pkg/rendermetrics`` of the
-exporter): every tagged release up to 4.5.3-4.8.2 writes ``gpu``, ``UUID`` (``uuid`` with
-``--use-old-namespace``), ``pci_bus_id``, ``device``, ``modelName`` and ``Hostname`` on GPU fields
-(``GPU_I_PROFILE``/``GPU_I_ID`` under MIG); the exporter's main branch after that tag writes
-``hostname``. ``Settings.dcgm`` turns a DCGM series into one carrying our names (``node``,
-``gpu_uuid``, ``pci_bus``) with ``label_replace``, so joins with the trainer's and the agent's
-series (which carry ``node`` and ``gpu_uuid``, DESIGN.md) read the same whatever the dialect.
+dcgm-exporter's series reach the dashboards and alerts only through the canonical layer of
+recording rules (``observe.monitoring.dialects``), which reads every dialect at once (``Hostname``
+or ``hostname``, the field names before and after 4.9.0, ``UUID`` or ``uuid``): no setting names
+a dialect.
 
 Standard library only; nothing here talks to a server.
 """
@@ -41,6 +38,14 @@ RECEIVER_FIELDS = (
 )
 
 
+#: Settings that no longer exist, and why: the canonical DCGM layer reads every dialect.
+RETIRED = dict.fromkeys(
+    ("dcgm_hostname_label", "dcgm_uuid_label", "dcgm_model_label"),
+    "no longer a setting: the recording rules read every dcgm-exporter dialect (Hostname and hostname, "
+    "UUID and uuid, the names before and after 4.9.0) at once",
+)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the generated dashboards and rules let a cluster choose.
@@ -52,11 +57,6 @@ class Settings:
             the trainer's, the agent's and dcgm-exporter's series, e.g. ``'cluster="eu-1"'``.
             The default ``job="nvidia-dcgm-exporter"`` is what the GPU Operator's ServiceMonitor
             gives (``jobLabel: app`` on a Service labelled ``app: nvidia-dcgm-exporter``).
-        dcgm_uuid_label: the GPU-UUID label of the dcgm-exporter in use (``UUID``; ``uuid`` with
-            ``--use-old-namespace``).
-        dcgm_hostname_label: its node label (``Hostname`` in every tagged release up to
-            4.5.3-4.8.2; ``hostname`` on the exporter's main branch after it).
-        dcgm_model_label: its GPU model label on GPU fields (``modelName``).
         dcgm_xid_count: the exporter exports ``DCGM_EXP_XID_ERRORS_COUNT`` (off by default in
             dcgm-exporter; docs/dashboards.md says how to switch it on). Then the DCGM XID alerts
             count XIDs in its window (and alert on bursts); otherwise they alert on a change of
@@ -123,9 +123,6 @@ class Settings:
     trainer_selector: str = ""
     agent_selector: str = ""
     dcgm_selector: str = 'job="nvidia-dcgm-exporter"'
-    dcgm_uuid_label: str = "UUID"
-    dcgm_hostname_label: str = "Hostname"
-    dcgm_model_label: str = "modelName"
     dcgm_xid_count: bool = False
     node_exporter_selector: str = 'job="node-exporter"'
     node_exporter_node_label: str = "instance"
@@ -193,13 +190,12 @@ class Settings:
                 duration_seconds(getattr(self, name))
             except ValueError as exc:
                 raise UserError(name, str(exc), "give a duration such as 90s, 15m or 1h30m") from None
-        for name in ("dcgm_uuid_label", "dcgm_hostname_label", "dcgm_model_label", "node_exporter_node_label"):
-            if not is_label_name(getattr(self, name)):
-                raise UserError(
-                    name,
-                    f"{getattr(self, name)!r} is not a Prometheus label name",
-                    "give the label as dcgm-exporter prints it, e.g. UUID or Hostname",
-                )
+        if not is_label_name(self.node_exporter_node_label):
+            raise UserError(
+                "node_exporter_node_label",
+                f"{self.node_exporter_node_label!r} is not a Prometheus label name",
+                "give the label that holds the node name, e.g. instance",
+            )
         for name in ("trainer_selector", "agent_selector", "dcgm_selector", "node_exporter_selector"):
             if any(ch in getattr(self, name) for ch in "{}"):
                 raise UserError(name, "label matchers are given without braces", 'write e.g. cluster="eu-1"')
@@ -264,6 +260,9 @@ class Settings:
         if not isinstance(values, dict):
             raise UserError("settings", f"a {type(values).__name__}, not a mapping", "write one field: value per line")
         known = {f.name for f in fields(cls)}
+        retired = sorted(set(values) & set(RETIRED))
+        if retired:
+            raise UserError(retired[0], RETIRED[retired[0]], "remove it from the settings file")
         unknown = sorted(set(values) - known)
         if unknown:
             import difflib
@@ -292,28 +291,9 @@ class Settings:
         return self._select(name, self.agent_selector, *matchers)
 
     def dcgm_raw(self, name: str, *matchers: str) -> str:
-        """``name{...}`` with the DCGM selector and ``matchers`` (in the dialect's label names)."""
+        """``name{...}`` with the DCGM selector and ``matchers`` (in dcgm-exporter's label names);
+        ``name`` may be empty when a ``__name__`` matcher is given."""
         return self._select(name, self.dcgm_selector, *matchers)
-
-    def dcgm_node(self, pattern: str) -> str:
-        """A matcher on DCGM's node label, in this dialect: ``Hostname=~"<pattern>"``."""
-        return f'{self.dcgm_hostname_label}=~"{pattern}"'
-
-    def dcgm_normalised(self, expr: str, pci_bus: bool = False) -> str:
-        """``expr`` (DCGM series) with ``node`` and ``gpu_uuid`` labels copied from the dialect's.
-
-        With ``pci_bus``, also ``pci_bus`` in the agent's form (``0000:18:00`` from DCGM's
-        ``00000000:18:00.0``; the hex digits keep the exporter's case).
-        """
-        for ours, theirs in (("node", self.dcgm_hostname_label), ("gpu_uuid", self.dcgm_uuid_label)):
-            if ours != theirs:
-                expr = f'label_replace({expr}, "{ours}", "$1", "{theirs}", "(.+)")'
-        if pci_bus:
-            expr = (
-                f'label_replace({expr}, "pci_bus", "$1:$2", "pci_bus_id", '
-                f'"0000([0-9A-Fa-f]{{4}}):([0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}})[.][0-9A-Fa-f]")'
-            )
-        return expr
 
     def node_exporter_raw(self, name: str, *matchers: str) -> str:
         """``name{...}`` with the node-exporter selector and ``matchers`` (in its label names)."""
@@ -330,10 +310,6 @@ class Settings:
     def node_exporter_node(self, pattern: str) -> str:
         """A matcher on node-exporter's node label: ``instance=~"<pattern>"``."""
         return f'{self.node_exporter_node_label}=~"{pattern}"'
-
-    def dcgm(self, name: str, *matchers: str) -> str:
-        """``dcgm_normalised`` of ``dcgm_raw(name, *matchers)``."""
-        return self.dcgm_normalised(self.dcgm_raw(name, *matchers))
 
     def runbook(self, anchor: str) -> str:
         """The runbook URL of one alert: ``runbook_base_url#anchor``."""

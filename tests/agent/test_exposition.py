@@ -109,6 +109,22 @@ def test_every_gpu_series_carries_node_gpu_and_uuid() -> None:
     assert [(s.labels["xid"], s.labels["severity"], s.labels["pci_bus"], s.value) for s in xid] == [
         ("79", "node_reboot", "0000:3b:00", 2)
     ]
+    # no time known for these XIDs: no timestamp series (absent, never 0)
+    assert not [s for s in samples if s.name == "fsdp_gpu_xid_last_timestamp_seconds"]
+
+
+def test_the_time_of_the_last_xid_is_exported_where_known() -> None:
+    counts = (
+        XidCount(
+            xid=48, severity="gpu_reset", count=3, pci_bus="0000:3b:00", gpu=0, gpu_uuid="G0", last_time_unix=1.7e9
+        ),
+        XidCount(xid=13, severity="application", count=1, pci_bus="0000:3b:00", gpu=0, gpu_uuid="G0"),
+    )
+    samples = [s for s in parsed(NodeSnapshot(node="n", time_unix=1.0, xid_counts=counts))]
+    last = [s for s in samples if s.name == "fsdp_gpu_xid_last_timestamp_seconds"]
+    assert [
+        (s.labels["xid"], s.labels["severity"], s.labels["pci_bus"], s.labels["gpu_uuid"], s.value) for s in last
+    ] == [("48", "gpu_reset", "0000:3b:00", "G0", 1.7e9)]
 
 
 def test_agent_health_is_exported() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,41 @@ def test_reads_kmsg_records_and_dates_them(tmp_path: Path) -> None:
     finally:
         watcher.stop()
     assert (event.xid, event.time_unix, len(events(store))) == (79, 1005.0, 1)
+    # the latest XID's time is the record's own (boot time + its microseconds since boot), even
+    # though the agent read it from the ring buffer's backlog
+    assert store.last_times() == {("0000:3b:00", 79, "node_reboot"): 1005.0}
+
+
+def test_a_file_backlog_has_no_known_time_and_an_appended_line_is_dated_when_read(tmp_path: Path) -> None:
+    log_file = tmp_path / "kern.log"
+    log_file.write_text("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=a, DBE\n")  # may be days old
+    watcher, store = watch(path=str(log_file))
+    assert watcher.start()
+    try:
+        wait_for(lambda: len(events(store)) == 1, what="the backlog's XID 48")
+        wait_for(lambda: watcher._caught_up, what="the watcher at the file's end")
+        assert store.last_times() == {}
+        before = time.time()
+        with open(log_file, "a") as f:
+            f.write("NVRM: Xid (PCI:0000:86:00): 79, pid=2, name=b, GPU has fallen off the bus.\n")
+        wait_for(lambda: len(events(store)) == 2, what="the appended XID 79")
+    finally:
+        watcher.stop()
+    (key, when), *rest = store.last_times().items()
+    assert key == ("0000:86:00", 79, "node_reboot") and not rest
+    assert before <= when <= time.time()
+
+
+def test_the_latest_dated_time_wins_and_undated_reports_only_count() -> None:
+    from observe.xid import KernelLogParser
+
+    parser, store = KernelLogParser(), XidStore()
+    line = "NVRM: Xid (PCI:0000:3b:00): 48, pid=5, name=python3, DBE"
+    store.add(parser.feed(line, now=200.0))
+    store.add(parser.feed(line, now=100.0))  # read later, happened earlier
+    store.add(parser.feed(line, now=900.0), dated=False)
+    assert store.view()[1] == {("0000:3b:00", 48, "gpu_reset"): 3}
+    assert store.last_times() == {("0000:3b:00", 48, "gpu_reset"): 200.0}
 
 
 def test_an_unreadable_kernel_log_is_survived_and_reported_once(

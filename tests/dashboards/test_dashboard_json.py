@@ -3,9 +3,9 @@
 Grafana expectations: current panel types (timeseries, never the deprecated graph), every panel
 and query on the ``${datasource}`` variable (no hard-coded datasource UID), a unit on every
 panel, unique ids and refIds, panels inside the 24-column grid without overlapping, every
-``$variable`` defined. Project expectations: every metric name from ``observe.catalog`` or
-dcgm-exporter's fields, the six DCGM fields of the EKS walkthrough, the XID table's meanings and
-actions from ``observe.xid``, stable UIDs.
+``$variable`` defined. Project expectations: every metric name from ``observe.catalog``,
+dcgm-exporter's fields or the canonical DCGM layer's records (the only DCGM series a panel reads),
+the XID table's meanings and actions from ``observe.xid``, stable UIDs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import pytest
 
 from observe import catalog, xid
-from observe.monitoring import fields, rules
+from observe.monitoring import dialects, fields, rules
 from observe.monitoring.dashboards import UIDS, dashboards
 from observe.monitoring.settings import Settings
 from observe.monitoring.xid_table import XID_ACTION, XID_MEANING
@@ -24,14 +24,7 @@ BOARDS = dashboards()
 PANEL_TYPES = {"row", "timeseries", "heatmap", "table", "stat", "state-timeline"}
 BUILTINS = {"__rate_interval", "__range", "__interval"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-WALKTHROUGH = (
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_MEM_COPY_UTIL",
-    "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_POWER_USAGE",
-)
+SPELLINGS = {sp.name for figure in (*dialects.FIGURES, dialects.XID_WINDOW) for sp in figure.spellings}
 
 
 def panels(board: dict) -> list[dict]:
@@ -43,7 +36,8 @@ def exprs(board: dict) -> list[str]:
 
 
 def known_names() -> set[str]:
-    names = set(fields.DCGM) | set(fields.NODE_EXPORTER) | set(rules.RECORDED) | {"ALERTS"}  # Prometheus' own
+    names = set(fields.DCGM) | SPELLINGS | set(dialects.DRIVER_LABELS)  # every dialect's names, the driver labels
+    names |= set(fields.NODE_EXPORTER) | set(rules.RECORDED) | {"ALERTS"}  # Prometheus' own
     for m in (*catalog.TRAINER_METRICS, *catalog.AGENT_METRICS):
         names.add(m.name)
         if m.kind == "histogram":
@@ -128,13 +122,15 @@ def test_the_variables_each_dashboard_offers() -> None:
     def names(board: dict) -> list[str]:
         return [v["name"] for v in board["templating"]["list"]]
 
-    assert names(BOARDS["training-run.json"]) == ["datasource", "namespace", "run_id", "node"]
+    assert names(BOARDS["training-run.json"]) == ["datasource", "namespace", "run_id", "node", "run"]
     assert names(BOARDS["gpu-health.json"]) == ["datasource", "node", "gpu"]
     assert names(BOARDS["nodes.json"]) == ["datasource", "node", "core_node"]
     node, gpu = BOARDS["gpu-health.json"]["templating"]["list"][1:]
-    # by node, not by exporter pod; on a field MIG instances report too (GPU_UTIL is not)
-    assert node["query"] == 'label_values(DCGM_FI_DEV_GPU_TEMP{job="nvidia-dcgm-exporter"}, Hostname)'
-    assert "DCGM_FI_DEV_GPU_UTIL" not in gpu["query"]
+    # by node, not by exporter pod, in every dialect; on a figure MIG instances report too (GPU_UTIL is not)
+    assert node["query"] == "label_values(gpu:dcgm_temperature_celsius:max, node)"
+    assert "utilization" not in gpu["query"]
+    run = BOARDS["training-run.json"]["templating"]["list"][4]  # the phase stack's repeat, never picked by hand
+    assert run["hide"] == 2 and "namespace_run_id_phase:" in run["query"]
     nodes = BOARDS["nodes.json"]["templating"]["list"][1]  # node-exporter or the agent: either lists the node
     assert "node_uname_info" in nodes["query"] and "fsdp_node_agent_collections_total" in nodes["query"]
     core = BOARDS["nodes.json"]["templating"]["list"][2]  # the per-core heatmap shows one node at a time
@@ -153,19 +149,28 @@ def panel(board: str, title: str) -> dict:
     return found
 
 
-def test_the_gpu_health_dashboard_charts_what_stock_dcgm_exporters_export() -> None:
+def test_the_gpu_health_dashboard_charts_every_canonical_figure_in_base_units() -> None:
     board = BOARDS["gpu-health.json"]
     text = "\n".join(exprs(board))
-    stock = [f for f in fields.DCGM if f != fields.DCGM_XID_COUNT]
-    assert [name for name in stock if name not in text] == []
-    assert fields.DCGM_XID_COUNT not in text  # off by default in dcgm-exporter: only with dcgm_xid_count
-    assert fields.DCGM_XID_COUNT in "\n".join(exprs(dashboards(Settings(dcgm_xid_count=True))["gpu-health.json"]))
+    assert [f.record for f in dialects.FIGURES if f.record not in text] == []
+    assert not re.search(r"\bDCGM_[A-Z_]+\b", text)  # no dialect's own name: the layer reads them all
+    assert dialects.XID_WINDOW.record not in text  # off by default in dcgm-exporter: only with dcgm_xid_count
+    counted = dashboards(Settings(dcgm_xid_count=True))["gpu-health.json"]
+    assert dialects.XID_WINDOW.record in "\n".join(exprs(counted))
+    # every spelling of every dialect is read by the recording rules
+    rule_text = rules.render(Settings(dcgm_xid_count=True))
+    assert [name for name in SPELLINGS if name not in rule_text] == []
     units = {p["title"]: p["fieldConfig"]["defaults"].get("unit") for p in panels(board)}
     assert units["Graphics engine active (MIG-safe)"] == units["Tensor-core activity"] == "percentunit"
     assert (units["SM clock"], units["GPU temperature"], units["Power draw"]) == ("hertz", "celsius", "watt")
     assert units["NVLink throughput"] == units["PCIe transmit"] == "Bps"
-    nvlink = panel("gpu-health.json", "NVLink throughput")["targets"][0]["expr"]
-    assert "rate(" not in nvlink and "* 1024000" in nvlink  # a rate already (KiB/s / 1000), typed counter
+    # utilisation as a 0-1 ratio (4.9's unit), never a percentage axis a ratio would hug the bottom of
+    for title in ("GPU utilisation (not under MIG)", "Memory copy utilisation"):
+        assert units[title] == "percentunit" and panel("gpu-health.json", title)["fieldConfig"]["defaults"]["max"] == 1
+    # unit conversion happens once, in the layer: no panel scales a DCGM figure again
+    for title in ("SM clock", "Framebuffer memory used", "NVLink throughput"):
+        expr = panel("gpu-health.json", title)["targets"][0]["expr"]
+        assert not re.search(r"\* ?(1e6|1048576|1024000)", expr) and "rate(" not in expr, title
     for title in ("Lost GPUs", "Clock throttle reasons"):
         assert panel("gpu-health.json", title)["type"] == "state-timeline"
     processes = panel("gpu-health.json", "GPU processes (the 10 largest)")
@@ -188,13 +193,16 @@ def test_the_gpu_health_dashboard_charts_what_stock_dcgm_exporters_export() -> N
         assert fallback["type"] == "regex"
         assert fallback["options"]["result"]["text"] == getattr(xid.lookup(-1), attribute)
     last = panel("gpu-health.json", "Last XID per GPU (dcgm-exporter, sticky)")["targets"][0]["expr"]
-    assert 'err_code!="0"' in last  # GPUs that never had an XID are not listed as "No Error"
+    assert f'{dialects.LAST_XID.record}{{node=~"$node",gpu=~"$gpu",xid!="0"}}' in last  # never "No Error"
+    dialect = panel("gpu-health.json", "Nodes by dcgm-exporter dialect")["targets"][0]
+    assert dialect["instant"] and dialect["expr"].startswith("count by (dialect, driver_version) (count by (node,")
 
 
 def test_the_nodes_dashboard_is_useful_before_the_agent_is_deployed() -> None:
     text = "\n".join(exprs(BOARDS["nodes.json"]))
     for name in fields.NODE_EXPORTER[1:]:
-        assert name in text, name
+        if name != fields.NODE_BOOT_TIME:  # the DCGM XID alert's, not a panel's
+            assert name in text, name
     busiest = panel("nodes.json", "Busiest processes (the 10 of all selected nodes)")
     (organize,) = [t for t in busiest["transformations"] if t["id"] == "organize"]
     assert list(organize["options"]["includeByName"]) == [
@@ -240,13 +248,17 @@ def test_the_training_dashboard_has_every_asked_for_panel() -> None:
 
 def test_runs_never_share_a_stack_or_a_heatmap_and_rank_rows_sort_naturally() -> None:
     phase = panel("training-run.json", "Wall time by phase")
-    assert phase["repeat"] == "run_id" and phase["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
-    assert "by (namespace, run_id, phase)" in phase["targets"][0]["expr"]  # the same run_id in two namespaces
+    assert phase["repeat"] == "run" and phase["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    # one stack per namespace and run_id: the same run_id in two namespaces never stacks to 2
+    assert 'run=~"$run"' in phase["targets"][0]["expr"] and "/ on (run) group_left" in phase["targets"][0]["expr"]
+    (share,) = [r for g in rules.rule_file()["groups"] for r in g["rules"] if r.get("record") == rules.PHASE_SHARE]
+    assert share["expr"].startswith("label_join(") and '"run", "/", "namespace", "run_id"' in share["expr"]
     for title in ("Step-time distribution (all ranks)", "Mean step time of the 10 slowest ranks, by rank"):
         assert panel("training-run.json", title)["repeat"] == "run_id"
     rows = panel("training-run.json", "Mean step time of the 10 slowest ranks, by rank")["targets"][0]
     assert rows["legendFormat"] == "{{rank}}"  # a number alone: Grafana's heatmap sorts such rows numerically
-    assert panel("nodes.json", "CPU busy per core of $core_node")["targets"][0]["legendFormat"] == "{{cpu}}"
+    cores = panel("nodes.json", "CPU busy: the 10 busiest cores of $core_node")
+    assert cores["targets"][0]["legendFormat"] == "{{cpu}}" and "topk(10," in cores["targets"][0]["expr"]
 
 
 def test_no_panel_turns_missing_data_into_a_reassuring_value() -> None:
@@ -281,9 +293,9 @@ def test_per_rank_and_per_gpu_panels_draw_a_bounded_set_of_series() -> None:
         "fsdp_train_mfu_ratio",
         "rank:fsdp_train_step_seconds:mean5m",
         "fsdp_train_window_step_seconds",
-        "DCGM_FI_DEV_GPU_TEMP",
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "fsdp_gpu_temperature_celsius",
+        "fsdp_node_cpu_core_busy_ratio",
+        *(f.record for f in dialects.FIGURES),
     )
     for name, board in BOARDS.items():
         for p in panels(board):
@@ -296,14 +308,13 @@ def test_per_rank_and_per_gpu_panels_draw_a_bounded_set_of_series() -> None:
                     ), (name, p["title"], t["expr"])
 
 
-def test_the_dcgm_dialect_setting_reaches_every_dcgm_query() -> None:
-    for label, other in (("hostname", "Hostname"), ("Hostname", "hostname")):
-        boards = dashboards(Settings(dcgm_hostname_label=label, dcgm_uuid_label="uuid", dcgm_model_label="model_name"))
-        for board in boards.values():
-            for expr in exprs(board):
-                if "DCGM_" in expr:
-                    assert f'{label}=~"$node"' in expr and f'"{other}"' not in expr and '"UUID"' not in expr, expr
-                    assert "modelName" not in expr, expr
+def test_no_panel_reads_a_dialect_of_dcgm_exporter_directly() -> None:
+    """Dashboards read only the canonical records, so a node upgraded to another dialect stays on
+    every panel; the dialect lives in one place, the recording rules."""
+    for settings in (Settings(), Settings(dcgm_xid_count=True)):
+        for board in dashboards(settings).values():
+            for expr in exprs(board) + [v["query"] for v in board["templating"]["list"] if v["type"] == "query"]:
+                assert not re.search(r"\bDCGM_[A-Z_]+\b|Hostname|hostname|UUID|modelName", expr), expr
 
 
 def test_the_rules_name_only_known_metrics_and_follow_the_recording_rule_convention() -> None:
@@ -313,7 +324,8 @@ def test_the_rules_name_only_known_metrics_and_follow_the_recording_rule_convent
             assert not unknown, (unknown, rule)
             if "record" in rule:
                 level, metric, operations = rule["record"].split(":")
-                assert level and operations and metric in known_names()
+                canonical = {f.metric for f in (*dialects.FIGURES, dialects.XID_WINDOW)} | {"dcgm_exporter_dialect"}
+                assert level and operations and (metric in known_names() or metric in canonical)
             else:
                 assert rule["labels"]["severity"] in ("critical", "warning") and rule["for"]
                 if "Xid" in rule["alert"]:  # Alertmanager routes XIDs on these
@@ -341,7 +353,7 @@ def test_xid_alert_classes_come_from_the_catalogue() -> None:
     critical = set(rules.codes(*rules.CRITICAL_XID_CLASSES))
     assert {48, 79, 74, 95, 119} <= critical and not critical & {13, 31, 43, 45, 92}
     assert critical | set(rules.codes("application", "informational")) == set(xid.CATALOGUE)
-    for settings, label in ((Settings(), "err_code"), (Settings(dcgm_xid_count=True), "xid")):
+    for settings, label in ((Settings(), "xid"), (Settings(dcgm_xid_count=True), "xid")):
         (dcgm,) = [
             r
             for g in rules.rule_file(settings)["groups"]

@@ -76,12 +76,10 @@ def test_check_names_every_stale_or_extra_file_then_writing_mends_them(tmp_path:
 
 def test_a_settings_file_changes_the_output(tmp_path: Path) -> None:
     settings = tmp_path / "settings.yaml"
-    settings.write_text(
-        "dcgm_hostname_label: hostname\nrunbook_base_url: https://wiki.example.com/gpu\nxid_application_burst: 5\n"
-    )
+    settings.write_text("top_n: 3\nrunbook_base_url: https://wiki.example.com/gpu\nxid_application_burst: 5\n")
     assert cli("--settings", str(settings), "--out", str(tmp_path / "d"), "--no-k8s").returncode == 0
     health = (tmp_path / "d" / "gpu-health.json").read_text()
-    assert 'hostname=~\\"$node\\"' in health and "Hostname" not in health
+    assert "topk(3," in health and "topk(10," not in health
     rule_text = (tmp_path / "d" / rules.RULES_FILE).read_text()
     assert "https://wiki.example.com/gpu#fsdpgpulost" in rule_text and ">= 5" in rule_text
     assert not (tmp_path / "daemonsets").exists()

@@ -116,9 +116,7 @@ def test_the_committed_dashboard_validates_against_grafana_11_6(name: str) -> No
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.parametrize(
-    "settings", [Settings(dcgm_hostname_label="hostname", dcgm_xid_count=True, top_n=3)], ids=["other-settings"]
-)
+@pytest.mark.parametrize("settings", [Settings(dcgm_xid_count=True, top_n=3)], ids=["other-settings"])
 def test_dashboards_of_other_settings_validate_too(settings: Settings) -> None:
     errors = [e for board in boards.dashboards(settings).values() for e in dashboard_errors(board)]
     assert not errors, "\n".join(errors)

@@ -8,6 +8,7 @@ default settings (asserted first), so they also pin the committed rule file's be
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 
 from observe import catalog as c
 from observe import xid
-from observe.monitoring import rules
+from observe.monitoring import fields, rules
 from observe.monitoring.settings import Settings
 
 PROMTOOL = shutil.which("promtool")
@@ -43,13 +44,20 @@ def rank_labels(r: int, gpu: str) -> str:
     return RANK.format(r=r, g=gpu, port=9500 + r)
 
 
-def xid_series(labels: dict[str, str], code: int, severity: str) -> str:
+def xid_series(labels: dict[str, str], code: int, severity: str, agent: str = AGENT) -> str:
     inner = ",".join(f'{k}="{v}"' for k, v in {**labels, "xid": str(code), "severity": severity}.items())
-    return f"{c.GPU_XID_ERRORS.name}{{{AGENT},{inner}}}"
+    return f"{c.GPU_XID_ERRORS.name}{{{agent},{inner}}}"
+
+
+def xid_time(labels: dict[str, str], code: int, severity: str, agent: str = AGENT) -> str:
+    """The agent's time of the latest XID of ``code`` on the GPU (a Unix time; promtool's clock
+    starts at 0, so a minute into the test is 60)."""
+    return xid_series(labels, code, severity, agent).replace(c.GPU_XID_ERRORS.name, c.GPU_XID_LAST_TIME.name, 1)
 
 
 AGENT_SERIES = [
     {"series": f"{c.AGENT_COLLECTIONS.name}{{{AGENT}}}", "values": "0+60x90"},
+    {"series": f"{c.NODE_UPTIME.name}{{{AGENT}}}", "values": "86400+60x90"},  # up a day
     {"series": f'{c.AGENT_UP.name}{{{AGENT},source="kernel_log"}}', "values": "1x90"},
     {"series": f'{c.TRAIN_INFO.name}{{{rank_labels(0, "a")},model="llama2-7b",world_size="2"}}', "values": "1x90"},
 ]
@@ -64,9 +72,9 @@ def _parse(inner: str) -> dict[str, str]:
     return out
 
 
-def xid_description(code: int, severity: str, gpu: dict[str, str], runs: str) -> str:
+def xid_description(code: int, severity: str, gpu: dict[str, str], runs: str, node: str = NODE) -> str:
     return (
-        f"The driver reported XID {code} (class {severity}) for {gpu_text(gpu)}, "
+        f"The driver reported XID {code} (class {severity}) for {gpu_text(gpu, node)}, "
         f"PCI {gpu['pci_bus']}, within the last 10m. Runs on this GPU: {runs}. {xid.lookup(code).action}"
     )
 
@@ -88,17 +96,19 @@ GPU_D = {"gpu": "3", "gpu_uuid": "GPU-0000000d", "pci_bus": "0000:d8:00"}
 OLD_48 = xid_series(GPU_A, 48, "gpu_reset")
 
 
-def xid_alert(name: str, code: int, severity: str, gpu: dict[str, str], level: str, runs: str) -> tuple[dict, dict]:
+def xid_alert(
+    name: str, code: int, severity: str, gpu: dict[str, str], level: str, runs: str, node: str = NODE
+) -> tuple[dict, dict]:
     effect = {
         "gpu_reset": "the GPU needs a reset",
         "node_reboot": "the node needs a reboot",
         "nvlink_fabric": "an NVLink or fabric error",
     }[severity]
     return (
-        {**gpu, "node": NODE, "xid": str(code), "severity": level, "xid_class": severity},
+        {**gpu, "node": node, "xid": str(code), "severity": level, "xid_class": severity},
         {
-            "summary": f"XID {code} on {gpu_text(gpu)}: {effect}",
-            "description": xid_description(code, severity, gpu, runs),
+            "summary": f"XID {code} on {gpu_text(gpu, node)}: {effect}",
+            "description": xid_description(code, severity, gpu, runs, node),
             "runbook_url": f"{BOOK}#{name.lower()}",
             **catalogue(code),
         },
@@ -115,17 +125,24 @@ CASES = [
         22,
         [xid_alert("FsdpGpuXidGpuReset", 48, "gpu_reset", GPU_A, "critical", "llama-ft")],
     ),
-    # The first XID 79 of a GPU is a new series already at 1: increase() alone would miss it.
+    # The first XID 79 of a GPU is a new series already at 1: increase() alone would miss it; its
+    # kernel timestamp (15m) is recent.
     (
         "FsdpGpuXidNodeReboot",
-        [{"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x15 1x60"}],
+        [
+            {"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x15 1x60"},
+            {"series": xid_time(GPU_B, 79, "node_reboot"), "values": "_x15 900x60"},
+        ],
         [15],
         16,
         [xid_alert("FsdpGpuXidNodeReboot", 79, "node_reboot", GPU_B, "critical", "none seen")],
     ),
     (
         "FsdpGpuXidNvlinkFabric",
-        [{"series": xid_series(GPU_C, 74, "nvlink_fabric"), "values": "_x30 1x50"}],
+        [
+            {"series": xid_series(GPU_C, 74, "nvlink_fabric"), "values": "_x30 1x50"},
+            {"series": xid_time(GPU_C, 74, "nvlink_fabric"), "values": "_x30 1800x50"},
+        ],
         [30],
         31,
         [xid_alert("FsdpGpuXidNvlinkFabric", 74, "nvlink_fabric", GPU_C, "critical", "none seen")],
@@ -153,7 +170,10 @@ CASES = [
     ),
     (
         "FsdpGpuXidUnknown",
-        [{"series": xid_series(GPU_D, 99999, "unknown"), "values": "_x40 1x40"}],
+        [
+            {"series": xid_series(GPU_D, 99999, "unknown"), "values": "_x40 1x40"},
+            {"series": xid_time(GPU_D, 99999, "unknown"), "values": "_x40 2400x40"},
+        ],
         [40],
         41,
         [
@@ -182,13 +202,14 @@ DCGM_LABELS = (
 )
 
 
-def dcgm(name: str, node: str, gpu: int, **extra: str) -> str:
+def dcgm(name: str, node: str, gpu: int, pod: str = "nvidia-dcgm-exporter-4xk2q", **extra: str) -> str:
     more = "".join(f',{k}="{v}"' for k, v in extra.items())
-    return f"{name}{{{DCGM_LABELS.format(gpu=gpu, node=node)}{more}}}"
+    labels = DCGM_LABELS.format(gpu=gpu, node=node).replace("nvidia-dcgm-exporter-4xk2q", pod)
+    return f"{name}{{{labels}{more}}}"
 
 
-def last_xid(node: str, gpu: int, code: int) -> str:
-    return dcgm("DCGM_FI_DEV_XID_ERRORS", node, gpu, err_code=str(code), err_msg="made up")
+def last_xid(node: str, gpu: int, code: int, pod: str = "nvidia-dcgm-exporter-4xk2q") -> str:
+    return dcgm("DCGM_FI_DEV_XID_ERRORS", node, gpu, pod, err_code=str(code), err_msg="made up")
 
 
 def dcgm_tail() -> str:
@@ -200,9 +221,9 @@ def dcgm_gpu(gpu: int, node: str = DCGM_ONLY) -> dict[str, str]:
     return {"node": node, "gpu": str(gpu), "gpu_uuid": f"GPU-d{gpu}", "pci_bus": f"0000:1{gpu}:00"}
 
 
-def dcgm_which(code: int, xid_class: str, gpu: int) -> str:
-    g = dcgm_gpu(gpu)
-    return f"XID {code} (class {xid_class}) for {gpu_text(g, DCGM_ONLY)}, PCI {g['pci_bus']}"
+def dcgm_which(code: int, xid_class: str, gpu: int, node: str = DCGM_ONLY) -> str:
+    g = dcgm_gpu(gpu, node)
+    return f"XID {code} (class {xid_class}) for {gpu_text(g, node)}, PCI {g['pci_bus']}"
 
 
 DCGM_MEANING = (
@@ -210,8 +231,21 @@ DCGM_MEANING = (
 )
 
 
-def dcgm_what(code: int, xid_class: str, gpu: int) -> str:
-    return f"{dcgm_which(code, xid_class, gpu)}; {DCGM_MEANING}"
+def dcgm_what(code: int, xid_class: str, gpu: int, node: str = DCGM_ONLY) -> str:
+    return f"{dcgm_which(code, xid_class, gpu, node)}; {DCGM_MEANING}"
+
+
+def dcgm_critical(code: int, xid_class: str, gpu: int, node: str = DCGM_ONLY) -> tuple[dict, dict]:
+    """FsdpDcgmXidCritical's labels and annotations for a change of the last XID to ``code``."""
+    return (
+        {**dcgm_gpu(gpu, node), "xid": str(code), "xid_class": xid_class, "severity": "critical"},
+        {
+            "summary": f"XID {code} on {gpu_text(dcgm_gpu(gpu, node), node)} (dcgm-exporter)",
+            "description": f"dcgm-exporter's last XID changed to {dcgm_what(code, xid_class, gpu, node)} {dcgm_tail()}",
+            "runbook_url": f"{BOOK}#fsdpdcgmxidcritical",
+            **catalogue(code),
+        },
+    )
 
 
 CASES += [
@@ -237,7 +271,7 @@ CASES += [
                 {**dcgm_gpu(0), "xid": "79", "xid_class": "node_reboot", "severity": "critical"},
                 {
                     "summary": f"XID 79 on {gpu_text(dcgm_gpu(0), DCGM_ONLY)} (dcgm-exporter)",
-                    "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to {dcgm_what(79, 'node_reboot', 0)} "
+                    "description": f"dcgm-exporter's last XID changed to {dcgm_what(79, 'node_reboot', 0)} "
                     f"{dcgm_tail()}",
                     "runbook_url": f"{BOOK}#fsdpdcgmxidcritical",
                     **catalogue(79),
@@ -402,8 +436,10 @@ CAUSE_CASES = [
             {"series": f"{c.TRAIN_LAST_STEP_TIMESTAMP.name}{{{R0}}}", "values": "0+60x10 600x40"},
             *phases(R0, "training", 50),
             {"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x9 1x41"},
+            {"series": xid_time(GPU_B, 79, "node_reboot"), "values": "_x9 540x41"},
             {"series": f"{c.AGENT_COLLECTIONS.name}{{{OTHER_AGENT}}}", "values": "0+60x50"},
-            {"series": xid_series(GPU_A, 48, "gpu_reset").replace(AGENT, OTHER_AGENT), "values": "_x9 1x41"},
+            {"series": xid_series(GPU_A, 48, "gpu_reset", OTHER_AGENT), "values": "_x9 1x41"},
+            {"series": xid_time(GPU_A, 48, "gpu_reset", OTHER_AGENT), "values": "_x9 540x41"},
         ],
         [27],
         28,
@@ -438,6 +474,168 @@ CASES += [
                 },
             )
         ],
+    ),
+]
+
+
+def agent_on(node: str, pod: str) -> str:
+    """An agent pod's target labels on ``node``."""
+    return f'node="{node}",instance="{pod}",job="fsdp-observe-agent",pod="{pod}"'
+
+
+def fresh_agent(node: str, pod: str, start: int, uptime: int) -> list[dict]:
+    """An agent first scraped at minute ``start`` on a node up ``uptime`` seconds then, reading the kernel log."""
+    labels = agent_on(node, pod)
+    return [
+        {"series": f"{c.AGENT_COLLECTIONS.name}{{{labels}}}", "values": f"_x{start} 0+60x40"},
+        {"series": f"{c.NODE_UPTIME.name}{{{labels}}}", "values": f"_x{start} {uptime}+60x40"},
+        {"series": f'{c.AGENT_UP.name}{{{labels},source="kernel_log"}}', "values": f"_x{start} 1x40"},
+    ]
+
+
+REPAIRED, LONG_UP, NEW_AGENT = "gpu-node-7", "gpu-node-8", "gpu-node-9"
+NEW_POD = AGENT.replace("fsdp-observe-agent-x7k2p", "fsdp-observe-agent-b9q4z").replace(
+    f'instance="{NODE}"', 'instance="10.0.7.22:9401"'
+)
+DCGM_REPAIRED, DCGM_LONG_UP = "dcgm-node-2", "dcgm-node-3"
+
+
+def node_boot(node: str, boot_time: int) -> dict:
+    """node-exporter's boot time of ``node`` (kube-prometheus-stack: instance = node name)."""
+    return {
+        "series": f'{fields.NODE_BOOT_TIME}{{instance="{node}",job="node-exporter"}}',
+        "values": f"{boot_time}x40",
+    }
+
+
+#: XIDs at boot, after repair, and on an agent new to Prometheus: one rule shape (the XID's own
+#: kernel timestamp, and the node's uptime). Times are promtool's, whose clock starts at 0, so a
+#: line 29 days old is a negative Unix time.
+BOOT_CASES = [
+    # A node back from repair booted at 3m; the driver logged XID 143 (GPU initialisation failure)
+    # at 3m20s; the agent starts at 5m and reads it from the ring buffer at its first scrape.
+    (
+        "FsdpGpuXidGpuReset",
+        [
+            *fresh_agent(REPAIRED, "fsdp-observe-agent-r7", 5, uptime=120),
+            {
+                "series": xid_series(GPU_A, 143, "gpu_reset", agent_on(REPAIRED, "fsdp-observe-agent-r7")),
+                "values": "_x5 1x30",
+            },
+            {
+                "series": xid_time(GPU_A, 143, "gpu_reset", agent_on(REPAIRED, "fsdp-observe-agent-r7")),
+                "values": "_x5 200x30",
+            },
+        ],
+        [4, 5],
+        6,
+        [xid_alert("FsdpGpuXidGpuReset", 143, "gpu_reset", GPU_A, "critical", "none seen", REPAIRED)],
+    ),
+    # An agent starts on a node up 30 days and reads an XID 48 logged 29 days ago: never a page.
+    (
+        "FsdpGpuXidGpuReset",
+        [
+            *fresh_agent(LONG_UP, "fsdp-observe-agent-l8", 5, uptime=30 * 86400),
+            {
+                "series": xid_series(GPU_A, 48, "gpu_reset", agent_on(LONG_UP, "fsdp-observe-agent-l8")),
+                "values": "_x5 1x30",
+            },
+            {
+                "series": xid_time(GPU_A, 48, "gpu_reset", agent_on(LONG_UP, "fsdp-observe-agent-l8")),
+                "values": f"_x5 {300 - 29 * 86400}x30",
+            },
+        ],
+        [5, 6, 10, 16, 25],
+        30,
+        [],
+    ),
+    # An XID 48 at 2m pages (and resolves); the agent pod is replaced at 20m (its series go stale,
+    # the new pod's counter starts again at the count it reads back from the ring buffer, with the
+    # same kernel timestamp): silent. A new XID 48 ten minutes later (31m) pages.
+    (
+        "FsdpGpuXidGpuReset",
+        [
+            {"series": OLD_48.replace("1x20", ""), "values": "_x2 1x18"},
+            {"series": xid_time(GPU_A, 48, "gpu_reset"), "values": "_x2 120x18"},
+            {"series": f"{c.AGENT_COLLECTIONS.name}{{{NEW_POD}}}", "values": "_x21 0+60x30"},
+            {"series": xid_series(GPU_A, 48, "gpu_reset", NEW_POD), "values": "_x21 1x9 2x20"},
+            {"series": xid_time(GPU_A, 48, "gpu_reset", NEW_POD), "values": "_x21 120x9 1860x20"},
+        ],
+        [2, 14, 21, 22, 25, 30, 31],
+        32,
+        [xid_alert("FsdpGpuXidGpuReset", 48, "gpu_reset", GPU_A, "critical", "llama-ft")],
+    ),
+    # The agent on a node up a day is first scraped at 20m; XID 79 comes at 21m05s. It pages after
+    # xid_for (22m), not after a whole xid_window of the agent's history (31m).
+    (
+        "FsdpGpuXidNodeReboot",
+        [
+            *fresh_agent(NEW_AGENT, "fsdp-observe-agent-n9", 20, uptime=86400),
+            {
+                "series": xid_series(GPU_B, 79, "node_reboot", agent_on(NEW_AGENT, "fsdp-observe-agent-n9")),
+                "values": "_x21 1x30",
+            },
+            {
+                "series": xid_time(GPU_B, 79, "node_reboot", agent_on(NEW_AGENT, "fsdp-observe-agent-n9")),
+                "values": "_x21 1265x30",
+            },
+        ],
+        [20, 21],
+        22,
+        [xid_alert("FsdpGpuXidNodeReboot", 79, "node_reboot", GPU_B, "critical", "none seen", NEW_AGENT)],
+    ),
+    # Three XID 13 in one scrape, the first of that code on the GPU, on an agent scraped for long:
+    # the new series counts whole (all of it came within the window), a burst.
+    (
+        "FsdpGpuXidApplicationBurst",
+        [
+            {"series": xid_series(GPU_D, 13, "application"), "values": "_x15 3x30"},
+            {"series": xid_time(GPU_D, 13, "application"), "values": "_x15 900x30"},
+        ],
+        [14, 15],
+        16,
+        [
+            (
+                {**GPU_D, "node": NODE, "xid": "13", "severity": "warning", "xid_class": "application"},
+                {
+                    "summary": f"3 XID 13 errors on {gpu_text(GPU_D)} within 10m",
+                    "description": f"XID 13 (class application) came 3 times within 10m on {gpu_text(GPU_D)}, PCI "
+                    f"{GPU_D['pci_bus']} (3 or more make a burst). Runs on this GPU: none seen. One such XID is "
+                    f"usually the job's own fault; a burst on one GPU points at the GPU or a crash loop. "
+                    f"{xid.APP_BUG}",
+                    "runbook_url": f"{BOOK}#fsdpgpuxidapplicationburst",
+                    **catalogue(13),
+                },
+            )
+        ],
+    ),
+    # dcgm-exporter (no agent): GPU 0's last XID changes to 79 at 15m and pages; the exporter pod is
+    # replaced at 35m and the new one re-reports the same sticky 79 from 37m: silent.
+    (
+        "FsdpDcgmXidCritical",
+        [
+            {"series": last_xid(DCGM_ONLY, 0, 0), "values": "0x14"},
+            {"series": last_xid(DCGM_ONLY, 0, 79), "values": "_x15 79x20"},
+            {"series": last_xid(DCGM_ONLY, 0, 79, pod="nvidia-dcgm-exporter-9zq2w"), "values": "_x37 79x30"},
+        ],
+        [15, 26, 36, 37, 38, 40, 47, 55],
+        16,
+        [dcgm_critical(79, "node_reboot", 0)],
+    ),
+    # dcgm-exporter (no agent) on a node node-exporter says booted at 3m: the exporter's first
+    # scrape (5m) already holds XID 143 from driver load, and it pages. The same sticky 143 on a
+    # node up 30 days does not.
+    (
+        "FsdpDcgmXidCritical",
+        [
+            node_boot(DCGM_REPAIRED, 180),
+            node_boot(DCGM_LONG_UP, -30 * 86400),
+            {"series": last_xid(DCGM_REPAIRED, 0, 143), "values": "_x5 143x30"},
+            {"series": last_xid(DCGM_LONG_UP, 0, 143), "values": "_x5 143x30"},
+        ],
+        [4, 5, 14, 20],
+        6,
+        [dcgm_critical(143, "gpu_reset", 0, DCGM_REPAIRED)],
     ),
 ]
 
@@ -564,6 +762,15 @@ def test_promtool_test_rules(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_xids_at_boot_after_repair_and_on_a_new_agent_page_and_old_lines_never(tmp_path: Path) -> None:
+    """One rule shape for a node back from repair, a replaced agent pod, an agent new to Prometheus
+    and a restarted dcgm-exporter (``BOOT_CASES``)."""
+    (tmp_path / "rules.yaml").write_text(rules.render())
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(promtool_tests(BOOT_CASES), sort_keys=False, width=1000))
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_a_stall_names_the_fatal_xid_on_one_of_its_nodes(tmp_path: Path) -> None:
     """likely_cause: the XID alert of the run's node, found through the recorded run-to-node faults."""
     (tmp_path / "rules.yaml").write_text(rules.render())
@@ -594,8 +801,7 @@ def test_a_steady_last_xid_never_fires_and_a_change_fires_once(tmp_path: Path) -
             "exp_labels": {**dcgm_gpu(0), "xid": "48", "xid_class": "gpu_reset", "severity": "critical"},
             "exp_annotations": {
                 "summary": f"XID 48 on {g} (dcgm-exporter)",
-                "description": f"dcgm-exporter's last XID (DCGM_FI_DEV_XID_ERRORS) changed to "
-                f"{dcgm_what(48, 'gpu_reset', 0)} {dcgm_tail()}",
+                "description": f"dcgm-exporter's last XID changed to {dcgm_what(48, 'gpu_reset', 0)} {dcgm_tail()}",
                 "runbook_url": f"{BOOK}#fsdpdcgmxidcritical",
                 **catalogue(48),
             },
@@ -625,3 +831,53 @@ def test_promtool_sees_a_missed_alert(tmp_path: Path) -> None:
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(early, sort_keys=False, width=1000))
     done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
     assert done.returncode == 1 and "FsdpThroughputDrop" in done.stdout + done.stderr
+
+
+def test_one_run_id_in_two_namespaces_is_two_phase_stacks_each_summing_to_one(tmp_path: Path) -> None:
+    """ "Wall time by phase" repeats per namespace and run_id (the hidden ``run`` variable): the same
+    run_id in two namespaces never stacks to 2 under the panel's ``max: 1``."""
+    from observe.monitoring.dashboards import dashboards
+    from tests.support.grafana_queries import substitute
+
+    board = dashboards()["training-run.json"]
+    (phase,) = [p for p in board["panels"] if p.get("title") == "Wall time by phase"]
+    (run_variable,) = [v for v in board["templating"]["list"] if v["name"] == "run"]
+    assert phase["repeat"] == "run" and phase["fieldConfig"]["defaults"]["max"] == 1
+
+    def panel(run: str) -> str:
+        values = {"namespace": ".*", "run_id": ".+", "node": ".+", "run": run}
+        return f"round(sum({substitute(phase['targets'][0]['expr'], values)}), 0.001)"
+
+    rank = 'run_id="llama-ft",rank="0",local_rank="0",node="gpu-node-1",job="fsdp-observe-trainer"'
+    series = [  # seconds of wall time per phase: 54 s training and 6 s checkpointing a minute in A; B trains
+        {"series": f'{c.TRAIN_PHASE_SECONDS.name}{{{rank},namespace="team-a",phase="training"}}', "values": "0+54x20"},
+        {
+            "series": f'{c.TRAIN_PHASE_SECONDS.name}{{{rank},namespace="team-a",phase="checkpointing"}}',
+            "values": "0+6x20",
+        },
+        {"series": f'{c.TRAIN_PHASE_SECONDS.name}{{{rank},namespace="team-b",phase="training"}}', "values": "0+60x20"},
+    ]
+    variable = re.fullmatch(r"label_values\((.+), run\)", run_variable["query"]).group(1)
+    checks = [
+        {
+            "expr": f"group by (run) ({substitute(variable, {'namespace': '.*', 'run_id': '.+'})})",
+            "eval_time": "10m",
+            "exp_samples": [
+                {"labels": '{run="team-a/llama-ft"}', "value": 1},
+                {"labels": '{run="team-b/llama-ft"}', "value": 1},
+            ],
+        },
+        *(
+            {"expr": panel(run), "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 1}]}
+            for run in ("team-a/llama-ft", "team-b/llama-ft")
+        ),
+    ]
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}],
+    }
+    (tmp_path / "rules.yaml").write_text(rules.render())
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""``observe.monitoring.settings.Settings``: validation naming the field, selectors, the DCGM dialect."""
+"""``observe.monitoring.settings.Settings``: validation naming the field, selectors, retired dialect settings."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ def test_durations(text: str, seconds: float) -> None:
     [
         ("stall_time", "15 minutes", "stall_time: '15 minutes' is not a Prometheus duration"),
         ("xid_for", "", "xid_for: '' is not a Prometheus duration"),
-        ("dcgm_hostname_label", "host-name", "dcgm_hostname_label: 'host-name' is not a Prometheus label name"),
         ("trainer_selector", '{cluster="a"}', "trainer_selector: label matchers are given without braces"),
         ("xid_application_burst", 0, "xid_application_burst: 0 is below 1; give 1 or more"),
         ("xid_application_burst", 2.5, "xid_application_burst: expected int, got 2.5"),
@@ -39,8 +38,8 @@ def test_a_bad_value_names_its_field(field: str, value, message: str) -> None:
 
 
 def test_unknown_fields_are_refused_with_a_close_match() -> None:
-    with pytest.raises(UserError, match=r"^dcgm_uuid: unknown field; did you mean dcgm_uuid_label\?"):
-        Settings.from_mapping({"dcgm_uuid": "uuid"})
+    with pytest.raises(UserError, match=r"^dcgm_selectr: unknown field; did you mean dcgm_selector\?"):
+        Settings.from_mapping({"dcgm_selectr": 'job="x"'})
     with pytest.raises(UserError, match=r"^zzz: unknown field; known fields: agent_selector, "):
         Settings.from_mapping({"zzz": 1})
     assert Settings.from_mapping({"straggler_ratio": 2}).straggler_ratio == 2  # an int where a float goes
@@ -51,24 +50,18 @@ def test_selectors_carry_the_cluster_matchers() -> None:
     assert s.trainer("fsdp_train_loss", 'rank="0"') == 'fsdp_train_loss{cluster="eu-1",rank="0"}'
     assert s.agent("fsdp_gpu_lost") == 'fsdp_gpu_lost{job="agent"}'
     assert Settings().trainer("fsdp_train_loss") == "fsdp_train_loss"
-    assert s.dcgm_raw("DCGM_FI_DEV_GPU_TEMP", s.dcgm_node("$node")) == (
-        'DCGM_FI_DEV_GPU_TEMP{job="dcgm",Hostname=~"$node"}'
-    )
+    assert s.dcgm_raw("DCGM_FI_DEV_GPU_TEMP", 'gpu="0"') == 'DCGM_FI_DEV_GPU_TEMP{job="dcgm",gpu="0"}'
+    assert s.dcgm_raw("", '__name__=~"A|B"') == '{job="dcgm",__name__=~"A|B"}'
 
 
-def test_dcgm_series_get_our_node_and_gpu_uuid_labels_in_any_dialect() -> None:
-    # the released dialect and the GPU Operator's job by default
-    assert Settings().dcgm("DCGM_FI_DEV_GPU_UTIL") == (
-        'label_replace(label_replace(DCGM_FI_DEV_GPU_UTIL{job="nvidia-dcgm-exporter"}, "node", "$1", "Hostname", '
-        '"(.+)"), "gpu_uuid", "$1", "UUID", "(.+)")'
-    )
-    # an exporter that already says gpu_uuid needs only the node copied
-    s = Settings(dcgm_uuid_label="gpu_uuid", dcgm_hostname_label="hostname", dcgm_selector="")
-    assert s.dcgm("DCGM_FI_DEV_GPU_UTIL") == 'label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "hostname", "(.+)")'
-    # the agent's PCI bus form from DCGM's 00000000:18:00.0
-    assert s.dcgm_normalised("x", pci_bus=True).endswith(
-        '"pci_bus", "$1:$2", "pci_bus_id", "0000([0-9A-Fa-f]{4}):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[.][0-9A-Fa-f]")'
-    )
+@pytest.mark.parametrize("field", ["dcgm_hostname_label", "dcgm_uuid_label", "dcgm_model_label"])
+def test_the_retired_dialect_settings_say_why_and_what_to_do(field: str) -> None:
+    """Every dcgm-exporter dialect is read at once now; an old settings file gets one clear line."""
+    with pytest.raises(UserError) as err:
+        Settings.from_mapping({field: "hostname"})
+    assert err.value.field == field
+    assert "no longer a setting" in err.value.problem and "Hostname and hostname" in err.value.problem
+    assert err.value.fix == "remove it from the settings file"
 
 
 def test_node_exporter_series_get_our_node_label() -> None:

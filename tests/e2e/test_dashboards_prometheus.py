@@ -9,10 +9,12 @@ Stand-ins for what cannot run on a machine without a GPU, said here as the rules
 - the agent's GPUs come from the fake ``libnvidia-ml.so.1`` (``tests/support/fake_nvml.c``):
   GPU 3 lost, GPU 0 with a process of this test and rising uncorrected ECC errors;
 - dcgm-exporter is a static server **replaying the fixtures** of ``tests/dashboards/fixtures``
-  (rendered from the 4.5.3-4.8.2 counter lists, ``tests/support/dcgm_exposition.py``): the GPU
-  Operator's exporter on the training node (its PCIe replay counter growing between scrapes),
-  one started with the windowed XID count, a MIG node, and the exporter's unreleased main
-  branch (lower-case ``hostname``). They are scraped as the GPU Operator's ServiceMonitor does:
+  (rendered from the released counter lists and the 4.9.0 rename table,
+  ``tests/support/dcgm_exposition.py``): the GPU Operator's 4.5.3-4.8.2 exporter on the training
+  node (its PCIe replay counter growing between scrapes), one started with the windowed XID count,
+  a MIG node, and the same training node's GPUs from a 4.6.0-4.8.3 (``hostname``) and a 4.9.0
+  (renamed fields in base units) exporter, as during a rolling upgrade: the canonical layer must
+  count each GPU once. They are scraped as the GPU Operator's ServiceMonitor does:
   ``job="nvidia-dcgm-exporter"``, the exporter pod's ``namespace``/``pod``/``container`` as target
   labels (the exported ones become ``exported_*``);
 - the three CUDA ranks (run ``llama2-7b-ft``, namespace ``training``: two on the fixture's GPUs,
@@ -61,22 +63,17 @@ DCGM_UUIDS = fixtures.TRAINING_UUIDS
 FAKE_UUID = "GPU-fa4e0000-0000-4000-8000-0000000000{:02d}"  # fake NVML GPU N
 RUN_ID = "dash-live"
 SCRAPE, EVALUATION, STEP = 0.5, 1.0, 1.0
-#: The generated rules with windows short enough for a test: a 30 s XID window, 2 s ``for``.
-RULE_SETTINGS = Settings(xid_window="30s", xid_for="2s")
-#: Settings per dcgm-exporter variant, and the fixtures (``fixture`` target label) each must read.
-DIALECTS = {
-    "released": (Settings(), {"4.5.3-4.8.2-gpu-operator", "4.5.3-4.8.2-xid-count", "4.5.3-4.8.2-mig"}),
-    "xid-count": (
-        Settings(dcgm_xid_count=True),
-        {"4.5.3-4.8.2-gpu-operator", "4.5.3-4.8.2-xid-count", "4.5.3-4.8.2-mig"},
-    ),
-    "main-hostname": (Settings(dcgm_hostname_label="hostname"), {"main-d5e5f51"}),
-}
+#: The generated rules with windows short enough for a test: a 30 s XID window, 2 s ``for``; with
+#: the windowed XID count's record, which the xid-count dashboards read.
+RULE_SETTINGS = Settings(xid_window="30s", xid_for="2s", dcgm_xid_count=True)
+#: The dashboards: as committed, and generated with the windowed XID count.
+BOARDS = {"released": None, "xid-count": Settings(dcgm_xid_count=True)}
 EXPORTERS = {
     "4.5.3-4.8.2-gpu-operator": "dcgm-4.5.3-4.8.2-gpu-operator.prom",
     "4.5.3-4.8.2-xid-count": "dcgm-4.5.3-4.8.2-xid-count.prom",
     "4.5.3-4.8.2-mig": "dcgm-4.5.3-4.8.2-mig.prom",
-    "main-d5e5f51": "dcgm-main-d5e5f51-hostname.prom",
+    "4.6.0-4.8.3": "dcgm-4.6.0-4.8.3-gpu-operator.prom",
+    "4.9.0": "dcgm-4.9.0-default.prom",
 }
 #: Panels empty on a healthy machine whose fault this test cannot cause: an agent source that
 #: stops being readable (root reads any file here). Their queries must still succeed.
@@ -96,7 +93,7 @@ pytestmark = [
 def growing_replays(body: bytes) -> Callable[[], bytes]:
     """``body`` with GPU 1's PCIe replay counter one higher on every scrape (a flaky link)."""
     count = iter(range(1, 10**9))
-    pattern = re.compile(rb'^(DCGM_FI_DEV_PCIE_REPLAY_COUNTER\{gpu="1",.*\}) 0$', re.M)
+    pattern = re.compile(rb'^(DCGM_FI_DEV_PCIE_REPLAY_(?:COUNTER|TOTAL)\{gpu="1",.*\}) 0$', re.M)
     return lambda: pattern.sub(lambda m: m.group(1) + b" %d" % next(count), body)
 
 
@@ -150,7 +147,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
     server = StaticServer(
         {
             **bodies,
-            **{path: growing_replays(bodies[path]) for path in ("/4.5.3-4.8.2-gpu-operator", "/main-d5e5f51")},
+            **{path: growing_replays(bodies[path]) for path in ("/4.5.3-4.8.2-gpu-operator", "/4.9.0")},
             **{
                 f"/cuda-rank-{r}": cuda_rank_exposition("llama2-7b-ft", r, NODE, uuid, 3)
                 for r, uuid in enumerate((*DCGM_UUIDS, FAKE_UUID.format(0)))
@@ -173,15 +170,6 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
     )
     static = f"127.0.0.1:{server.port}"
     (tmp / rules.RULES_FILE).write_text(rules.render(RULE_SETTINGS))
-    # A cluster generates its rules with its dialect: the recorded run GPUs carry the exporter's
-    # node and UUID labels, so the unreleased dialect's dashboards need its own recording too.
-    main_dialect = Settings(dcgm_hostname_label="hostname")
-    (run_gpus,) = [
-        r for g in rules.rule_file(main_dialect)["groups"] for r in g["rules"] if r.get("record") == rules.RUN_GPUS
-    ]
-    (tmp / "main-dialect.rules.yaml").write_text(
-        json.dumps({"groups": [{"name": "main-dialect", "rules": [run_gpus]}]})
-    )
     gpu_operator = {
         "job": "nvidia-dcgm-exporter",
         "namespace": "gpu-operator",
@@ -195,7 +183,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
             "scrape_timeout": "400ms",
             "evaluation_interval": f"{EVALUATION * 1000:.0f}ms",
         },
-        "rule_files": [str(tmp / rules.RULES_FILE), str(tmp / "main-dialect.rules.yaml")],
+        "rule_files": [str(tmp / rules.RULES_FILE)],
         "scrape_configs": [
             {
                 "job_name": "trainer",
@@ -240,7 +228,7 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
 
         def targets_up() -> bool:  # discovery hands targets over after ~5 s: poll, never sleep
             active = promql(prometheus.url, "/api/v1/targets")["activeTargets"]
-            return sum(t["health"] == "up" for t in active if t["labels"]["job"] != "trainer") == 2 + 4 + 3
+            return sum(t["health"] == "up" for t in active if t["labels"]["job"] != "trainer") == 2 + len(EXPORTERS) + 3
 
         wait_for(
             targets_up, timeout=30, interval=0.25, what="Prometheus to scrape the agent, node-exporter, the replays"
@@ -356,11 +344,12 @@ def run_queries(url: str, board: dict, start: float) -> tuple[list[str], list[di
     return failures, series
 
 
-def boards(dialect: str) -> dict[str, dict]:
+def boards(variant: str) -> dict[str, dict]:
     """released: the committed files, as Grafana would load them; the others generated with their settings."""
-    if dialect == "released":
+    settings = BOARDS[variant]
+    if settings is None:
         return {p.name: json.loads(p.read_text()) for p in sorted((REPO / "dashboards").glob("*.json"))}
-    return dashboards.dashboards(DIALECTS[dialect][0])
+    return dashboards.dashboards(settings)
 
 
 def panel_series(url: str, board: dict, title: str, start: float) -> list[dict]:
@@ -373,9 +362,9 @@ def panel_series(url: str, board: dict, title: str, start: float) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("dialect", sorted(DIALECTS))
-def test_every_panel_query_of_every_dashboard_returns_data(stack: Stack, dialect: str) -> None:
-    found = boards(dialect)
+@pytest.mark.parametrize("variant", sorted(BOARDS))
+def test_every_panel_query_of_every_dashboard_returns_data(stack: Stack, variant: str) -> None:
+    found = boards(variant)
     assert sorted(found) == ["gpu-health.json", "nodes.json", "training-run.json"]
     failures, series = [], []
     for board in found.values():
@@ -383,31 +372,48 @@ def test_every_panel_query_of_every_dashboard_returns_data(stack: Stack, dialect
         failures += more_failures
         series += more_series
     assert not failures, "\n".join(failures)
-    # The dialect setting picks those exporters' series and only those.
-    assert {s["metric"]["fixture"] for s in series if "fixture" in s["metric"]} == DIALECTS[dialect][1]
-    # The run's GPUs: the DCGM series joined to the ranks that use them, by GPU UUID and node.
-    joined = {
-        (s["metric"]["run_id"], s["metric"]["rank"], s["metric"]["gpu_uuid"])
-        for s in series
-        if "fixture" in s["metric"] and "run_id" in s["metric"]
-    }
-    assert joined == {("llama2-7b-ft", "0", DCGM_UUIDS[0]), ("llama2-7b-ft", "1", DCGM_UUIDS[1])}
     # The live CPU run fed the training panels (not only the CUDA stand-ins).
     assert RUN_ID in {s["metric"].get("run_id") for s in series}
+
+
+def test_the_runs_gpus_join_dcgm_or_the_agent_by_gpu_uuid_and_node(stack: Stack) -> None:
+    board = boards("released")["training-run.json"]
+    # Ranks 0 and 1 use GPUs dcgm-exporter reports (in three dialects at once: each GPU once);
+    # rank 2 uses the agent's fake GPU 0, which no exporter reports: the agent fills the figure.
+    temperature = panel_series(stack.url, board, "GPU temperature of the run's GPUs", stack.start)
+    assert {(s["metric"]["rank"], s["metric"]["gpu_uuid"]) for s in temperature} == {
+        ("0", DCGM_UUIDS[0]),
+        ("1", DCGM_UUIDS[1]),
+        ("2", FAKE_UUID.format(0)),
+    }
+    # The graphics engine is a DCGM profiling field: nothing for the agent's GPU.
+    engine = panel_series(stack.url, board, "Graphics engine active of the run's GPUs", stack.start)
+    assert {(s["metric"]["rank"], s["metric"]["gpu_uuid"]) for s in engine} == {
+        ("0", DCGM_UUIDS[0]),
+        ("1", DCGM_UUIDS[1]),
+    }
+    # Three exporters of three dialects report the training node's two GPUs: still two GPUs there.
+    reporting = instant(stack.url, f'count(gpu:dcgm_temperature_celsius:max{{node="{NODE}",gpu_uuid=~"GPU-7d1e.*"}})')
+    assert float(reporting[0]["value"][1]) == 2
+    spoken = instant(stack.url, f'gpu:dcgm_exporter_dialect:info{{node="{NODE}"}}')
+    assert {s["metric"]["dialect"] for s in spoken} == {"4.9"}  # the newest dialect of the GPUs it reports
 
 
 def test_mig_instances_show_where_gpu_utilisation_cannot(stack: Stack) -> None:
     board = boards("released")["gpu-health.json"]
     engine = panel_series(stack.url, board, "Graphics engine active (MIG-safe)", stack.start)
     util = panel_series(stack.url, board, "GPU utilisation (not under MIG)", stack.start)
-    assert {(s["metric"]["node"], s["metric"].get("GPU_I_ID")) for s in engine} >= {(MIG_NODE, "1"), (MIG_NODE, "2")}
+    assert {(s["metric"]["node"], s["metric"].get("gpu_instance")) for s in engine} >= {
+        (MIG_NODE, "1"),
+        (MIG_NODE, "2"),
+    }
     assert MIG_NODE not in {s["metric"]["node"] for s in util}  # dcgm-exporter does not report it for MIG
 
 
 def test_every_variable_lists_values(stack: Stack) -> None:
     end = time.time()
-    for dialect in sorted(DIALECTS):
-        for board in boards(dialect).values():
+    for variant in sorted(BOARDS):
+        for board in boards(variant).values():
             values = variable_values(board, end - stack.start)
             for var in board["templating"]["list"]:
                 if var["type"] != "query":
@@ -431,8 +437,8 @@ def test_every_variable_lists_values(stack: Stack) -> None:
                     listed = {s.get(m.group(2)) for s in found} - {None}
                 assert listed, f"{board['uid']}: variable {var['name']} lists nothing ({var['query']})"
                 if var["name"] == "node":
-                    # DCGM's node variable keys on a field MIG instances report: the MIG-only node is listed.
-                    mig = board["uid"] == "fsdp-gpu-health" and dialect != "main-hostname"
+                    # The GPU node variable keys on a figure MIG instances report: the MIG-only node is listed.
+                    mig = board["uid"] == "fsdp-gpu-health"
                     assert listed == ({NODE, MIG_NODE} if mig else {NODE}), (board["uid"], listed)
 
 

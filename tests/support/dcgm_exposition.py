@@ -4,16 +4,20 @@ A stand-in for dcgm-exporter (which needs a GPU and DCGM), built from what the e
 does, so a real Prometheus can scrape it (tests say they replay it):
 
 - the fields: the counter list the exporter is started with, read from the release's csv
-  (``tests/cases/dcgm/released-4.5.3-4.8.2``); rows commented out there are not exported, and
-  ``label`` rows (``DCGM_FI_DRIVER_VERSION``) become a label on every series;
+  (``tests/cases/dcgm/released-4.5.3-4.8.2``, ``tests/dashboards/dcgm_sources/released-4.6.0-4.8.3``);
+  rows commented out there are not exported, and ``label`` rows (``DCGM_FI_DRIVER_VERSION``)
+  become a label on every series. 4.9.0 and 4.10.0 print the 4.6.0-4.8.3 lists under the names
+  and units of ``tests/dashboards/dcgm_sources/renames-4.9.0-4.10.0.csv``
+  (their own lists were not found; ``RELEASES``), with ``DCGM_FI_DEV_FB_CAPACITY_BYTES`` added;
 - the labels and their order: ``gpuMetricsFormat`` of ``internal/pkg/rendermetrics`` -
   ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``GPU_I_PROFILE``/``GPU_I_ID``
-  for a MIG instance, ``Hostname`` (``hostname`` on the exporter's main branch after the last
-  tag, ``d5e5f51``), then the label fields, then the attributes in key order (Go templates range
-  over maps sorted): ``container``, ``err_code``/``err_msg`` (``DCGM_FI_DEV_XID_ERRORS`` only),
-  ``namespace``, ``pod`` (the Kubernetes pod mapping);
+  for a MIG instance, ``Hostname`` (``hostname`` from 4.6.0-4.8.3), then the label fields, then
+  the attributes in key order (Go templates range over maps sorted): ``container``,
+  ``err_code``/``err_msg`` (the last-XID field only), ``namespace``, ``pod`` (the Kubernetes pod
+  mapping);
 - values: integers as ``%d``, doubles as ``%f`` (``toString`` in ``gpu_collector.go``); MIG
-  instances get no ``DCGM_FI_DEV_GPU_UTIL``/``DCGM_FI_DEV_MEM_COPY_UTIL`` (not supported for MIG);
+  instances get no GPU or memory-copy utilisation (not supported for MIG); a renamed field's
+  value is the same reading in its new unit (1980 MHz is 1980000000 Hz);
 - ``DCGM_EXP_XID_ERRORS_COUNT`` (when listed): one series per GPU and code with ``xid`` and
   ``window_size_in_ms``, or one 0-valued series without ``xid`` (``expcollector.go``).
 
@@ -24,6 +28,7 @@ Values are made up; ``render`` is deterministic, so fixtures written from it are
 from __future__ import annotations
 
 import csv
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,19 +37,33 @@ from tests.support.cases import CASES
 
 RELEASE = "4.5.3-4.8.2"
 COUNTERS = CASES / "dcgm" / f"released-{RELEASE}"
-#: DCGM fields of type double (``DCGM_FT_DOUBLE``); the others are int64.
+#: Counter lists and the rename table that are not among the shared field cases (their sources: the README there).
+SOURCES = Path(__file__).resolve().parents[1] / "dashboards" / "dcgm_sources"
+RENAMES = SOURCES / "renames-4.9.0-4.10.0.csv"
+#: DCGM fields of type double (``DCGM_FT_DOUBLE``), by every name they have; the others are int64.
 DOUBLE_FIELDS = frozenset(
     {
         "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_BOARD_POWER_WATTS",
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
         "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_DRAM_UTIL_RATIO",
         "DCGM_FI_PROF_SM_ACTIVE",
         "DCGM_FI_PROF_SM_OCCUPANCY",
+        "DCGM_FI_DEV_GPU_UTIL_RATIO",
+        "DCGM_FI_DEV_MEMORY_UTIL_RATIO",
+        "DCGM_FI_DEV_ENC_UTIL_RATIO",
+        "DCGM_FI_DEV_DEC_UTIL_RATIO",
     }
 )
-NOT_FOR_MIG = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"})
+NOT_FOR_MIG = frozenset(
+    {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_MEMORY_UTIL_RATIO"}
+)
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+LAST_XID = frozenset({"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"})
 #: The exporter's default --xid-count-window-size (5 minutes), in ms.
 XID_WINDOW_MS = 300_000
 #: dcgm-exporter's text for the XID codes used here (``xidErrCodeToText``).
@@ -53,7 +72,66 @@ XID_TEXT = {
     31: "GPU memory page fault",
     48: "DBE (Double Bit Error) ECC Error",
     79: "GPU has fallen off the bus",
+    143: "GPU initialization failure",
 }
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one dcgm-exporter release prints.
+
+    Attributes:
+        name: the release (``4.9.0``).
+        counters: the folder of its counter lists.
+        hostname_label: ``Hostname`` up to 4.5.3-4.8.2, ``hostname`` from 4.6.0-4.8.3.
+        renamed: the rename table's column naming its fields (``from_4_9``, ``from_4_10``), or ``""``.
+    """
+
+    name: str
+    counters: Path
+    hostname_label: str
+    renamed: str = ""
+
+
+RELEASES = {
+    r.name: r
+    for r in (
+        Release("4.5.3-4.8.2", COUNTERS, "Hostname"),
+        Release("4.6.0-4.8.3", SOURCES / "released-4.6.0-4.8.3", "hostname"),
+        Release("4.9.0", SOURCES / "released-4.6.0-4.8.3", "hostname", "from_4_9"),
+        Release("4.10.0", SOURCES / "released-4.6.0-4.8.3", "hostname", "from_4_10"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Rename:
+    """One row of the rename table: the name up to 4.8.x, from 4.9.0 and from 4.10.0, and the
+    PromQL that turns the old unit into the new one."""
+
+    up_to_4_8: str
+    from_4_9: str
+    from_4_10: str
+    convert: str
+    status: str
+
+
+@functools.cache
+def renames() -> tuple[Rename, ...]:
+    """The rows of ``renames-4.9.0-4.10.0.csv``."""
+    lines = [line for line in RENAMES.read_text().splitlines() if line and not line.startswith("#")]
+    rows = list(csv.DictReader(lines))
+    return tuple(
+        Rename(r["up_to_4_8"], r["from_4_9"], r["from_4_10"] or r["from_4_9"], r["convert"], r["status"]) for r in rows
+    )
+
+
+def convert(value: float, how: str) -> float:
+    """``value`` in the new unit: ``how`` is the table's ``* 1e6`` or ``/ 100``."""
+    if not how:
+        return value
+    op, number = how.split()
+    return value * float(number) if op == "*" else value / float(number)
 
 
 @dataclass(frozen=True)
@@ -65,16 +143,23 @@ class Counter:
     help: str
 
 
-def counters(csv_name: str, extra: tuple[Counter, ...] = ()) -> list[Counter]:
+def counters(csv_name: str, extra: tuple[Counter, ...] = (), release: str = RELEASE) -> list[Counter]:
     """The rows of a release's counters csv that are not commented out, plus ``extra`` (rows a
-    user uncommented, e.g. ``DCGM_EXP_XID_ERRORS_COUNT``)."""
+    user uncommented, e.g. ``DCGM_EXP_XID_ERRORS_COUNT``); for 4.9.0 and later under their renamed
+    names, with ``DCGM_FI_DEV_FB_CAPACITY_BYTES`` (4.9.0 collects it by default)."""
+    r = RELEASES[release]
     rows = []
-    for line in (COUNTERS / csv_name).read_text().splitlines():
+    for line in (r.counters / csv_name).read_text().splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         name, kind, text = (part.strip() for part in next(csv.reader([line], skipinitialspace=True)))
         rows.append(Counter(name, kind, text))
-    return rows + list(extra)
+    rows += list(extra)
+    if not r.renamed:
+        return rows
+    table = {row.up_to_4_8: getattr(row, r.renamed) for row in renames() if row.up_to_4_8}
+    capacity = Counter("DCGM_FI_DEV_FB_CAPACITY_BYTES", "gauge", "Total framebuffer memory (in bytes).")
+    return [Counter(table.get(row.name, row.name), row.kind, row.help) for row in rows] + [capacity]
 
 
 @dataclass
@@ -126,7 +211,21 @@ def _value(name: str, value: float) -> str:
     return f"{value:f}" if name in DOUBLE_FIELDS else f"{int(value):d}"
 
 
-def _labels(gpu: Gpu, hostname_label: str, hostname: str, driver: str, attributes: dict[str, str]) -> str:
+def reading(gpu: Gpu, name: str) -> float:
+    """The GPU's reading of field ``name`` in that name's unit: a renamed field's is the old
+    field's reading converted (``renames``); the framebuffer's capacity is used + free + reserved."""
+    if name == "DCGM_FI_DEV_FB_CAPACITY_BYTES":
+        mib = sum(reading(gpu, f) for f in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"))
+        return mib * 1048576
+    for row in renames():
+        if name in (row.from_4_9, row.from_4_10) and name != row.up_to_4_8:
+            return convert(reading(gpu, row.up_to_4_8), row.convert)
+    return gpu.readings.get(name, BUSY.get(name, 0))
+
+
+def _labels(
+    gpu: Gpu, hostname_label: str, hostname: str, driver: str, attributes: dict[str, str], driver_label: str
+) -> str:
     parts = [
         ("gpu", str(gpu.index)),
         ("UUID", gpu.uuid),
@@ -137,7 +236,7 @@ def _labels(gpu: Gpu, hostname_label: str, hostname: str, driver: str, attribute
     if gpu.mig_profile:
         parts += [("GPU_I_PROFILE", gpu.mig_profile), ("GPU_I_ID", gpu.mig_instance)]
     parts.append((hostname_label, hostname))
-    parts.append(("DCGM_FI_DRIVER_VERSION", driver))
+    parts.append((driver_label, driver))
     if gpu.pod:
         attributes = {**attributes, **dict(zip(("container", "namespace", "pod"), gpu.pod, strict=True))}
     parts += sorted(attributes.items())
@@ -149,23 +248,31 @@ def lines(
     gpus: list[Gpu],
     hostname: str,
     *,
-    hostname_label: str = "Hostname",
+    release: str = RELEASE,
     driver: str = "570.124.06",
 ) -> Iterator[str]:
     """The exposition's lines, family by family (HELP, TYPE, then one line per GPU); a family
     with no series (GPU utilisation on a MIG-only node) is left out, as the exporter does."""
+    hostname_label = RELEASES[release].hostname_label
+    driver_label = next(c.name for c in fields if c.kind == "label")
     for counter in fields:
         if counter.kind == "label":
             continue
-        family = list(_family(counter, gpus, hostname, hostname_label, driver))
+        family = list(_family(counter, gpus, hostname, hostname_label, driver, driver_label))
         if family:
             yield f"# HELP {counter.name} {counter.help}"
             yield f"# TYPE {counter.name} {counter.kind}"
             yield from family
 
 
-def _family(counter: Counter, gpus: list[Gpu], hostname: str, hostname_label: str, driver: str) -> Iterator[str]:
+def _family(
+    counter: Counter, gpus: list[Gpu], hostname: str, hostname_label: str, driver: str, driver_label: str
+) -> Iterator[str]:
     """One family's series lines, a line per GPU (per GPU and code for the XID count)."""
+
+    def labels(gpu: Gpu, attributes: dict[str, str]) -> str:
+        return _labels(gpu, hostname_label, hostname, driver, attributes, driver_label)
+
     for gpu in gpus:
         if gpu.mig_profile and counter.name in NOT_FOR_MIG:
             continue
@@ -175,14 +282,13 @@ def _family(counter: Counter, gpus: list[Gpu], hostname: str, hostname_label: st
             counts: list[tuple[int | None, int]] = [*sorted(gpu.xid_counts.items())]
             for code, count in counts or none:
                 attributes = {**window, **({"xid": str(code)} if code is not None else {})}
-                yield f"{counter.name}{{{_labels(gpu, hostname_label, hostname, driver, attributes)}}} {count}"
+                yield f"{counter.name}{{{labels(gpu, attributes)}}} {count}"
             continue
-        if counter.name == "DCGM_FI_DEV_XID_ERRORS":
+        if counter.name in LAST_XID:
             attributes = {"err_code": str(gpu.last_xid), "err_msg": XID_TEXT.get(gpu.last_xid, "Unknown Error")}
-            yield f"{counter.name}{{{_labels(gpu, hostname_label, hostname, driver, attributes)}}} {gpu.last_xid}"
+            yield f"{counter.name}{{{labels(gpu, attributes)}}} {gpu.last_xid}"
             continue
-        value = gpu.readings.get(counter.name, BUSY.get(counter.name, 0))
-        yield f"{counter.name}{{{_labels(gpu, hostname_label, hostname, driver, {})}}} {_value(counter.name, value)}"
+        yield f"{counter.name}{{{labels(gpu, {})}}} {_value(counter.name, reading(gpu, counter.name))}"
 
 
 def render(fields: list[Counter], gpus: list[Gpu], hostname: str, **options: str) -> bytes:
@@ -242,6 +348,46 @@ def mig_gpus() -> list[Gpu]:
     ]
 
 
+def fleet_gpus() -> dict[str, list[Gpu]]:
+    """The GPUs of a small fleet, by node: the hot training node, two plain nodes and a MIG node.
+    Every dialect prints the same readings for them (in its own names and units)."""
+
+    def plain(node: int) -> list[Gpu]:
+        return [
+            Gpu(g, f"GPU-f1ee7000-0000-4000-8000-0000000{node}{g:02d}", f"00000000:{24 + g:02X}:00.0") for g in (0, 1)
+        ]
+
+    return {
+        "fleet-node-1": training_gpus(),
+        "fleet-node-2": plain(2),
+        "fleet-node-3": mig_gpus(),
+        "fleet-node-4": plain(4),
+    }
+
+
+#: The mixed fleet of a rolling upgrade: each node on another release, and fleet-node-4 scraped
+#: from two exporter pods at once (the 4.9.0 pod not yet gone when the 4.10.0 one starts).
+MIXED = {
+    "fleet-node-1": ("4.5.3-4.8.2",),
+    "fleet-node-2": ("4.6.0-4.8.3",),
+    "fleet-node-3": ("4.9.0",),
+    "fleet-node-4": ("4.10.0", "4.9.0"),
+}
+
+
+def fleet(releases: dict[str, tuple[str, ...]], gpus: dict[str, list[Gpu]] | None = None) -> dict[str, bytes]:
+    """``<node>-<release>`` → the ``/metrics`` body of that node's exporter of that release
+    (``default-counters.csv``, which every release of the fleet starts with)."""
+    gpus = gpus or fleet_gpus()
+    return {
+        f"{node}-{release}": render(
+            counters("default-counters.csv", release=release), gpus[node], node, release=release
+        )
+        for node, names in releases.items()
+        for release in names
+    }
+
+
 def fixtures() -> dict[str, bytes]:
     """File name → body of every recorded fixture (``tests/dashboards/fixtures``)."""
     gpu_operator = counters("dcp-metrics-included.csv")
@@ -262,8 +408,19 @@ def fixtures() -> dict[str, bytes]:
         f"dcgm-{RELEASE}-xid-count.prom": render(with_count, training_gpus(), NODE),
         # A MIG node's exporter (4.5.3-4.8.2, GPU Operator counters).
         f"dcgm-{RELEASE}-mig.prom": render(gpu_operator, mig_gpus(), MIG_NODE),
-        # The exporter's main branch after d5e5f51 ("Rename Hostname label to hostname", #655): not released.
-        "dcgm-main-d5e5f51-hostname.prom": render(gpu_operator, training_gpus(), NODE, hostname_label="hostname"),
+        # The same node after the upgrade to 4.6.0-4.8.3 ("Rename Hostname label to hostname", #655).
+        "dcgm-4.6.0-4.8.3-gpu-operator.prom": render(
+            counters("dcp-metrics-included.csv", release="4.6.0-4.8.3"), training_gpus(), NODE, release="4.6.0-4.8.3"
+        ),
+        # ... and to 4.9.0 and 4.10.0 (renamed fields in base units; dcp-metrics-included.csv deprecated).
+        **{
+            f"dcgm-{r}-default.prom": render(
+                counters("default-counters.csv", release=r), training_gpus(), NODE, release=r
+            )
+            for r in ("4.9.0", "4.10.0")
+        },
+        # The mixed fleet of a rolling upgrade (MIXED).
+        **{f"dcgm-mixed-fleet-{name}.prom": body for name, body in fleet(MIXED).items()},
     }
 
 
