@@ -15,7 +15,6 @@ from textual.binding import Binding
 from observe.sources.view import STRAGGLER_RATIO, ClusterSnapshot, RankStatus, RunStatus
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
-from observe.tui.screens.cluster import STATE_STYLE
 from observe.tui.screens.gpus import text_meter
 from observe.tui.widgets.lines import Line, Lines, bar, fit, spark
 from observe.tui.widgets.table import Column, VirtualTable
@@ -158,7 +157,7 @@ RANK_COLUMNS = (
         text=lambda r: fmt.num(r.rank.tokens_per_second, 0),
         priority=4,
     ),
-    Column("state", "STATE", 11, lambda r: r.rank.shown_state, style=lambda r: STATE_STYLE.get(r.rank.shown_state)),
+    Column("state", "STATE", 11, lambda r: r.rank.shown_state, style=lambda r: fmt.STATE_STYLE.get(r.rank.shown_state)),
     Column("note", "NOTE", 0, _note, style=lambda r: "bad", min_width=10),
 )
 
