@@ -239,8 +239,3 @@ def install(signals: tuple[int, ...] = STOP_SIGNALS) -> StopSignals:
     elif set(int(s) for s in signals) != set(_installed.signals):
         raise RuntimeError(f"stop signals already installed for {_installed.signals}, asked for {signals}")
     return _installed
-
-
-def installed() -> StopSignals | None:
-    """The process's ``StopSignals`` if ``install`` has run, else ``None``."""
-    return _installed
