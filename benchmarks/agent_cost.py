@@ -11,7 +11,7 @@ One command: starts about 1,000 extra sleeping processes, the agent (1 s collect
    ``--latency-seconds`` and reports ``/metrics`` latency p50/p99 (request written to body read,
    measured by a small asyncio client so the client adds little of its own).
 
-Targets (issue 3): agent CPU <= node-exporter CPU at the same scrape load; agent RSS <= 80 MB;
+Targets: agent CPU <= node-exporter CPU at the same scrape load; agent RSS <= 80 MB;
 agent ``/metrics`` p99 <= 10 ms with 20 concurrent scrapers. Prints a table and writes JSON
 (``--out``). Usage::
 

@@ -1,6 +1,6 @@
 """Every panel query and every rule of the generated dashboards, timed on a simulated GPU cluster.
 
-Claim (issue 12): at 1,024 nodes of 8 GPUs (dcgm-exporter in the released dialect, the agent,
+Claim: at 1,024 nodes of 8 GPUs (dcgm-exporter in the released dialect, the agent,
 8,192 trainer ranks of one run, 6 hours at a 15 s scrape), every panel query answers within
 500 ms p95 and returns at most 50 series, and every rule evaluates within 200 ms.
 

@@ -1,6 +1,6 @@
 """Soak: the node agent signalled at random moments, many times; how many runs hang, and how fast the rest exit.
 
-The longer form of ``tests/e2e/test_stop_agent.py`` (issue 18). Each iteration starts the real
+The longer form of ``tests/e2e/test_stop_agent.py``. Each iteration starts the real
 agent (stand-in NVML from tests/support/fake_nvml.c, a kernel log being appended to), waits
 until its SIGTERM handler is in place, then sends SIGTERM/SIGINT at a random moment, alone or
 in a burst; ``--rapid`` bursts are up to 12 signals at most 1 ms apart, the pattern most likely

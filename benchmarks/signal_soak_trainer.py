@@ -1,6 +1,6 @@
 """Soak: a two-rank CPU run signalled mid-training, many times; orphaned ranks, statuses and tracebacks counted.
 
-The longer form of ``tests/e2e/test_stop_train.py`` (issues 15 and 18), and the before/after
+The longer form of ``tests/e2e/test_stop_train.py``, and the before/after
 count: ``--repo DIR`` runs the code of another checkout (e.g. the code before the fix, ``git
 worktree add /tmp/base a6d5310``) with this checkout's driver. Each run starts either torchrun
 (``--target torchrun``: ``python -m trainer.launcher`` where the checkout has it, else

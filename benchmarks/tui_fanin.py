@@ -24,7 +24,7 @@ the longest stall in the 0.5 s after the key.
 
 As a side-by-side reference it also times one refresh of the same summaries through
 ``httpx.AsyncClient`` (64 connections), the obvious client, against ``observe.sources.http``.
-Targets (issue 16): 4,096 nodes x 8 GPUs refreshed every 2 s with the GPU grid open, each
+Targets: 4,096 nodes x 8 GPUs refreshed every 2 s with the GPU grid open, each
 refresh <= 1 s, no stall above 50 ms; RSS reported. 1,024 nodes is the smoke size.
 
     python benchmarks/tui_fanin.py            # N = 16, 1024, 4096; about 5 minutes

@@ -4,7 +4,7 @@ A Python signal handler runs in the main thread *between two bytecodes*, whereve
 thread happens to be, including inside ``threading.Event.wait`` holding the Event's lock, or in
 the middle of a ``print`` holding the stream's buffer lock. A handler that sets an ``Event``,
 puts to a ``Queue``, logs or prints can therefore block on a lock its own thread holds, and the
-process never exits (issue 18: the node agent ignored every SIGTERM after the second one).
+process never exits (the node agent once ignored every SIGTERM after the second one that way).
 
 So the handler here only stores the signal number in two plain attributes. CPython's C-level
 handler also writes the number to the wakeup descriptor (``signal.set_wakeup_fd``) at once,

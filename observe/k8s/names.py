@@ -37,7 +37,7 @@ PROMETHEUS_SELECTOR_LABELS: dict[str, str] = {"release": "kube-prometheus-stack"
 #: Pod label carrying the run id (= torchrun's rendezvous id = the trainer's ``run_id`` label).
 RUN_ID_LABEL = "fsdp-observe/run-id"
 
-# --- the node agent's contract (issue 3) -----------------------------------------------------
+# --- the node agent's contract ------------------------------------------------------------------
 # What daemonsets/agent-daemonset.yaml assumes of ``fsdp-observe agent``. Change it here and in
 # that file together; the manifest tests compare them.
 AGENT_NAME = "fsdp-observe-agent"

@@ -15,7 +15,7 @@ exporter): every tagged release up to 4.5.3-4.8.2 writes ``gpu``, ``UUID`` (``uu
 (``GPU_I_PROFILE``/``GPU_I_ID`` under MIG); the exporter's main branch after that tag writes
 ``hostname``. ``Settings.dcgm`` turns a DCGM series into one carrying our names (``node``,
 ``gpu_uuid``, ``pci_bus``) with ``label_replace``, so joins with the trainer's and the agent's
-series (which carry ``node`` and ``gpu_uuid``, DESIGN.md) read the same whatever the dialect.
+series (which carry ``node`` and ``gpu_uuid``) read the same whatever the dialect.
 
 Standard library only; nothing here talks to a server.
 """

@@ -200,7 +200,7 @@ class TrainerMetrics(Collector):
         """Yield metric families; never raises (an error is logged once and counted)."""
         try:
             families = list(self._families())
-        except Exception:  # noqa: BLE001 - metrics never crash training (DESIGN.md, failure rules)
+        except Exception:  # noqa: BLE001 - metrics never crash training
             self._once.report(
                 "exporter",
                 "metrics exporter failed; training continues (logged once)",

@@ -43,7 +43,7 @@ class Source(Protocol):
 
 
 def adaptive_interval(nodes: int) -> float:
-    """Seconds between refreshes for ``nodes`` nodes: 1 s up to 64 nodes, 2 s up to 4,096 (issue 16's
+    """Seconds between refreshes for ``nodes`` nodes: 1 s up to 64 nodes, 2 s up to 4,096 (the TUI's
     target: 4,096 nodes of 8 GPUs refreshed every 2 s, each refresh within 1 s), then 2 s more per
     further 2,048 (at most 10 s). ``benchmarks/tui_fanin.py`` measures the refresh at these sizes;
     the rest of the interval is left to the terminal and the agents."""

@@ -1,4 +1,4 @@
-"""GPU faults shown for what they are (issue 17): one GPU's NVML call that hangs, a GPU lost before
+"""GPU faults shown for what they are: one GPU's NVML call that hangs, a GPU lost before
 its first reading, a GPU that comes back after a reset. The GPU is the stand-in NVML library
 (tests/support/fake_nvml.c, loaded by the real pynvml): ``sleep@N MS`` makes every call for GPU N
 sleep, as a hung driver call does; ``lost@N 1`` answers GPU_IS_LOST."""

@@ -1,4 +1,4 @@
-"""The agent's HTTP server under abuse (issue 17; reviews/reliability.md area 1), over real sockets:
+"""The agent's HTTP server under abuse, over real sockets:
 a burst of connections, more connections than threads, a client dripping one byte at a time,
 clients that go away mid-answer, and ``Accept-Encoding`` with q-values."""
 

@@ -63,7 +63,7 @@ def _terminal(env: dict[str, str]) -> tuple[int, int, dict[str, str]]:
 
 
 def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, subprocess_env, tmp_path) -> None:
-    """D4: another process binds the ranks' first port after the demo's check, while torch loads.
+    """Another process binds the ranks' first port after the demo's check, while torch loads.
 
     Before: the TUI showed that process's run as the demo's, then 'unreachable' forever, and the
     summary named a JSON log that did not exist. Now: the foreign run is an error line only, the
@@ -130,7 +130,7 @@ def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, 
 
 
 def test_a_finished_run_is_shown_finished_with_its_final_figures(subprocess_env) -> None:
-    """D5: the ranks stopped serving the moment the last step ended, so the TUI froze at 199/200 with
+    """The ranks stopped serving the moment the last step ended, so the TUI froze at 199/200 with
     the step-180 loss and 'unreachable'. Now they serve until the TUI scraped the end once more."""
     main, child, env = _terminal(subprocess_env)
     proc = subprocess.Popen(

@@ -11,8 +11,8 @@ serving keep-alive scrapers plus a half-sent request. Every run must exit with s
 the agent's documented grace period (``STOP_GRACE_SECONDS``). Four agents run at a time and the
 loop is bounded in time, so this takes about a minute.
 
-On the code before the fix (commit a6d5310) this loop deadlocked: see the counts in the
-closing note of issue 18 and ``benchmarks/signal_soak.py``.
+On the code before the fix (commit a6d5310) this loop deadlocked: 60 of 149 runs were still
+running 8 s after the signal (docs/agent.md); ``benchmarks/signal_soak.py`` counts it at length.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``fsdp-observe demo`` stopped by a signal (issue 15, D3 and D11): Ctrl-C on the headless demo, SIGTERM
+"""``fsdp-observe demo`` stopped by a signal: Ctrl-C on the headless demo, SIGTERM
 with the terminal UI open. Either way the run stops as one, the summary, the JSON ``end`` record
 and the shell give the same status (130 SIGINT, 143 SIGTERM), the summary says "stopped", not
 "FAILED", nothing says "saving" (the demo has no checkpoint directory), no traceback is

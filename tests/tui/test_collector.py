@@ -1,4 +1,4 @@
-"""What the TUI leaves for Python's garbage collector at scale (issue 16's stall target): one object
+"""What the TUI leaves for Python's garbage collector at scale (no stall above 50 ms at 4,096 nodes): one object
 per node, nothing of a covered screen, the grid drawn a few rows per frame, and full collections
 only where the poller paces them. ``benchmarks/tui_fanin.py`` measures the effect; these tests pin
 the mechanisms, each of which fails on the code before it."""
