@@ -15,8 +15,8 @@ Targets: agent CPU <= node-exporter CPU at the same scrape load; agent RSS <= 80
 agent ``/metrics`` p99 <= 10 ms with 20 concurrent scrapers. Prints a table and writes JSON
 (``--out``). Usage::
 
-    python benchmarks/agent_cost.py                 # the full run: 60 s + 20 s
-    python benchmarks/agent_cost.py --seconds 5 --latency-seconds 3 --processes 100   # smoke test
+    python -m benchmarks.agent_cost                 # the full run: 60 s + 20 s
+    python -m benchmarks.agent_cost --seconds 5 --latency-seconds 3 --processes 100   # smoke test
 """
 
 from __future__ import annotations

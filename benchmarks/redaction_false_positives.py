@@ -17,8 +17,8 @@ Random credentials (the rule's true-positive rate), ``--samples`` of each kind: 
 For each corpus: items, items the random-token rule alone changes, items the whole redaction
 changes, and the rates. Prints a table and writes JSON to ``--out``::
 
-    python benchmarks/redaction_false_positives.py
-    python benchmarks/redaction_false_positives.py --samples 200 --out /tmp/fp.json   # quicker
+    python -m benchmarks.redaction_false_positives
+    python -m benchmarks.redaction_false_positives --samples 200 --out /tmp/fp.json   # quicker
 """
 
 from __future__ import annotations
