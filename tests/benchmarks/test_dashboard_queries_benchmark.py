@@ -40,6 +40,7 @@ def test_the_simulated_cluster_is_what_the_estimate_says_and_promtool_reads_it(t
     assert 'Hostname="gpu-node-0001"' in text and 'job="nvidia-dcgm-exporter"' in text  # the released dialect
 
 
+@pytest.mark.e2e  # starts a real Prometheus
 def test_a_tiny_run_times_every_panel_and_rule(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "result.json"
     done = run_benchmark(

@@ -33,6 +33,7 @@ STANDIN_SMI = (
 )
 
 
+@pytest.mark.e2e  # runs the benchmark script (torch imported in a child process)
 def test_without_cuda_it_refuses_in_one_line(subprocess_env) -> None:
     proc = run_benchmark("gpu_check", env=subprocess_env, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
@@ -110,6 +111,7 @@ def standin_agent(native, tmp_path: Path, subprocess_env):
         agent.wait(timeout=15)
 
 
+@pytest.mark.e2e  # starts the real agent process
 def test_every_agent_gpu_field_is_compared_with_nvidia_smi(standin_agent: str) -> None:
     samples = parse(standin_agent)
     uuid = "GPU-fa4e0000-0000-4000-8000-000000000000"

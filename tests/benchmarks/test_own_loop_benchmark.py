@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.benchmark import REPO, run_benchmark
+
+#: Runs the benchmark in child processes (torchrun with two gloo ranks serving /metrics): not the inner loop.
+pytestmark = pytest.mark.e2e
 
 LOG_STEPS = {0, 4, 9, 14, 19}  # steps 1, 5, 10, 15, 20 of 20 with a log window of 5
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.benchmark import run_benchmark
+
+#: Runs a benchmark script as a subprocess: not the inner loop.
+pytestmark = pytest.mark.e2e
 
 
 def test_false_positive_rates_stay_low_and_random_tokens_are_caught(tmp_path: Path, subprocess_env) -> None:
