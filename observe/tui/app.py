@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
@@ -105,7 +105,11 @@ class TopApp(App):
         """Make ``snapshot`` the current one and redraw the screen on top."""
         self.snapshot = snapshot
         self.refreshes += 1
-        update = getattr(self.screen, "update_snapshot", None)
+        try:
+            screen = self.screen
+        except ScreenStackError:  # a refresh that lands as the app closes (its screens gone): nothing to draw
+            return
+        update = getattr(screen, "update_snapshot", None)
         if update is not None:
             try:
                 update(snapshot)

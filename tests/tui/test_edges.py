@@ -396,3 +396,12 @@ def test_rank_without_answers_keeps_state() -> None:
     rank = RankStatus(rank=0, run_id="r", phase="training", state="unreachable")
     assert rank.shown_state == "unreachable" and replace(rank, phase="finished").shown_state == "unreachable"
     assert asyncio.iscoroutinefunction(DirectSource.cycle)
+
+
+def test_a_refresh_that_lands_while_the_app_closes_is_kept_not_drawn() -> None:
+    """A refresh the poller delivered just before ``q`` reached the app once its screens were gone:
+    ``ScreenStackError`` from inside the message loop. It is kept as the latest snapshot, and not drawn."""
+    app = make_app(Offline(), interval=2.0, poll=False)  # not running: no screen on its stack
+    snapshot = fleet_snapshot()
+    app.show_snapshot(snapshot)
+    assert app.snapshot is snapshot and app.refreshes == 1
