@@ -12,6 +12,7 @@ import sys
 import termios
 from pathlib import Path
 
+from tests.support.stop_stress import kill_tree
 from tests.support.terminal import read_until, wait_exit
 
 
@@ -50,9 +51,7 @@ def test_the_demo_opens_the_tui_on_a_terminal_and_q_stops_the_run(port_block, su
         assert "the terminal UI was closed; stopping the run" in text and "stopped (the terminal UI was closed)" in text
         assert re.search(r"exit status\s+130", text)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_tree(proc)  # the demo and the agent and ranks it started in sessions of their own
         os.close(main)
 
 
@@ -122,9 +121,7 @@ def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, 
             r"rank 0 /metrics\s+0 ok, \d+ failed \(last: another run \(someone-else\) on this port\)", summary
         )
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_tree(proc)  # the demo and the agent and ranks it started in sessions of their own
         fleet.close()
         os.close(main)
 
@@ -154,7 +151,5 @@ def test_a_finished_run_is_shown_finished_with_its_final_figures(subprocess_env)
         assert last_loss and last_loss.group(1) in shown  # the TUI showed the final window's loss
         assert "unreachable" not in shown.rsplit("30 / 30", 1)[-1]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_tree(proc)  # the demo and the agent and ranks it started in sessions of their own
         os.close(main)

@@ -31,7 +31,7 @@ import pytest
 
 from observe.supervise import catches, running
 from tests.support.processes import REPO
-from tests.support.stop_stress import descendants, kill_quietly, rank_processes
+from tests.support.stop_stress import kill_tree, rank_processes
 from tests.support.trainer_runs import FAST, events, read_log
 from trainer.runspec.checkpoint_files import newest_complete, step_dir
 
@@ -94,10 +94,7 @@ def one_stop(cmd: list[str], env: dict[str, str], workdir: Path, checkpoints: bo
         output = proc.communicate(timeout=GRACE + TEARDOWN + 10)[0]
         took = time.monotonic() - signalled
     finally:
-        if proc.poll() is None:  # a failure: SIGKILL it and the ranks (each in a session of its own)
-            for pid in descendants(proc.pid) + [proc.pid]:
-                kill_quietly(pid)
-            proc.wait()
+        kill_tree(proc)  # after a failure: it and the ranks (each in a session of its own)
     context = (
         f"phase {phase}, sent {[signal.Signals(s).name for s in sent]}, status {proc.returncode}\n{output[-3000:]}"
     )
