@@ -75,6 +75,7 @@ def test_a_burst_of_connections_is_queued_not_dropped() -> None:
         server.server_close()
 
 
+@pytest.mark.serial("the 503 must come within 2 s, with a thread per connection")
 def test_connections_beyond_the_cap_get_503_at_once_and_the_rest_are_served(agent: Agent) -> None:
     idle = [connect(agent.port) for _ in range(MAX_CONNECTIONS)]
     try:

@@ -39,6 +39,9 @@ from tests.support.stop_stress import (
     run_agent_once,
 )
 
+#: Every run must exit within the agent's grace period; four agents already run at a time.
+pytestmark = pytest.mark.serial("signalled agents must exit within their grace period")
+
 ITERATIONS = 200
 BUDGET_SECONDS = 150.0
 AT_ONCE = 4

@@ -18,9 +18,13 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
 from observe.supervise import running, start_time
 from tests.support.stop_stress import descendants, kill_tree, rank_processes
 from tests.support.terminal import read_until, wait_exit
+
+pytestmark = pytest.mark.serial("the stopped run must save and exit within its grace period")
 
 
 def end_record(out: Path) -> dict:

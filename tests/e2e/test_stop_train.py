@@ -35,6 +35,8 @@ from tests.support.stop_stress import kill_tree, rank_processes
 from tests.support.trainer_runs import FAST, events, read_log
 from trainer.runspec.checkpoint_files import newest_complete, step_dir
 
+pytestmark = pytest.mark.serial("signalled runs must stop within their grace period")
+
 #: The ranks' --sigterm-grace: start-up on a loaded 2-core machine can take 10 s, and a signal during it
 #: is acted on once the ranks are built (below torchrun's 30 s --shutdown-timeout).
 GRACE = 20.0
