@@ -32,9 +32,6 @@ from observe.monitoring.scale import count_or_zero, spread, stable_top
 from observe.monitoring.settings import Settings
 from observe.monitoring.xid_table import XID_ACTION, XID_MEANING, xid_mappings
 
-#: The series of one GPU (or MIG instance) after ``Settings.dcgm`` normalisation.
-GPU_ID = f"node, gpu, gpu_uuid, {f.DCGM_MIG_INSTANCE}"
-
 
 def temperature_thresholds(s: Settings) -> list[g.Threshold]:
     """The warning and critical lines of every temperature panel."""

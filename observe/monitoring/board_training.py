@@ -49,9 +49,6 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
     def t(metric: c.Metric | str, *extra: str) -> str:
         return s.trainer(metric if isinstance(metric, str) else metric.name, *m, *extra)
 
-    def run_targets(expr: str, legend: str, first: str = "A") -> list[g.Target]:
-        return [target(expr, legend, first, plugin=s.datasource_type)]
-
     rank = "{{run_id}} rank {{rank}}"
     step_mean = t(rules.STEP_MEAN)
     median = s.trainer(rules.STEP_MEDIAN, *m[:2])  # recorded per run: no node label

@@ -181,15 +181,6 @@ def heatmap(
     return kind(**fields)
 
 
-def rows_heatmap(**fields: Any) -> RowsHeatmap:
-    """``RowsHeatmap(**fields)`` (``title``, ``dataSource``, ``unit``, ``description``, ``targets``...).
-
-    grafanalib is untyped, so mypy's attrs plugin sees only the fields this module adds (``unit``),
-    not ``g.Panel``'s; this one call site takes the panel's fields as keywords.
-    """
-    return RowsHeatmap(**fields)
-
-
 def timeseries(
     title: str,
     targets: list[g.Target],
