@@ -1,4 +1,4 @@
-"""Issue 18's proof for the node agent: SIGTERM/SIGINT at random moments, 200 times, every run exits 0 in time.
+"""The node agent stops cleanly: SIGTERM/SIGINT at random moments, 200 times, every run exits 0 in time.
 
 Each iteration starts the real agent (``python -m observe.cli agent``: GPUs from the stand-in
 ``libnvidia-ml.so.1`` built from tests/support/fake_nvml.c, since no GPU exists here; a kernel

@@ -1,4 +1,4 @@
-"""Issue 18 and 15's proof for the trainer: SIGTERM/SIGINT at random moments, the ranks stop as one, nothing survives.
+"""The trainer stops cleanly: SIGTERM/SIGINT at random moments, the ranks stop as one, nothing survives.
 
 Real torchrun, real ranks (two gloo ranks on CPU, the tiny preset). Each iteration signals at a
 random moment: while torch imports, during the rendezvous or model load, or mid-training (with

@@ -1,4 +1,4 @@
-"""Issue 16's defects, one test each: screens at 80x24 / 120x40, 8- and 16-GPU nodes, and the TUI
+"""The TUI at its edges, one test each: screens at 80x24 / 120x40, 8- and 16-GPU nodes, and the TUI
 telling the truth at the edges (partial sums, finished runs, straggler threshold, loss points per
 log window, data-wait unit, "no run" wording, duplicate agents, bad --agents-file lines, status
 messages, Ctrl-C, no terminal, the sort menu's backdrop, help covering every key, --help text).
