@@ -11,12 +11,12 @@ One command: starts about 1,000 extra sleeping processes, the agent (1 s collect
    ``--latency-seconds`` and reports ``/metrics`` latency p50/p99 (request written to body read,
    measured by a small asyncio client so the client adds little of its own).
 
-Targets (issue 3): agent CPU <= node-exporter CPU at the same scrape load; agent RSS <= 80 MB;
+Targets: agent CPU <= node-exporter CPU at the same scrape load; agent RSS <= 80 MB;
 agent ``/metrics`` p99 <= 10 ms with 20 concurrent scrapers. Prints a table and writes JSON
 (``--out``). Usage::
 
-    python benchmarks/agent_cost.py                 # the full run: 60 s + 20 s
-    python benchmarks/agent_cost.py --seconds 5 --latency-seconds 3 --processes 100   # smoke test
+    python -m benchmarks.agent_cost                 # the full run: 60 s + 20 s
+    python -m benchmarks.agent_cost --seconds 5 --latency-seconds 3 --processes 100   # smoke test
 """
 
 from __future__ import annotations

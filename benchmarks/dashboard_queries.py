@@ -21,9 +21,9 @@ Size: about 1,450 series per node, ~310 bytes of OpenMetrics per sample; at 1,02
 converts ~0.3 M samples/s per core). The script prints its estimate first and refuses a chunk that
 would not fit on the disk.
 
-    .venv/bin/python benchmarks/dashboard_queries.py --nodes 16 --hours 1 --repeat 5        # smoke
-    .venv/bin/python benchmarks/dashboard_queries.py --nodes 16 64 256 --hours 1 --chunk-minutes 15
-    .venv/bin/python benchmarks/dashboard_queries.py --nodes 1024 --hours 6 --chunk-minutes 15 --repeat 20
+    .venv/bin/python -m benchmarks.dashboard_queries --nodes 16 --hours 1 --repeat 5        # smoke
+    .venv/bin/python -m benchmarks.dashboard_queries --nodes 16 64 256 --hours 1 --chunk-minutes 15
+    .venv/bin/python -m benchmarks.dashboard_queries --nodes 1024 --hours 6 --chunk-minutes 15 --repeat 20
 """
 
 from __future__ import annotations
@@ -45,12 +45,10 @@ from pathlib import Path
 import httpx
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support and benchmarks, from a checkout
-
-from benchmarks.simulated_cluster import Cluster, series_total, write_span  # noqa: E402
-from observe import prometheus_local  # noqa: E402
-from observe.monitoring import rules  # noqa: E402
-from observe.ports import free_port  # noqa: E402
+from benchmarks.simulated_cluster import Cluster, series_total, write_span
+from observe import prometheus_local
+from observe.monitoring import rules
+from observe.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 PANEL_P95_MS, PANEL_SERIES, RULE_P95_MS = 500.0, 50, 200.0

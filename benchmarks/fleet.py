@@ -8,7 +8,7 @@ with a new ``time_unix`` and new readings, so the client sees fresh data. So tha
 stand in for 4,096 agents, summaries are made from ``VARIANTS`` rendered node templates with the
 node's name, GPU UUIDs and time written in (a byte replacement, not a JSON rendering per node).
 
-    python benchmarks/fleet.py --nodes 1024    # prints "ready" and the JSON list of ports when serving
+    python -m benchmarks.fleet --nodes 1024    # prints "ready" and the JSON list of ports when serving
 """
 
 from __future__ import annotations

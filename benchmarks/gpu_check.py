@@ -28,7 +28,7 @@ Four checks, each a real process, each a row group in the table and a key in the
    straggles: the verdict ``fsdp-observe diagnose`` gives and how long it took
    (``benchmarks/gpu_hang.py``; NCCL's refusal of two ranks on one device is reported as such).
 
-    python benchmarks/gpu_check.py [--out FILE] [--gpu INDEX] [--quick]
+    python -m benchmarks.gpu_check [--out FILE] [--gpu INDEX] [--quick]
 
 Without CUDA it prints one ``error:`` line and exits 2. Writes JSON to ``--out`` (default: a
 scratch folder, never benchmarks/results). Exit status 0 when every check passed, 1 otherwise.
@@ -51,14 +51,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from observe import catalog as c
+from observe.ports import free_port
+from observe.promtext import Sample, parse
+from observe.training.flops import peak_flops
+from observe.xid import normalise_bus
 
-from observe import catalog as c  # noqa: E402 - after the path set-up, as every benchmark here
-from observe.ports import free_port  # noqa: E402
-from observe.promtext import Sample, parse  # noqa: E402
-from observe.training.flops import peak_flops  # noqa: E402
-from observe.xid import normalise_bus  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 MIB = 2**20
 #: Seconds the whole check may take on one GPU (the issue's budget).
@@ -515,7 +514,18 @@ def check_hf(env: dict[str, str], workdir: Path, steps: int, pairs: int) -> dict
                 {c.INSTRUMENT_ENV: "1", "FSDP_OBSERVE_PORT_BASE": str(free_port()), "FSDP_OBSERVE_LINGER_SECONDS": "0"}
             )
         proc = subprocess.run(
-            [sys.executable, __file__, "--worker", "hf", "--steps", str(steps), "--record", str(record)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.gpu_check",
+                "--worker",
+                "hf",
+                "--steps",
+                str(steps),
+                "--record",
+                str(record),
+            ],
+            cwd=REPO,
             env=run_env,
             capture_output=True,
             text=True,

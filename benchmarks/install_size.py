@@ -6,9 +6,9 @@ as the README does), then ``du`` of the whole virtualenv, which is deleted again
 adds the same figure for an older checkout installed with its own default (before the extras,
 every role installed everything). Prints a table and writes JSON to ``--out``.
 
-    python benchmarks/install_size.py                         # every role (several minutes, ~4 GB of disk)
-    python benchmarks/install_size.py --roles base agent      # a smoke test
-    git archive ae3655f | tar -x -C /tmp/before && python benchmarks/install_size.py --before /tmp/before
+    python -m benchmarks.install_size                         # every role (several minutes, ~4 GB of disk)
+    python -m benchmarks.install_size --roles base agent      # a smoke test
+    git archive ae3655f | tar -x -C /tmp/before && python -m benchmarks.install_size --before /tmp/before
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ counts host reads (``item``, ``tolist``, ``float`` ...) per step of the device v
 hooks add to a loop (``HostReads``, with the hooks minus without): zero on steps that are not
 log steps is the claim.
 
-    python benchmarks/own_loop_overhead.py [--pairs 4] [--steps 120] [--out FILE]
+    python -m benchmarks.own_loop_overhead [--pairs 4] [--steps 120] [--out FILE]
 
 Prints a table and writes JSON to ``--out`` (default: a scratch folder, never benchmarks/results).
 """
@@ -33,8 +33,8 @@ import threading
 import time
 from pathlib import Path
 
-from report_table import print_and_write
-from trainer_overhead import scrape_loop  # both ranks scraped once a second, as a busy Prometheus would
+from benchmarks.report_table import print_and_write
+from benchmarks.trainer_overhead import scrape_loop  # both ranks scraped once a second, as a busy Prometheus would
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "e2e" / "scripts"
@@ -45,9 +45,9 @@ WARMUP_STEPS = 5
 
 
 def worker(kind: str, steps: int, record: str, model_dir: str) -> None:
-    """One rank of a workload; writes its optimizer-step timestamps (rank 0)."""
-    sys.path.insert(0, str(SCRIPTS))
-    import tiny_llama  # noqa: E402 - the e2e scripts' tiny Llama and data
+    """One rank of a workload; writes its optimizer-step timestamps (rank 0). Its ``PYTHONPATH`` holds
+    ``SCRIPTS`` (``run_once``), as the e2e tests' own scripts find their ``tiny_llama`` beside them."""
+    import tiny_llama  # the e2e scripts' tiny Llama and data
     import torch
     import torch.distributed as dist
 
@@ -126,6 +126,7 @@ def run_once(kind: str, instrumented: bool, steps: int, folder: Path, model_dir:
         "FSDP_OBSERVE_PORT_BASE": str(base),
         "FSDP_OBSERVE_ADDRESS": "127.0.0.1",
         "FSDP_OBSERVE_LINGER_SECONDS": "0",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SCRIPTS), os.environ.get("PYTHONPATH")])),
     }
     env.pop("FSDP_OBSERVE_INSTRUMENT", None)
     if instrumented:
@@ -142,7 +143,8 @@ def run_once(kind: str, instrumented: bool, steps: int, folder: Path, model_dir:
                 "torch.distributed.run",
                 "--standalone",
                 "--nproc-per-node=2",
-                __file__,
+                "-m",
+                "benchmarks.own_loop_overhead",
                 "--worker",
                 kind,
                 "--steps",
@@ -152,6 +154,7 @@ def run_once(kind: str, instrumented: bool, steps: int, folder: Path, model_dir:
                 "--model-dir",
                 str(model_dir),
             ],
+            cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -174,7 +177,6 @@ def run_once(kind: str, instrumented: bool, steps: int, folder: Path, model_dir:
 def probe_reads(steps: int = 20, log_every: int = 5) -> dict[str, list[int]]:
     """Host reads per step: of the device values handed to the API (``SyncProbe``), and added by the
     injector's hooks to a loop (``HostReads`` with the hooks, minus the same loop before them)."""
-    sys.path.insert(0, str(REPO))
     import torch
 
     from observe.ports import free_port

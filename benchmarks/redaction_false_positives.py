@@ -3,9 +3,8 @@ random-token rule catches a random credential (``observe/agent/redact.py``, ``lo
 
 One command; no processes are started and nothing leaves this machine. Corpora without secrets:
 
-- the command lines of the redaction cases (``tests/cases/redaction.tsv``, a copy of
-  ``../shared/cases/redaction.tsv``, and ``tests/agent/redaction-extra.tsv``) that must leave the
-  node unchanged;
+- the command lines of the redaction cases (``tests/cases/redaction.tsv`` and
+  ``tests/agent/redaction-extra.tsv``) that must leave the node unchanged;
 - every file path of this interpreter's standard library (``sysconfig`` ``stdlib``), as an argument;
 - every standard-library module name, dotted (``email.mime.multipart``), from the same tree, plus
   ``sys.stdlib_module_names``.
@@ -18,8 +17,8 @@ Random credentials (the rule's true-positive rate), ``--samples`` of each kind: 
 For each corpus: items, items the random-token rule alone changes, items the whole redaction
 changes, and the rates. Prints a table and writes JSON to ``--out``::
 
-    python benchmarks/redaction_false_positives.py
-    python benchmarks/redaction_false_positives.py --samples 200 --out /tmp/fp.json   # quicker
+    python -m benchmarks.redaction_false_positives
+    python -m benchmarks.redaction_false_positives --samples 200 --out /tmp/fp.json   # quicker
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Soak: the node agent signalled at random moments, many times; how many runs hang, and how fast the rest exit.
 
-The longer form of ``tests/e2e/test_stop_agent.py`` (issue 18). Each iteration starts the real
+The longer form of ``tests/e2e/test_stop_agent.py``. Each iteration starts the real
 agent (stand-in NVML from tests/support/fake_nvml.c, a kernel log being appended to), waits
 until its SIGTERM handler is in place, then sends SIGTERM/SIGINT at a random moment, alone or
 in a burst; ``--rapid`` bursts are up to 12 signals at most 1 ms apart, the pattern most likely
@@ -12,9 +12,9 @@ checkout's stress driver, so the two counts come from the same loop.
 Prints a table per scenario (runs, verdicts: ok / late / hung / status N, slowest exit) with the
 load average, and writes JSON to ``--out``. Usage::
 
-    python benchmarks/signal_soak.py                                   # 1,000 runs, all scenarios
-    python benchmarks/signal_soak.py --iterations 20 --at-once 2       # smoke test
-    python benchmarks/signal_soak.py --repo /tmp/base --scenarios collecting serving --rapid
+    python -m benchmarks.signal_soak                                   # 1,000 runs, all scenarios
+    python -m benchmarks.signal_soak --iterations 20 --at-once 2       # smoke test
+    python -m benchmarks.signal_soak --repo /tmp/base --scenarios collecting serving --rapid
 """
 
 from __future__ import annotations
@@ -31,12 +31,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests.support.fake_nvml import FakeNvml  # noqa: E402
-from tests.support.native import build_fake_nvml  # noqa: E402
-from tests.support.stop_stress import (  # noqa: E402
+from tests.support.fake_nvml import FakeNvml
+from tests.support.native import build_fake_nvml
+from tests.support.stop_stress import (
     AGENT_SCENARIOS,
     KernelLogWriter,
     Outcome,
@@ -46,6 +43,7 @@ from tests.support.stop_stress import (  # noqa: E402
     run_agent_once,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 GRACE_SECONDS = 5.0  # observe.cli.agent.STOP_GRACE_SECONDS (a literal, so --repo can point at older code)
 
 

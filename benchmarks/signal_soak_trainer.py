@@ -1,6 +1,6 @@
 """Soak: a two-rank CPU run signalled mid-training, many times; orphaned ranks, statuses and tracebacks counted.
 
-The longer form of ``tests/e2e/test_stop_train.py`` (issues 15 and 18), and the before/after
+The longer form of ``tests/e2e/test_stop_train.py``, and the before/after
 count: ``--repo DIR`` runs the code of another checkout (e.g. the code before the fix, ``git
 worktree add /tmp/base a6d5310``) with this checkout's driver. Each run starts either torchrun
 (``--target torchrun``: ``python -m trainer.launcher`` where the checkout has it, else
@@ -13,8 +13,8 @@ the command exited (then SIGKILLed). Every other run saves checkpoints.
 
 Prints one line per run and a summary, writes JSON to ``--out``. Usage::
 
-    python benchmarks/signal_soak_trainer.py --target train --runs 6
-    python benchmarks/signal_soak_trainer.py --target torchrun --runs 6 --repo /tmp/base
+    python -m benchmarks.signal_soak_trainer --target train --runs 6
+    python -m benchmarks.signal_soak_trainer --target torchrun --runs 6 --repo /tmp/base
 """
 
 from __future__ import annotations
@@ -32,11 +32,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from observe.supervise import running
+from tests.support.stop_stress import rank_processes
 
-from observe.supervise import running  # noqa: E402
-from tests.support.stop_stress import rank_processes  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 FAST = ["--seq-len", "64", "--batch-size", "2", "--lr", "3e-3", "--warmup-steps", "2", "--log-every", "1"]
 

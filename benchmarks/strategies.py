@@ -4,11 +4,11 @@ Each configuration is one real run of the trainer under torchrun; its JSON log g
 median step time (all steps but the first), tokens/s per device, MFU (CUDA only) and, per rank,
 the peak memory: process RSS on CPU (the kernel's ``VmHWM``), the CUDA allocator's peak on GPUs.
 
-    python benchmarks/strategies.py            # CPU: 2 ranks, preset "small", 8 configurations
-    python benchmarks/strategies.py --quick    # smoke test: 2 configurations, preset "tiny"
-    python benchmarks/strategies.py --cuda     # every GPU: a ~1.2 B Llama 3.2 1B shape in bf16,
+    python -m benchmarks.strategies            # CPU: 2 ranks, preset "small", 8 configurations
+    python -m benchmarks.strategies --quick    # smoke test: 2 configurations, preset "tiny"
+    python -m benchmarks.strategies --cuda     # every GPU: a ~1.2 B Llama 3.2 1B shape in bf16,
                                                # tokens/s per GPU and MFU (about 5 minutes on 8 GPUs)
-    python benchmarks/strategies.py --cuda --dry-run   # print and validate the commands only
+    python -m benchmarks.strategies --cuda --dry-run   # print and validate the commands only
 
 For comparison: torchtitan reports about 33-39 % MFU for Llama 3 8B with FSDP on H100s (bf16,
 torch.compile). This trainer runs Hugging Face's eager Llama without compile, so expect less.

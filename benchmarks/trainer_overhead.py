@@ -5,7 +5,7 @@ as a busy Prometheus would) and ``--metrics off``, alternating which goes first 
 The figure is the median over pairs of (median step time on / median step time off); target
 <= 1.01. A micro-measurement of ``TrainingCollector.on_step`` shows the per-step cost directly.
 
-    python benchmarks/trainer_overhead.py [--pairs 5] [--steps 80] [--out FILE]
+    python -m benchmarks.trainer_overhead [--pairs 5] [--steps 80] [--out FILE]
 
 The JSON goes to ``--out`` (default: a scratch folder); the committed figures are
 ``benchmarks/results/trainer_overhead.json``, rewritten only when asked with ``--out``.
@@ -26,8 +26,8 @@ import timeit
 from pathlib import Path
 
 import httpx
-from report_table import print_and_write
 
+from benchmarks.report_table import print_and_write
 from observe.training.collector import TrainingCollector
 from trainer.runspec.config import DataConfig, MetricsConfig, TrainConfig
 from trainer.runspec.launch import check_ports_free, torchrun_command

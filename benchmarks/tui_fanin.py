@@ -32,13 +32,13 @@ status, then the run's verdict (each rank's evidence, and ``observe.diagnosis.ju
 are the recorded hang of two real gloo ranks (tests/tui/recorded/forensics) written out for every
 rank of a simulated run, one of which never entered the collective the others wait in. Beside the
 decode, the same lines through prometheus_client's parser alone (``promtext``'s fallback).
-Targets (issue 16): 4,096 nodes x 8 GPUs refreshed every 2 s with the GPU grid open, each
+Targets: 4,096 nodes x 8 GPUs refreshed every 2 s with the GPU grid open, each
 refresh <= 1 s, no stall above 50 ms; RSS reported. 1,024 nodes is the smoke size.
 
-    python benchmarks/tui_fanin.py            # N = 16, 1024, 4096; about 5 minutes
-    python benchmarks/tui_fanin.py --quick    # N = 1024, 2 refreshes per screen: the smoke size
-    python benchmarks/tui_fanin.py --nodes 8 --cycles 1   # what tests/tui/test_benchmark_smoke.py runs
-    python benchmarks/tui_fanin.py --ranks 8192 --nodes   # the trainer ranks' part alone
+    python -m benchmarks.tui_fanin            # N = 16, 1024, 4096; about 5 minutes
+    python -m benchmarks.tui_fanin --quick    # N = 1024, 2 refreshes per screen: the smoke size
+    python -m benchmarks.tui_fanin --nodes 8 --cycles 1   # what tests/tui/test_benchmark_smoke.py runs
+    python -m benchmarks.tui_fanin --ranks 8192 --nodes   # the trainer ranks' part alone
 
 Results go to ``--out`` (default: a scratch folder; ``benchmarks/results/`` only when asked).
 """
@@ -259,7 +259,7 @@ async def reference(ports: list[int]) -> dict:
 
 def measure(n: int, cycles: int) -> dict:
     fleet = subprocess.Popen(
-        [sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--nodes", str(n)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "benchmarks.fleet", "--nodes", str(n)], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     try:
         word, _, ports_json = fleet.stdout.readline().partition(" ")
@@ -289,7 +289,18 @@ def _in_child(n: int, cycles: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "one.json"
         child = subprocess.run(
-            [sys.executable, __file__, "--nodes", str(n), "--cycles", str(cycles), "--out", str(out)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.tui_fanin",
+                "--nodes",
+                str(n),
+                "--cycles",
+                str(cycles),
+                "--out",
+                str(out),
+            ],
+            cwd=ROOT,
             capture_output=True,
             text=True,
         )

@@ -25,7 +25,6 @@ AGENT_PORT = 9401
 #: Labels on every trainer series. ``gpu_uuid`` (the ``GPU-…`` string NVML and DCGM print) is
 #: added on CUDA ranks so trainer series join with DCGM's by GPU.
 TRAINER_LABELS: tuple[str, ...] = ("run_id", "rank", "local_rank", "node")
-TRAINER_CUDA_LABELS: tuple[str, ...] = TRAINER_LABELS + ("gpu_uuid",)
 
 #: Upper bounds (seconds) of the step-time and data-wait histograms: roughly three per decade
 #: (1, 1.5, 2, 3, 5, 7.5) so quantiles of sub-second steps are not coarse, reaching 600 s so a
@@ -86,7 +85,7 @@ class Metric:
         return self.name[: -len("_total")] if self.kind == "counter" else self.name
 
 
-# --- trainer (one set per rank; constant labels TRAINER_LABELS / TRAINER_CUDA_LABELS) --------
+# --- trainer (one set per rank; constant labels TRAINER_LABELS, and gpu_uuid on CUDA) ---------
 
 #: Values of ``fsdp_train_info``'s ``instrumentation`` label: which entry point drives the steps.
 #: ``trainer``: the reference trainer (``trainer/``); ``api``: a user's loop through
@@ -226,7 +225,6 @@ TRAIN_EXPORTER_ERRORS = Metric(
 #: ``port_taken``: the rank's port was held by another process, so it serves on a port the kernel
 #: chose (logged once; a PodMonitor does not find it there); ``no_local_rank``: the launcher set no
 #: ``LOCAL_RANK``, so the port and ``local_rank`` label come from the global rank.
-INSTRUMENTATION_PROBLEMS: tuple[str, ...] = ("port_taken", "no_local_rank")
 TRAIN_INSTRUMENTATION_PROBLEM = Metric(
     "fsdp_train_instrumentation_problem",
     "gauge",

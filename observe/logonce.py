@@ -2,7 +2,7 @@
 
 The agent's collectors (process table, NVML, sampler sections) and the training exporter meet
 faults that repeat every collection (a driver that lacks a function, an unreadable ``/proc``
-entry, a failing scrape). DESIGN.md's failure rule: such a fault is logged once and counted,
+entry, a failing scrape). The project's failure rule: such a fault is logged once and counted,
 never raised into the loop it runs in. ``OnceLog`` is that rule in one place; the counts are what
 ``fsdp_node_agent_errors_total{kind}`` and ``fsdp_train_exporter_errors_total`` export.
 

@@ -4,7 +4,7 @@ A Python signal handler runs in the main thread *between two bytecodes*, whereve
 thread happens to be, including inside ``threading.Event.wait`` holding the Event's lock, or in
 the middle of a ``print`` holding the stream's buffer lock. A handler that sets an ``Event``,
 puts to a ``Queue``, logs or prints can therefore block on a lock its own thread holds, and the
-process never exits (issue 18: the node agent ignored every SIGTERM after the second one).
+process never exits (the node agent once ignored every SIGTERM after the second one that way).
 
 So the handler here only stores the signal number in two plain attributes. CPython's C-level
 handler also writes the number to the wakeup descriptor (``signal.set_wakeup_fd``) at once,
@@ -238,9 +238,4 @@ def install(signals: tuple[int, ...] = STOP_SIGNALS) -> StopSignals:
         _installed = stop
     elif set(int(s) for s in signals) != set(_installed.signals):
         raise RuntimeError(f"stop signals already installed for {_installed.signals}, asked for {signals}")
-    return _installed
-
-
-def installed() -> StopSignals | None:
-    """The process's ``StopSignals`` if ``install`` has run, else ``None``."""
     return _installed

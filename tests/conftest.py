@@ -1,5 +1,6 @@
 """Shared fixtures: free TCP ports, a clean environment for subprocesses, the field cases, and the
-C stand-ins (fake NVML library, sleeper) built with gcc."""
+C stand-ins (fake NVML library, sleeper) built with gcc; and, under pytest-xdist, the ``serial``
+marker's turn-taking (``pytest_runtest_protocol``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.support.env import child_env
 from tests.support.fake_nvml import FakeNvml
 from tests.support.native import build_fake_nvml, build_sleeper
 from tests.support.processes import spawn_sleeper
+from tests.support.turns import pytest_runtest_protocol  # noqa: F401  (the serial marker's hook: pytest finds it here)
 
 REPO = Path(__file__).resolve().parents[1]
 

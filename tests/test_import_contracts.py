@@ -1,4 +1,4 @@
-"""DESIGN.md's import rules, as the import-linter contracts in pyproject.toml state them, hold."""
+"""The import rules of docs/design.md, as the import-linter contracts in pyproject.toml state them, hold."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``observe.stopping`` in real child processes (so handlers and the wakeup descriptor never touch pytest).
 
-The first case is issue 18's mechanism made deterministic: the main thread holds the lock of the
+The first case makes the deadlock the agent once had deterministic: the main thread holds the lock of the
 ``Event`` a waiter uses when the signals arrive. A handler that calls ``Event.set()`` (as the
 agent's and the trainer's did) blocks on that lock for ever; this one must not.
 """
@@ -102,7 +102,9 @@ def test_a_signal_before_install_is_pythons_default_and_after_uninstall_too() ->
     proc = run("""
         stop = stopping.install()
         stop.uninstall()
-        assert stopping.installed() is None
+        again = stopping.install()                # uninstall forgot it: a fresh one is installed
+        assert again is not stop
+        again.uninstall()
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(1)
     """)

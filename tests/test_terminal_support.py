@@ -1,6 +1,6 @@
 """The pseudo-terminal helper the TUI's end-to-end tests wait on: it must keep reading.
 
-A child that writes more than a pseudo-terminal holds blocks until someone reads; stop 22's CI
+A child that writes more than a pseudo-terminal holds blocks until someone reads; CI once
 hung that way in ``test_installs`` (``top`` had 40 KB of frames to write after ``q``, and the
 test waited with ``proc.wait`` alone).
 """

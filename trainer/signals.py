@@ -10,7 +10,7 @@ agree on *how* they stop (SIGTERM, 15, wins over SIGINT, 2, when they saw differ
 exit with the same status: ``128 + signal``, 143 after SIGTERM and 130 after SIGINT.
 
 The signal is learned of through ``observe.stopping``, installed by ``python -m trainer`` before
-anything slow: the handler only records the number (it takes no lock; issue 18), and a deadline
+anything slow: the handler only records the number (it takes no lock), and a deadline
 thread ends the process with that status when the grace period runs out, even while the main
 thread is stuck inside a collective or a save.
 """

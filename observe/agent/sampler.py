@@ -226,7 +226,7 @@ class Sampler:
     def _guard(self, section: str, fn: Callable[[], T], default: T) -> T:
         try:
             return fn()
-        except Exception:  # noqa: BLE001 - a failing section must not cost the others (DESIGN.md, failure rules)
+        except Exception:  # noqa: BLE001 - a failing section must not cost the others
             self._once.report(
                 f"collect_{section}",
                 "collecting %s failed; the snapshot carries the other sections (reported once)",

@@ -44,8 +44,6 @@ from observe.xid import KernelLogParser
 log = logging.getLogger(__name__)
 
 KMSG = "/dev/kmsg"
-#: Ways to read the kernel ring buffer (``--kernel-log-source``).
-SOURCES = ("kmsg", "syslog")
 #: Recent events kept for ``/snapshot``.
 RECENT_EVENTS = 100
 #: Longest exported kernel message / raw line, in characters.

@@ -143,8 +143,8 @@ class StepRate:
     of the slowest rank); the rate is the time between the oldest and the newest point of the
     last ``STEP_RATE_SECONDS`` divided by the steps between them. The first point is the end of a
     step, so the warm-up of the process's first step (seconds on a CPU, minutes with compilation)
-    never enters the rate, as it did when the ETA was read off the step-1 log window (D10 of the
-    newcomer trial). A step that goes backwards (a restart resuming from a checkpoint) starts over.
+    never enters the rate, as it did when the ETA was read off the step-1 log window (an ETA of
+    8:39 for a 97 s run). A step that goes backwards (a restart resuming from a checkpoint) starts over.
     """
 
     def __init__(self, seconds: float = STEP_RATE_SECONDS) -> None:

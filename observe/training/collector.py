@@ -265,7 +265,7 @@ class TrainingCollector(Collector):
         """Yield metric families; never raises (an error is logged once and counted)."""
         try:
             families = list(self._families())
-        except Exception:  # noqa: BLE001 - metrics never crash training (DESIGN.md, failure rules)
+        except Exception:  # noqa: BLE001 - metrics never crash training
             self._failed()
             families = []
         for provider in self._providers:

@@ -1,7 +1,7 @@
 """Model FLOPs per token, device peak FLOP/s, and MFU. Imports no torch (a model is duck-typed).
 
-Formulas and constants are cited inline; ``../shared/cases/trainer-metrics.md`` holds the
-vectors the tests check.
+Formulas and constants are cited inline; ``tests/cases/trainer-metrics.md`` holds the vectors the
+tests check.
 """
 
 from __future__ import annotations

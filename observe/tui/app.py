@@ -13,7 +13,7 @@ import gc
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from textual.app import App
 from textual.binding import Binding
@@ -206,6 +206,12 @@ class TopApp(App):
         kinds: dict[str, type[Screen]] = {"run": RunScreen, "alerts": AlertsScreen, "grid": GridScreen}
         if name in kinds:
             self.push_screen(self.kept(kinds[name]))
+
+
+if TYPE_CHECKING:  # mypy: a TopApp gives its screens everything they ask of it
+    from observe.tui.screens.base import ScreenHost
+
+    _HOST: type[ScreenHost] = TopApp
 
 
 def make_app(

@@ -1,4 +1,5 @@
-"""Text for values: N/A for what could not be read, htop/nvtop units, ages, one-line reasons.
+"""Text for values: N/A for what could not be read, htop/nvtop units, ages, one-line reasons; and
+the cell styles of states and XID severities that every screen shares.
 
 Every function takes ``None`` and returns ``"N/A"`` for it (never 0). Nothing here returns Rich
 markup: data (process command lines, node names, kernel messages) is shown as plain text, so a
@@ -10,6 +11,20 @@ from __future__ import annotations
 import time
 
 NA = "N/A"
+
+#: A node's or rank's state -> cell style (the style names of ``top.tcss``).
+STATE_STYLE = {"ok": "ok", "stale": "warn", "slow": "warn", "unreachable": "bad", "malformed": "bad", "waiting": "dim"}
+#: XID severity class -> cell style.
+SEVERITY_STYLE = {
+    "node_reboot": "bad",
+    "gpu_reset": "bad",
+    "unknown": "bad",
+    "nvlink_fabric": "bad",
+    "application": "warn",
+    "informational": "dim",
+}
+#: The mark after a figure taken over only some of a node's GPUs (``NodeFigures.partial``).
+PARTIAL = "*"
 
 
 def now() -> float:

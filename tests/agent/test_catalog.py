@@ -1,4 +1,5 @@
-"""The agent section of observe/catalog.py follows the naming rules of DESIGN.md."""
+"""The agent section of observe/catalog.py follows the naming rules: Prometheus snake_case with base units,
+``fsdp_node_``/``fsdp_gpu_`` prefixes, counters ending in ``_total``."""
 
 from __future__ import annotations
 

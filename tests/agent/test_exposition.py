@@ -1,4 +1,4 @@
-"""Label-value safety, against ../shared/cases/exposition.md (in-repo copy), and the exposition's rules.
+"""Label-value safety, against tests/cases/exposition.md, and the exposition's rules.
 
 Each value in the case file becomes the command line of a real process; the process table reads
 it from the real /proc, and it must come out of /metrics (parsed back with

@@ -1,4 +1,4 @@
-"""GPU faults shown for what they are (issue 17): one GPU's NVML call that hangs, a GPU lost before
+"""GPU faults shown for what they are: one GPU's NVML call that hangs, a GPU lost before
 its first reading, a GPU that comes back after a reset. The GPU is the stand-in NVML library
 (tests/support/fake_nvml.c, loaded by the real pynvml): ``sleep@N MS`` makes every call for GPU N
 sleep, as a hung driver call does; ``lost@N 1`` answers GPU_IS_LOST."""
@@ -17,6 +17,7 @@ from tests.support.nvml import running_sampler, series, value
 from tests.support.processes import wait_for
 
 
+@pytest.mark.serial("a collection must finish within 1.5 s beside a hung call")
 def test_a_hung_call_on_one_gpu_marks_it_stale_and_the_others_keep_updating(fake_nvml, tmp_path: Path) -> None:
     with running_sampler(tmp_path, nvml_timeout_seconds=0.3) as sampler:
         first = sampler.sample()

@@ -1,4 +1,4 @@
-"""The kernel log when it misbehaves (issue 17; reviews/reliability.md area 2): crafted log files for
+"""The kernel log when it misbehaves: crafted log files for
 file mode (a line without a newline, copytruncate refilled past the read position, a deleted or
 unreadable log), and the ``syslog(2)`` reader over crafted ring buffers and over this machine's
 real one."""

@@ -1,4 +1,4 @@
-"""Every row of ../shared/cases/nvml-scenarios.md (in-repo copy) as a test.
+"""Every row of tests/cases/nvml-scenarios.md as a test.
 
 The GPUs here are a stand-in: a fake ``libnvidia-ml.so.1`` compiled from tests/support/fake_nvml.c
 and loaded by the real pynvml, so the agent's own NVML path (wrapper, collector, sampler,

@@ -54,6 +54,13 @@ def test_a_real_process_reads_like_htop(sleepers) -> None:
 
 
 def test_a_busy_process_shows_cpu_and_ranks_first() -> None:
+    """Ranked by CPU, then memory: the spinner above an idle process that holds more memory (busier
+    processes of other programs may rank above both on a shared machine)."""
+    idle = subprocess.Popen(
+        [sys.executable, "-c", "import time; held = bytes(range(256)) * 200_000; print(flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE,
+    )
+    idle.stdout.readline()  # its 51 MB are held
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         table = ProcessTable()
@@ -68,12 +75,15 @@ def test_a_busy_process_shows_cpu_and_ranks_first() -> None:
             return info.cpu_seconds > first
 
         wait_for(used_cpu, what="the spinner to use CPU time")
-        assert table.info(spinner.pid, None).cpu_cores > 0
-        assert spinner.pid in table.busiest(5)
+        busy, still = table.info(spinner.pid, None), table.info(idle.pid, None)
+        assert busy.cpu_cores > 0 and not still.cpu_cores and still.rss_bytes > busy.rss_bytes
+        ranked = table.busiest(table.count)
+        assert ranked.index(spinner.pid) < ranked.index(idle.pid)
         table.close()
     finally:
-        spinner.kill()
-        spinner.wait()
+        for proc in (spinner, idle):
+            proc.kill()
+            proc.wait()
 
 
 def test_a_process_that_exits_is_dropped_without_errors(sleepers, caplog: pytest.LogCaptureFixture) -> None:

@@ -1,5 +1,5 @@
-"""Redaction and text safety, against ../shared/cases/redaction.tsv (in-repo copy), this project's
-own tests/agent/redaction-extra.tsv (a row per secret class issue 17 found leaking) and real /proc."""
+"""Redaction and text safety, against tests/cases/redaction.tsv, this project's own
+tests/agent/redaction-extra.tsv (a row per secret class once found leaking) and real /proc."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ ROWS = redaction_rows()
 
 
 EXTRA_ROWS = redaction_extra_rows()
-#: The classes issue 17 lists as leaking (reviews/reliability.md, area 2), each needing a row.
-ISSUE_CLASSES = {
+#: The classes once found leaking through the shared cases' rules, each needing a row.
+LEAKED_CLASSES = {
     "shell-string assignment",
     "short flag",
     "glued short flag",
@@ -73,7 +73,7 @@ def test_extra_redaction_case(argv: list[str], expected: str, kind: str) -> None
 
 
 def test_every_class_issue_17_found_leaking_has_a_row() -> None:
-    assert ISSUE_CLASSES <= {kind for _, _, kind in EXTRA_ROWS}
+    assert LEAKED_CLASSES <= {kind for _, _, kind in EXTRA_ROWS}
     assert sum(kind == "none" for _, _, kind in EXTRA_ROWS) >= 10  # and command lines that must stay
 
 

@@ -89,6 +89,7 @@ def test_a_burst_of_connections_is_queued_not_dropped() -> None:
         server.server_close()
 
 
+@pytest.mark.serial("the 503 must come within 2 s of the connection")
 def test_when_no_place_can_be_freed_connections_beyond_the_cap_get_503_at_once(agent: Agent) -> None:
     """Every place held by a connection too young to give way and no spare thread: 503 at once."""
     agent.server.limits.evict_after_seconds = 600

@@ -1,4 +1,4 @@
-"""The XID catalogue and the kernel-log parser, against ../shared/cases/xid (in-repo copy)."""
+"""The XID catalogue and the kernel-log parser, against tests/cases/xid."""
 
 from __future__ import annotations
 

@@ -8,14 +8,13 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks.simulated_cluster import Cluster, series_total, write_span
+from tests.support.benchmark import run_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dashboard_queries.py"
 pytestmark = pytest.mark.skipif(
     shutil.which("promtool") is None or shutil.which("prometheus") is None,
     reason="apt-get install prometheus (CI installs it)",
@@ -43,27 +42,13 @@ def test_the_simulated_cluster_is_what_the_estimate_says_and_promtool_reads_it(t
     assert 'job="nvidia-dcgm-exporter"' in text
 
 
+@pytest.mark.e2e  # starts a real Prometheus
 def test_a_tiny_run_times_every_panel_and_rule(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "result.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--nodes",
-            "1",
-            "--hours",
-            "0.25",
-            "--cores",
-            "4",
-            "--repeat",
-            "1",
-            "--out",
-            str(out),
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        capture_output=True,
-        text=True,
+    done = run_benchmark(
+        "dashboard_queries",
+        *("--nodes", "1", "--hours", "0.25", "--cores", "4", "--repeat", "1"),
+        *("--out", str(out), "--workdir", str(tmp_path / "work")),
         env=subprocess_env,
         timeout=600,
     )

@@ -18,13 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks import gpu_check as g
 from observe.ports import free_port
 from observe.promtext import parse
+from tests.support.benchmark import run_benchmark
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import gpu_check as g  # noqa: E402 - the benchmark is a script, not a package
-
-SCRIPT = Path(g.__file__)
 #: What ``nvidia-smi --query-gpu=<g.SMI_FIELDS> --format=csv,noheader,nounits`` prints for the stand-in's
 #: GPU 0 with its defaults (fake_nvml.c: 80 GiB, 10 GiB used, 512 MiB reserved, 75 % / 30 %, 45 °C,
 #: 350 W of 700 W, 1980 / 2619 MHz, fan 40 %, ECC 2 / 0, clock event reason 0x4 = SW power cap).
@@ -35,10 +33,9 @@ STANDIN_SMI = (
 )
 
 
+@pytest.mark.e2e  # runs the benchmark script (torch imported in a child process)
 def test_without_cuda_it_refuses_in_one_line(subprocess_env) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, env=subprocess_env, timeout=120
-    )
+    proc = run_benchmark("gpu_check", env=subprocess_env, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
     assert line.startswith("error: gpu_check: torch ") and "CPU-only build" in line and "Traceback" not in line
@@ -114,6 +111,7 @@ def standin_agent(native, tmp_path: Path, subprocess_env):
         agent.wait(timeout=15)
 
 
+@pytest.mark.e2e  # starts the real agent process
 def test_every_agent_gpu_field_is_compared_with_nvidia_smi(standin_agent: str) -> None:
     samples = parse(standin_agent)
     uuid = "GPU-fa4e0000-0000-4000-8000-000000000000"

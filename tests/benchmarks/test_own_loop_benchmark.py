@@ -8,16 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "own_loop_overhead.py"
+import pytest
+
+from tests.support.benchmark import REPO, run_benchmark
+
+#: Runs the benchmark in child processes (torchrun with two gloo ranks serving /metrics): not the inner loop.
+pytestmark = pytest.mark.e2e
+
 LOG_STEPS = {0, 4, 9, 14, 19}  # steps 1, 5, 10, 15, 20 of 20 with a log window of 5
 
 
 def test_the_probe_counts_reads_on_log_steps_only(subprocess_env) -> None:
-    code = (
-        f"import sys, json; sys.path[:0] = [{str(SCRIPT.parent)!r}, {str(SCRIPT.parents[1])!r}]; "
-        "import own_loop_overhead as b; print(json.dumps(b.probe_reads()))"
+    code = "import json; from benchmarks import own_loop_overhead as b; print(json.dumps(b.probe_reads()))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=subprocess_env, timeout=300
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     reads = json.loads(proc.stdout.strip().splitlines()[-1])
     for path in ("api", "auto"):
@@ -27,10 +32,9 @@ def test_the_probe_counts_reads_on_log_steps_only(subprocess_env) -> None:
 
 def test_a_tiny_run_writes_the_table_and_json(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "own.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--pairs", "1", "--steps", "12", "--workloads", "loop", "--out", str(out)],
-        capture_output=True,
-        text=True,
+    proc = run_benchmark(
+        "own_loop_overhead",
+        *("--pairs", "1", "--steps", "12", "--workloads", "loop", "--out", str(out)),
         env=subprocess_env,
         timeout=600,
     )

@@ -5,21 +5,20 @@ standard library's paths and none of its module names; random base62 caught, hex
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "redaction_false_positives.py"
+import pytest
+
+from tests.support.benchmark import run_benchmark
+
+#: Runs a benchmark script as a subprocess: not the inner loop.
+pytestmark = pytest.mark.e2e
 
 
 def test_false_positive_rates_stay_low_and_random_tokens_are_caught(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "fp.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--samples", "300", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=300,
+    proc = run_benchmark(
+        "redaction_false_positives", "--samples", "300", "--out", str(out), env=subprocess_env, timeout=300
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())

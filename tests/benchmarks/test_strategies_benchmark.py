@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.benchmark import run_benchmark
 from trainer.runspec.config import TrainConfig
 
 #: Runs a benchmark script as a subprocess (torchrun or a simulated fleet): not the inner loop.
 pytestmark = pytest.mark.e2e
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "strategies.py"
-
 
 def test_quick_mode_runs_and_writes_json(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "strategies.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=300,
-    )
+    proc = run_benchmark("strategies", "--quick", "--out", str(out), env=subprocess_env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     assert [(r["strategy"], r["activation_checkpointing"]) for r in report["rows"]] == [
@@ -39,13 +30,7 @@ def test_quick_mode_runs_and_writes_json(tmp_path: Path, subprocess_env) -> None
 
 
 def test_cuda_mode_commands_validate_without_a_gpu(subprocess_env) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--cuda", "--dry-run"],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=120,
-    )
+    proc = run_benchmark("strategies", "--cuda", "--dry-run", env=subprocess_env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     commands = [line.split() for line in proc.stdout.splitlines() if "torch.distributed.run" in line]
     assert len(commands) == 8 and all("--nproc-per-node=8" in c for c in commands)

@@ -1,4 +1,4 @@
-"""The least privilege that keeps each agent feature, measured (issue 17): the real agent process run
+"""The least privilege that keeps each agent feature, measured: the real agent process run
 with exactly the privileges of each manifest, by ``setpriv`` (uid, capability sets, no_new_privs)
 and ``unshare`` (a PID namespace of its own, as a pod without hostPID has), reading this machine's
 real procfs and kernel ring buffer; GPUs from the stand-in NVML library (no privilege involved:
@@ -83,7 +83,7 @@ OWN_PID_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child
 def _searchable_by_others(path: Path) -> list[tuple[Path, int]]:
     """Give every folder above ``path`` that others cannot enter the search bit (``o+x``), as a
     container image's folders have it; returns what to put back. A clean clone in ``mktemp -d``
-    (0700, as CI's and ``newcomer-check``'s are) otherwise hides the checkout, and so the editable
+    (0700, as CI's are) otherwise hides the checkout, and so the editable
     install's ``observe``, from the uid-65534 agent."""
     changed = []
     for folder in path.resolve().parents:

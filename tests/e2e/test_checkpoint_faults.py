@@ -1,4 +1,4 @@
-"""Checkpoints when the disk lets the run down (issue 17; reviews/reliability.md area 4), on real
+"""Checkpoints when the disk lets the run down, on real
 torchrun with two gloo ranks: a damaged newest checkpoint (a shard cut short, a shard overwritten in
 place) makes the resume fall back to the newest one that loads, with one line saying so; a save
 that fails for a full disk (a real 20 MB tmpfs) removes its partial directory and says how much

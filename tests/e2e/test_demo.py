@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.stop_stress import run_to_end
+
 
 def test_demo_runs_headless_and_prints_a_summary(subprocess_env) -> None:
     """No --metrics-port: the ranks get a free block (before, fixed 9500/9501, which another run may hold)."""
-    proc = subprocess.run(
+    proc = run_to_end(
         [sys.executable, "-m", "observe.cli", "demo", "--steps", "25", "--log-every", "5"],
         capture_output=True,
         text=True,

@@ -16,6 +16,7 @@ from observe import catalog as c
 from observe import prometheus_local
 from observe.monitoring import rules
 from tests.support.processes import wait_for
+from tests.support.stop_stress import kill_tree
 
 
 def demo(args: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -78,9 +79,7 @@ def test_demo_starts_prometheus_with_the_rules_scraping_the_agent_and_ranks(
         assert all(r["health"] == "ok" for g in groups for r in g["rules"])
         assert proc.wait(timeout=300) == 0, proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_tree(proc)  # the demo and the agent, ranks and Prometheus it started in sessions of their own
     with pytest.raises(httpx.ConnectError):  # it stops with the demo
         httpx.get(f"{url}/-/ready", timeout=2)
     assert (tmp_path / "prometheus" / "fsdp-observe.rules.yaml").is_file()

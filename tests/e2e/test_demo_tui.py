@@ -12,6 +12,7 @@ import sys
 import termios
 from pathlib import Path
 
+from tests.support.stop_stress import kill_tree
 from tests.support.terminal import read_until, wait_exit
 
 
@@ -50,9 +51,7 @@ def test_the_demo_opens_the_tui_on_a_terminal_and_q_stops_the_run(port_block, su
         assert "the terminal UI was closed; stopping the run" in text and "stopped (the terminal UI was closed)" in text
         assert re.search(r"exit status\s+130", text)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_tree(proc)  # the demo and the agent and ranks it started in sessions of their own
         os.close(main)
 
 
@@ -63,7 +62,7 @@ def _terminal(env: dict[str, str]) -> tuple[int, int, dict[str, str]]:
 
 
 def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, subprocess_env, tmp_path) -> None:
-    """D4: another process binds the ranks' first port after the demo's check, while torch loads.
+    """Another process binds the ranks' first port after the demo's check, while torch loads.
 
     Before: the TUI showed that process's run as the demo's, then 'unreachable' forever, and the
     summary named a JSON log that did not exist. Now: the foreign run is an error line only, the
@@ -122,15 +121,13 @@ def test_a_port_taken_after_the_check_is_shown_as_the_failure_it_is(port_block, 
             r"rank 0 /metrics\s+0 ok, \d+ failed \(last: another run \(someone-else\) on this port\)", summary
         )
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_tree(proc)  # the demo and the agent and ranks it started in sessions of their own
         fleet.close()
         os.close(main)
 
 
 def test_a_finished_run_is_shown_finished_with_its_final_figures(subprocess_env) -> None:
-    """D5: the ranks stopped serving the moment the last step ended, so the TUI froze at 199/200 with
+    """The ranks stopped serving the moment the last step ended, so the TUI froze at 199/200 with
     the step-180 loss and 'unreachable'. Now they serve until the TUI scraped the end once more."""
     main, child, env = _terminal(subprocess_env)
     proc = subprocess.Popen(
@@ -154,7 +151,5 @@ def test_a_finished_run_is_shown_finished_with_its_final_figures(subprocess_env)
         assert last_loss and last_loss.group(1) in shown  # the TUI showed the final window's loss
         assert "unreachable" not in shown.rsplit("30 / 30", 1)[-1]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_tree(proc)  # the demo and the agent and ranks it started in sessions of their own
         os.close(main)

@@ -120,7 +120,7 @@ def settings(tmp_path: Path, corpus: Path, metrics_port: int, **extra: object) -
 def test_a_rendered_job_downloads_real_weights_stops_with_143_and_resumes(
     tmp_path: Path, corpus: Path, hub: HubStandIn, port_block, subprocess_env
 ) -> None:
-    """D1 + D2: a hub MODEL becomes a download before torchrun; the kubelet's SIGTERM ends the
+    """A hub MODEL becomes a download before torchrun; the kubelet's SIGTERM ends the
     container with 143 (what restartPolicy ExitCode retries) and the agreed step saved on the shared
     volume; the restarted pod skips the download and resumes from that checkpoint."""
     job = render(settings_from_mapping(settings(tmp_path, corpus, port_block(2))))

@@ -205,6 +205,7 @@ def test_killed_rank_restarts_the_group_which_resumes_exactly(
     assert labels["run_id"] == events(records, "start")[0]["run_id"]  # the restarted ranks keep the run's id
 
 
+@pytest.mark.serial("the ranks must save and exit within a 10 s grace period")
 def test_sigterm_saves_exits_within_grace_and_the_run_resumes_exactly(
     corpus: Path, tmp_path: Path, subprocess_env, uninterrupted
 ) -> None:

@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tests.support.stop_stress import run_to_end
+
 STEPS, WARMUP, SEQ, BATCH = 20, 3, 128, 4
 
 
 def test_local_mode_at_one_and_two_ranks(tmp_path: Path, port_block, subprocess_env) -> None:
     out = tmp_path / "report"
-    proc = subprocess.run(
+    proc = run_to_end(
         [
             sys.executable,
             "-m",

@@ -1,4 +1,4 @@
-"""``fsdp-observe demo`` stopped by a signal (issue 15, D3 and D11): Ctrl-C on the headless demo, SIGTERM
+"""``fsdp-observe demo`` stopped by a signal: Ctrl-C on the headless demo, SIGTERM
 with the terminal UI open. Either way the run stops as one, the summary, the JSON ``end`` record
 and the shell give the same status (130 SIGINT, 143 SIGTERM), the summary says "stopped", not
 "FAILED", nothing says "saving" (the demo has no checkpoint directory), no traceback is
@@ -18,9 +18,13 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
 from observe.supervise import running, start_time
-from tests.support.stop_stress import descendants, kill_quietly, rank_processes
+from tests.support.stop_stress import descendants, kill_tree, rank_processes
 from tests.support.terminal import read_until, wait_exit
+
+pytestmark = pytest.mark.serial("the stopped run must save and exit within its grace period")
 
 
 def end_record(out: Path) -> dict:
@@ -42,14 +46,6 @@ def wait_for_a_window(out: Path, timeout: float = 120) -> None:
     while not any('"event": "window"' in log.read_text() for log in out.glob("demo-*.jsonl")):
         assert time.monotonic() < deadline, "no log window"
         time.sleep(0.1)
-
-
-def kill_everything_below(proc: subprocess.Popen) -> None:
-    """After a failure: SIGKILL the demo and all it started (its agent runs in a session of its own)."""
-    if proc.poll() is None:
-        for pid in descendants(proc.pid) + [proc.pid]:
-            kill_quietly(pid)
-        proc.wait()
 
 
 def assert_nothing_left(processes: list[tuple[int, int | None]]) -> None:
@@ -87,7 +83,7 @@ def test_ctrl_c_on_the_headless_demo_stops_the_run_with_130_everywhere(port_bloc
         proc.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
         out = proc.communicate(timeout=60)[0]
     finally:
-        kill_everything_below(proc)
+        kill_tree(proc)
     assert proc.returncode == 130, out[-3000:]
     assert "stopped by SIGINT (Ctrl-C)" in out and "FAILED" not in out
     assert re.search(r"^exit status\s+130$", out, re.M)
@@ -131,7 +127,7 @@ def test_sigterm_with_the_tui_open_closes_it_and_stops_the_run_with_143(port_blo
         text = read_until(main, r"exit status\s+\d+", 60)
         assert wait_exit(main, proc, 30)[0] == 143
     finally:
-        kill_everything_below(proc)
+        kill_tree(proc)
         os.close(main)
     assert "stopped by SIGTERM" in text and re.search(r"exit status\s+143", text)
     assert end_record(tmp_path)["exit_status"] == 143

@@ -1,4 +1,4 @@
-"""Issue 18 and 15's proof for the trainer: SIGTERM/SIGINT at random moments, the ranks stop as one, nothing survives.
+"""The trainer stops cleanly: SIGTERM/SIGINT at random moments, the ranks stop as one, nothing survives.
 
 Real torchrun, real ranks (two gloo ranks on CPU, the tiny preset). Each iteration signals at a
 random moment: while torch imports, during the rendezvous or model load, or mid-training (with
@@ -31,9 +31,11 @@ import pytest
 
 from observe.supervise import catches, running
 from tests.support.processes import REPO
-from tests.support.stop_stress import descendants, kill_quietly, rank_processes
+from tests.support.stop_stress import kill_tree, rank_processes
 from tests.support.trainer_runs import FAST, events, read_log
 from trainer.runspec.checkpoint_files import newest_complete, step_dir
+
+pytestmark = pytest.mark.serial("signalled runs must stop within their grace period")
 
 #: The ranks' --sigterm-grace: start-up on a loaded 2-core machine can take 10 s, and a signal during it
 #: is acted on once the ranks are built (below torchrun's 30 s --shutdown-timeout).
@@ -94,10 +96,7 @@ def one_stop(cmd: list[str], env: dict[str, str], workdir: Path, checkpoints: bo
         output = proc.communicate(timeout=GRACE + TEARDOWN + 10)[0]
         took = time.monotonic() - signalled
     finally:
-        if proc.poll() is None:  # a failure: SIGKILL it and the ranks (each in a session of its own)
-            for pid in descendants(proc.pid) + [proc.pid]:
-                kill_quietly(pid)
-            proc.wait()
+        kill_tree(proc)  # after a failure: it and the ranks (each in a session of its own)
     context = (
         f"phase {phase}, sent {[signal.Signals(s).name for s in sent]}, status {proc.returncode}\n{output[-3000:]}"
     )

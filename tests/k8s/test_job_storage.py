@@ -1,5 +1,5 @@
 """``job render``: real weights (a hub download before training, or a volume), a shared checkpoint
-volume every restart resumes from, ``restartPolicy: ExitCode`` and the linger (D1, D2 of the newcomer trial).
+volume every restart resumes from, ``restartPolicy: ExitCode`` and the linger.
 
 Every rendered job is checked as in ``test_job_render.py``: the training operator's CRD, no unknown
 field, the pod template as a strict v1 Pod, the Pod Security levels; the command parses with the
@@ -49,7 +49,7 @@ def trainer_cfg(command: list[str]) -> TrainConfig:
 
 
 def test_a_hub_model_is_downloaded_by_each_pod_before_torchrun(pytorchjob_schema) -> None:
-    """D1: MODEL=meta-llama/Llama-2-7b-hf rendered, but every rank refused it: 'not a local directory'."""
+    """Before: MODEL=meta-llama/Llama-2-7b-hf rendered, but every rank refused it: 'not a local directory'."""
     job = job_for(**HUB)
     assert_valid(job, pytorchjob_schema)
     c = container(job)
@@ -109,7 +109,7 @@ def test_weights_on_a_host_path_are_the_one_baseline_exception(pytorchjob_schema
 
 
 def test_checkpoints_go_to_a_shared_volume_and_restarts_resume_from_it(pytorchjob_schema) -> None:
-    """D2: no --checkpoint-dir, no volume: maxRestarts and resizes started at step 0."""
+    """Before: no --checkpoint-dir, no volume, so maxRestarts and resizes started at step 0."""
     job = job_for(**CKPT, CHECKPOINT_EVERY=200, JOB_NAME="llama-ft")
     assert_valid(job, pytorchjob_schema)
     spec, c = pod_of(job)["spec"], container(job)
@@ -173,7 +173,7 @@ def test_without_a_checkpoint_volume_render_warns(tmp_path: Path, capsys) -> Non
 
 
 def test_exit_code_restarts_a_stopped_pod_and_not_a_failed_one() -> None:
-    """D2: OnFailure restarted a pod that exited 2 (a user mistake) forever; ExitCode restarts 128+
+    """Before: OnFailure restarted a pod that exited 2 (a user mistake) forever; ExitCode restarts 128+
     (143: the launcher's status after the kubelet's SIGTERM, tests/e2e/test_job_weights.py)."""
     for job in (job_for(), job_for(COMMAND="/app/train.py")):
         assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "ExitCode"
@@ -181,7 +181,7 @@ def test_exit_code_restarts_a_stopped_pod_and_not_a_failed_one() -> None:
 
 
 def test_rendered_jobs_linger_for_two_scrape_intervals() -> None:
-    """D2: no --metrics-linger, so the last scrape (scaling's cluster mode, the TUI) missed the end."""
+    """Before: no --metrics-linger, so the last scrape (scaling's cluster mode, the TUI) missed the end."""
     monitor = yaml.safe_load((REPO / "daemonsets" / "trainer-podmonitor.yaml").read_text())
     assert {e["interval"] for e in monitor["spec"]["podMetricsEndpoints"]} == {
         f"{names.TRAINER_SCRAPE_INTERVAL_SECONDS}s"

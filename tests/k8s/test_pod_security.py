@@ -219,7 +219,7 @@ def test_the_checker_catches_each_control(level: str, change, control: str) -> N
 
 
 def test_the_checker_fails_the_agent_as_it_was() -> None:
-    """The DaemonSet before issue 17: privileged, hostPID, the /dev/kmsg hostPath, uid 0."""
+    """The DaemonSet as it once was: privileged, hostPID, the /dev/kmsg hostPath, uid 0."""
     old = {
         "spec": {
             "hostPID": True,

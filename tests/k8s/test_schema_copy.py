@@ -1,4 +1,5 @@
-"""The schema copies under tests/schemas/ stay equal to ../shared/schemas/ while that exists."""
+"""The schema copies under tests/schemas/ stay equal to the shared originals (``../shared/schemas/``,
+beside the checkout on the machines where the project is developed) while those exist."""
 
 from __future__ import annotations
 

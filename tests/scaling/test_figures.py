@@ -19,7 +19,7 @@ from tests.support.scaling import run, snap
 
 
 def test_case_vector_tokens_per_second() -> None:
-    # ../shared/cases/trainer-metrics.md, "Tokens per second": 8 ranks, each 4 sequences x 4096
+    # tests/cases/trainer-metrics.md, "Tokens per second": 8 ranks, each 4 sequences x 4096
     # tokens per step, 1.0 s per step -> 16,384 tokens/s per device, 131,072 global.
     f = run(8, nodes=2)
     assert [r.tokens_per_second for r in f.ranks] == [16_384] * 8

@@ -77,7 +77,7 @@ def test_unreachable_prometheus_is_a_one_line_error(capsys, tmp_path: Path) -> N
 
 
 def test_prometheus_as_host_port_is_taken_as_http(capsys, tmp_path: Path) -> None:
-    """As ``top --prometheus`` takes it (newcomer D14: ``localhost:9401`` was 'not an http(s) URL')."""
+    """As ``top --prometheus`` takes it (``localhost:9401`` was once refused as 'not an http(s) URL')."""
     host_port = f"127.0.0.1:{closed_port()}"
     result = run_cli(
         ["scaling", "--prometheus", host_port, "--run-id", "a", "--run-id", "b", "--out", str(tmp_path / "r")], capsys

@@ -36,7 +36,7 @@ def redaction_rows() -> list[tuple[str, str]]:
     return [(line.split("\t")[0], line.split("\t")[1]) for line in lines[1:] if line]
 
 
-#: This project's own redaction rows (a row per secret class issue 17 found leaking), beside the
+#: This project's own redaction rows (a row per secret class once found leaking), beside the
 #: shared cases file, which is a byte copy and never edited.
 REDACTION_EXTRA = Path(__file__).resolve().parents[1] / "agent" / "redaction-extra.tsv"
 

@@ -338,6 +338,32 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` and everything it started, if it still runs: the demo, ``fsdp-observe train``
+    and torchrun start their agent and ranks in sessions of their own, which outlive a killed parent
+    (and would keep loading the machine for every test after)."""
+    if proc.poll() is None:
+        for pid in descendants(proc.pid) + [proc.pid]:
+            kill_quietly(pid)
+        proc.wait()
+
+
+def run_to_end(args: list[str], timeout: float, **popen: object) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, timeout=timeout, **popen)``, except that on the timeout everything
+    ``args`` started is killed with it (``kill_tree``) before ``subprocess.TimeoutExpired`` raises.
+    ``popen`` takes ``subprocess.Popen``'s keywords (``capture_output=True`` too)."""
+    if popen.pop("capture_output", False):
+        popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with subprocess.Popen(args, **popen) as proc:  # type: ignore[call-overload]
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
 def rank_processes(pid: int) -> dict[int, tuple[int, int | None]]:
     """Global rank -> (pid, start time) of the trainer ranks below ``pid`` (their ``RANK=`` variable)."""
     from observe.supervise import start_time

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.stop_stress import run_to_end
 from trainer.runspec.launch import installed_script
 
 #: Small, fast settings shared by the multi-process trainer tests (tiny preset, 2 x 64 tokens).
@@ -36,8 +37,9 @@ def torchrun_cmd(
 def run_trainer(
     trainer_args: list[str], env: dict[str, str], nproc: int = 2, timeout: float = 240, **kw
 ) -> subprocess.CompletedProcess:
-    """Run a trainer under torchrun to the end; stdout and stderr captured together."""
-    return subprocess.run(
+    """Run a trainer under torchrun to the end; stdout and stderr captured together. On the timeout its
+    ranks are killed with it (``run_to_end``)."""
+    return run_to_end(
         torchrun_cmd(trainer_args, nproc, **kw),
         env=env,
         stdout=subprocess.PIPE,

@@ -217,7 +217,7 @@ def test_model_must_be_a_local_directory(tmp_path) -> None:
 
 
 def test_the_download_command_named_exists_in_the_installed_huggingface_hub() -> None:
-    """D1: the fix named huggingface-cli, which huggingface_hub 1.x and 2.x no longer install."""
+    """Before: the fix named huggingface-cli, which huggingface_hub 1.x and 2.x no longer install."""
     import shlex
     import shutil
     import subprocess

@@ -1,4 +1,4 @@
-"""FLOPs per token and MFU against the vectors of ../shared/cases/trainer-metrics.md."""
+"""FLOPs per token and MFU against the vectors of tests/cases/trainer-metrics.md."""
 
 from __future__ import annotations
 

@@ -52,6 +52,7 @@ def env(subprocess_env, port_block) -> tuple[dict, int]:
     ), base
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_gradient_accumulation_counts_optimizer_steps_and_the_backward_loss(tmp_path, env) -> None:
     environ, base = env
     scrapes, record, output = run_loop(tmp_path, environ, base, "--steps", "7", "--accum", "3")
@@ -76,6 +77,7 @@ def test_gradient_accumulation_counts_optimizer_steps_and_the_backward_loss(tmp_
     assert "fsdp-observe" not in output  # nothing to say
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 @pytest.mark.parametrize("optimizers", ["two", "container"])
 def test_several_optimizers_count_each_step_once(tmp_path, env, optimizers: str) -> None:
     environ, base = env
@@ -84,6 +86,7 @@ def test_several_optimizers_count_each_step_once(tmp_path, env, optimizers: str)
     assert scrapes[0].value(c.TRAIN_STEP.name) == 5
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_grad_norm_is_absent_when_the_loop_does_not_clip(tmp_path, env) -> None:
     environ, base = env
     scrapes, _, _ = run_loop(tmp_path, environ, base, "--steps", "3", "--no-clip")
@@ -92,6 +95,7 @@ def test_grad_norm_is_absent_when_the_loop_does_not_clip(tmp_path, env) -> None:
     assert "grad_norm_source" not in scrapes[0].labels(c.TRAIN_INFO.name)
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_spawned_dataloader_workers_stay_silent(tmp_path, env) -> None:
     """Spawn workers start a fresh interpreter that inherits the variable; they never step, so
     they never bind (a worker that tried would find the rank's port taken and say so)."""
@@ -104,6 +108,7 @@ def test_spawned_dataloader_workers_stay_silent(tmp_path, env) -> None:
     assert "fsdp-observe" not in output and c.TRAIN_INSTRUMENTATION_PROBLEM.name not in scrapes[0].names()
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_a_taken_port_is_one_line_and_a_series_never_a_crash(tmp_path, env, taken_port) -> None:
     environ, _ = env
     environ = {**environ, "FSDP_OBSERVE_PORT_BASE": str(taken_port), "FSDP_OBSERVE_LINGER_SECONDS": "0"}
@@ -115,6 +120,7 @@ def test_a_taken_port_is_one_line_and_a_series_never_a_crash(tmp_path, env, take
     assert "set FSDP_OBSERVE_PORT_BASE" in lines[0] and "user script done" in run.output()
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_a_taken_port_still_serves_the_run_on_the_fallback(tmp_path, env, taken_port) -> None:
     environ, _ = env
     environ = {**environ, "FSDP_OBSERVE_PORT_BASE": str(taken_port)}
@@ -138,6 +144,7 @@ def test_a_taken_port_still_serves_the_run_on_the_fallback(tmp_path, env, taken_
         run.stop()
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_torch_compile_recompiles_no_more_than_without_us(tmp_path, env, subprocess_env) -> None:
     environ, base = env
     args = ("--steps", "6", "--compile")
@@ -165,6 +172,7 @@ def run_loop_plain(folder: Path, env: dict, *args: str) -> tuple[None, dict, str
     return None, json.loads(record.read_text()), done.stdout
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_a_launcher_without_local_rank_is_reported(tmp_path, env) -> None:
     """``mp.spawn`` sets no LOCAL_RANK: each rank serves on base + its global rank and says why."""
     environ, base = env
@@ -205,6 +213,7 @@ def test_importing_torch_installs_the_hooks_and_nothing_heavy(env) -> None:
     assert done.stdout.split() == ["True", "False", "False"], done.stdout + done.stderr  # no endpoint before a step
 
 
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_fsdp_observe_run_chains_to_the_sitecustomize_it_shadows(tmp_path, env) -> None:
     environ, base = env
     theirs = tmp_path / "theirs"
@@ -225,12 +234,16 @@ def test_fsdp_observe_run_chains_to_the_sitecustomize_it_shadows(tmp_path, env) 
     assert f"ran {theirs / 'sitecustomize.py'}" in run.output()
 
 
-def test_python_flags_that_defeat_injection_are_said(tmp_path, env) -> None:
+def test_python_flags_that_defeat_injection_are_named() -> None:
     assert python_flag_warnings(["python3", "-S", "x.py"]) == [
         "python -S skips site: nothing can be instrumented in that process; drop -S"
     ]
     assert python_flag_warnings(["torchrun", "-I", "x.py"]) == []
     assert python_flag_warnings(["python", "-u", "x.py", "-I"]) == []  # a flag of the script, not Python's
+
+
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
+def test_python_flags_that_defeat_injection_are_said(tmp_path, env) -> None:
     environ, base = env
     # -I ignores PYTHONPATH, but this virtualenv has the .pth: still instrumented, and said so
     run = start(

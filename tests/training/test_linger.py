@@ -18,6 +18,9 @@ from observe.training.collector import TrainingCollector
 from observe.training.phases import PhaseClock
 from observe.training.server import Served, serve
 
+#: Each test times the linger to within a second or less.
+pytestmark = pytest.mark.serial("times waits to within a second")
+
 
 @pytest.fixture
 def served():

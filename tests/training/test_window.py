@@ -72,7 +72,7 @@ def _windows(metrics, steps: list[float], start: float = 100.0) -> list[WindowSt
 
 
 def test_the_first_step_of_a_process_is_left_out_of_the_steady_step_time() -> None:
-    """D10: the step-1 window (warm-up alone) gave the log an ETA of 8:39 for a 97 s run."""
+    """Before: the step-1 window (warm-up alone) gave the log an ETA of 8:39 for a 97 s run."""
     from observe.training import TrainingMetrics
 
     m = TrainingMetrics(planned_steps=20, serve=False, log_every=10)

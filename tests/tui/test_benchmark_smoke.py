@@ -4,27 +4,19 @@ targets live in the benchmark, not in tests)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.benchmark import run_benchmark
+
 #: Runs a benchmark script as a subprocess (torchrun or a simulated fleet): not the inner loop.
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_fanin_benchmark_runs_and_writes_its_json(tmp_path: Path) -> None:
     out = tmp_path / "tui_fanin.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "tui_fanin.py"), "--nodes", "8", "--cycles", "1", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=REPO,
-    )
+    proc = run_benchmark("tui_fanin", "--nodes", "8", "--cycles", "1", "--out", str(out), timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "refresh wall med/max" in proc.stdout and "httpx CPU / ours" in proc.stdout
     (row,) = json.loads(out.read_text())["results"]

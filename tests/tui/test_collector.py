@@ -1,4 +1,4 @@
-"""What the TUI leaves for Python's garbage collector at scale (issue 16's stall target): one object
+"""What the TUI leaves for Python's garbage collector at scale (no stall above 50 ms at 4,096 nodes): one object
 per node, nothing of a covered screen, the grid drawn a few rows per frame, and full collections
 only where the poller paces them. ``benchmarks/tui_fanin.py`` measures the effect; these tests pin
 the mechanisms, each of which fails on the code before it."""
@@ -86,6 +86,7 @@ async def test_a_grid_redraws_a_few_rows_per_frame_after_new_data() -> None:
         await reach(pilot, GridScreen, "4")
         grid = app.screen.query_one(GpuGrid)
         drawn: list[list[int]] = []  # rows drawn after each of the grid's paint requests
+        firsts: list[int] = []  # the first row of each paint request
         render_line, paint_rows = grid.render_line, grid._paint_rows
 
         def recording(y: int):
@@ -95,6 +96,7 @@ async def test_a_grid_redraws_a_few_rows_per_frame_after_new_data() -> None:
 
         def requesting(first: int, painting: int) -> None:
             drawn.append([])
+            firsts.append(first)
             paint_rows(first, painting)
 
         grid.render_line = recording  # type: ignore[method-assign]
@@ -109,9 +111,11 @@ async def test_a_grid_redraws_a_few_rows_per_frame_after_new_data() -> None:
         await until(pilot, lambda: height - 1 in {y for frame in drawn for y in frame}, what="the last row")
         await pilot.pause()
         rows = CELLS_PER_PAINT // grid.size.width
+        assert firsts == list(range(0, height, rows)), firsts  # one paint per CELLS_PER_PAINT cells
         frames = [sorted(set(f)) for f in drawn if f]
-        assert len(frames) == -(-height // rows), frames  # one paint per CELLS_PER_PAINT cells
-        assert all(len(f) <= rows for f in frames), frames
+        # Each paint is asked for once the one before is on screen; on a loaded machine Textual may
+        # still put two of them in one frame, but never the whole grid at once.
+        assert len(frames) > 1, frames
         assert [y for f in frames for y in f] == list(range(height))  # every row once, top to bottom
 
 

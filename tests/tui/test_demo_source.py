@@ -1,4 +1,4 @@
-"""What the demo's TUI follows: its own run only, and its training process's end (D4 of the newcomer trial).
+"""What the demo's TUI follows: its own run only, and its training process's end.
 
 Real HTTP endpoints (``tests.support.fleet``) and real processes; the TUI's screens are drawn from
 the snapshots these sources produce.

@@ -1,4 +1,4 @@
-"""Issue 16's defects, one test each: screens at 80x24 / 120x40, 8- and 16-GPU nodes, and the TUI
+"""The TUI at its edges, one test each: screens at 80x24 / 120x40, 8- and 16-GPU nodes, and the TUI
 telling the truth at the edges (partial sums, finished runs, the straggler by compute, loss points per
 log window, data-wait unit, "no run" wording, duplicate agents, bad --agents-file lines, status
 messages, Ctrl-C, no terminal, the sort menu's backdrop, help covering every key, --help text).
@@ -425,3 +425,12 @@ def test_rank_without_answers_keeps_state() -> None:
     rank = RankStatus(rank=0, run_id="r", phase="training", state="unreachable")
     assert rank.shown_state == "unreachable" and replace(rank, phase="finished").shown_state == "unreachable"
     assert asyncio.iscoroutinefunction(DirectSource.cycle)
+
+
+def test_a_refresh_that_lands_while_the_app_closes_is_kept_not_drawn() -> None:
+    """A refresh the poller delivered just before ``q`` reached the app once its screens were gone:
+    ``ScreenStackError`` from inside the message loop. It is kept as the latest snapshot, and not drawn."""
+    app = make_app(Offline(), interval=2.0, poll=False)  # not running: no screen on its stack
+    snapshot = fleet_snapshot()
+    app.show_snapshot(snapshot)
+    assert app.snapshot is snapshot and app.refreshes == 1

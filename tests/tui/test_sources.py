@@ -300,7 +300,7 @@ def test_xid_event_order_across_nodes() -> None:
 
 
 def test_the_eta_leaves_the_warm_up_out() -> None:
-    """D10: the step-1 window holds the warm-up alone (2.2 s against 0.8 s later); an ETA read off it
+    """The step-1 window holds the warm-up alone (2.2 s against 0.8 s later); an ETA read off it
     said 7m04s for a run that ended 2m20s later. The pace comes from the steps seen since."""
     from observe.sources.direct import StepRate, build_runs
 

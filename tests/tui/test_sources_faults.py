@@ -1,4 +1,4 @@
-"""The TUI's fan-in against answers that broke it (issue 17; reviews/reliability.md area 5): an
+"""The TUI's fan-in against answers that once broke it: an
 HTTP/1.0 body without Content-Length sent in two writes, and JSON nested 200,000 deep. A real local
 asyncio server sends the bytes."""
 

@@ -4,11 +4,9 @@ bad answers."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
+from benchmarks.fleet import make_node  # the simulated fleet's node
 from observe.agent.server import summary
 from observe.model import NodeSnapshot
 from observe.sources.direct import decode_node
@@ -17,12 +15,9 @@ from observe.sources.view import NodeStatus, node_status
 from tests.support.fleet import NODES, recorded
 
 NOW = 1_800_000_000.0
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 
 def answers() -> list[bytes]:
-    from fleet import make_node  # benchmarks/fleet.py: the simulated fleet's node
-
     snaps = [summary(recorded(n, NOW, xid_age=60)) for n in NODES]
     snaps.append(summary(make_node(3, NOW - 1, seed=5)))
     return [s.to_json().encode() for s in snaps]

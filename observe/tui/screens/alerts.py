@@ -9,7 +9,6 @@ from observe.model import XidEvent
 from observe.sources.view import ClusterSnapshot
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
-from observe.tui.screens.cluster import SEVERITY_STYLE
 from observe.tui.widgets.lines import Line, Lines
 from observe.tui.widgets.table import Column, VirtualTable
 from observe.xid import lookup
@@ -22,9 +21,9 @@ COLUMNS = (
     Column(
         "gpu", "GPU", 4, lambda x: x.gpu, text=lambda x: fmt.NA if x.gpu is None else str(x.gpu), right=True, priority=2
     ),
-    Column("xid", "XID", 5, lambda x: x.xid, right=True, style=lambda x: SEVERITY_STYLE.get(x.severity)),
+    Column("xid", "XID", 5, lambda x: x.xid, right=True, style=lambda x: fmt.SEVERITY_STYLE.get(x.severity)),
     Column(
-        "severity", "SEVERITY", 13, lambda x: x.severity, style=lambda x: SEVERITY_STYLE.get(x.severity), priority=1
+        "severity", "SEVERITY", 13, lambda x: x.severity, style=lambda x: fmt.SEVERITY_STYLE.get(x.severity), priority=1
     ),
     Column("meaning", "MEANING", 0, lambda x: x.name, text=lambda x: fmt.one_line(x.name), min_width=24),
     Column("action", "ACTION", 60, lambda x: x.action, text=lambda x: fmt.one_line(x.action), priority=3, min_width=30),
@@ -45,7 +44,7 @@ def detail_lines(event: XidEvent | None) -> list[Line]:
         [
             (f" XID {event.xid} ", "title"),
             (f" {fmt.one_line(event.name or info.name)}", "value"),
-            (f"  [{event.severity}]", SEVERITY_STYLE.get(event.severity, "dim")),
+            (f"  [{event.severity}]", fmt.SEVERITY_STYLE.get(event.severity, "dim")),
         ],
         [(" where  ", "label"), (where, "value")],
         [(" action ", "label"), (fmt.one_line(event.action or info.action), "warn")],

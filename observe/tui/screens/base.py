@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol, cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,6 +14,7 @@ from textual.widgets.option_list import Option
 
 from observe.sources.view import STATES, ClusterSnapshot
 from observe.tui import fmt
+from observe.tui.poller import Poller
 from observe.tui.widgets.lines import Line, Lines, fit
 from observe.tui.widgets.table import VirtualTable
 
@@ -65,23 +66,36 @@ def error_lines(errors: tuple[str, ...], width: int) -> list[Line]:
     return lines
 
 
-if TYPE_CHECKING:
-    from observe.tui.app import TopApp
+class ScreenHost(Protocol):
+    """What a screen asks of the app it runs in, beyond Textual's ``App`` (``observe.tui.app.TopApp``
+    is the one, and mypy checks it has all of this). Screens name this, not the app, so the app can
+    import its screens without the screens importing it back."""
+
+    #: The latest refresh; a screen redraws from it when it comes back into sight.
+    snapshot: ClusterSnapshot
+    #: The fan-in thread: its refresh ``interval`` (seconds) and the GPUs' recent ``history``.
+    poller: Poller
+
+    def drawn(self, screen: Screen) -> None:
+        """``screen`` was mounted and drawn for the first time."""
+
+    def open_node(self, node: str) -> None:
+        """Show ``node`` on the Node screen, over the screen on top."""
+
+    def set_focus_node(self, node: str | None) -> None:
+        """Ask for ``node``'s full snapshot (processes) from now on; ``None`` for summaries only."""
 
 
 class TopScreen(Screen):
     """A screen redrawn from each ``ClusterSnapshot`` (``update_snapshot``)."""
 
     @property
-    def top(self) -> TopApp:
-        """The app, as the ``TopApp`` it is (its snapshot, poller and focus)."""
-        return self.app
+    def top(self) -> ScreenHost:
+        """The app, as the ``ScreenHost`` it is (its snapshot, poller and the node it shows)."""
+        return cast(ScreenHost, self.app)  # every screen here runs in a TopApp (observe.tui.app.make_app)
 
     TITLE = ""
     BINDINGS = [Binding("escape", "back", "back"), Binding("e", "messages", "messages", show=False)]
-
-    if TYPE_CHECKING:  # every screen of this package runs in a TopApp (observe.tui.app.make_app)
-        app: TopApp
 
     def compose_status(self) -> ComposeResult:
         yield Lines(id="status", classes="status")

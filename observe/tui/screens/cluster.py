@@ -9,30 +9,15 @@ from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
 from observe.tui.widgets.table import Column, VirtualTable
 
-STATE_STYLE = {"ok": "ok", "stale": "warn", "slow": "warn", "unreachable": "bad", "malformed": "bad", "waiting": "dim"}
-#: XID severity class -> cell style.
-SEVERITY_STYLE = {
-    "node_reboot": "bad",
-    "gpu_reset": "bad",
-    "unknown": "bad",
-    "nvlink_fabric": "bad",
-    "application": "warn",
-    "informational": "dim",
-}
-
 
 def _f(node: NodeStatus) -> NodeFigures:
     return node.figures or NodeFigures()
 
 
-#: The mark after a figure taken over only some of a node's GPUs (``NodeFigures.partial``); a
-#: complete figure gets a space instead, so right-aligned numbers line up.
-PARTIAL = "*"
-
-
 def mark(text: str, figures: NodeFigures, over: int) -> str:
-    """``text`` with ``PARTIAL`` (or a space) after it for a figure over ``over`` GPUs."""
-    return text + (PARTIAL if figures.partial(over) else " ")
+    """``text`` with ``fmt.PARTIAL`` after it for a figure over only some of ``over`` GPUs; a complete
+    figure gets a space instead, so right-aligned numbers line up."""
+    return text + (fmt.PARTIAL if figures.partial(over) else " ")
 
 
 def _gpu_figure(node: NodeStatus, text: str, over: int) -> str:
@@ -107,7 +92,7 @@ def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str 
 #: same in words, first (``tainted NodeReboot ...``), so it shows at any width.
 COLUMNS = (
     Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14),
-    Column("state", "STATE", 11, lambda n: n.state, style=lambda n: STATE_STYLE.get(n.state)),
+    Column("state", "STATE", 11, lambda n: n.state, style=lambda n: fmt.STATE_STYLE.get(n.state)),
     Column(
         "age",
         "AGE",
@@ -216,7 +201,7 @@ COLUMNS = (
         lambda n: _f(n).xids_recent,
         right=True,
         text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
-        style=lambda n: SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim",
+        style=lambda n: fmt.SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim",
     ),
     Column("note", "NOTE", 0, _note, style=_note_style, min_width=14),
 )

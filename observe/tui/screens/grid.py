@@ -10,7 +10,6 @@ from textual.binding import Binding
 from observe.sources.view import ClusterSnapshot, NodeStatus
 from observe.tui import fmt
 from observe.tui.screens.base import TopScreen
-from observe.tui.screens.cluster import PARTIAL, STATE_STYLE
 from observe.tui.widgets.grid import LEVELS, MODES, GpuGrid, Mode
 from observe.tui.widgets.lines import Line, Lines, fit
 
@@ -60,7 +59,7 @@ def node_line(node: NodeStatus | None, mode: Mode, width: int) -> Line:
     f = node.figures
     pieces: list[tuple[str, str | None, int]] = [
         (f" {node.name} ", "title", 0),
-        (f" {node.state}", STATE_STYLE.get(node.state, "dim"), 0),
+        (f" {node.state}", fmt.STATE_STYLE.get(node.state, "dim"), 0),
     ]
     if node.error:
         pieces.append((f" {node.error}", "bad", 1))
@@ -92,7 +91,7 @@ def _per_gpu(f, mode: Mode) -> str:  # noqa: ANN001 - NodeFigures
     if mode.key == "xid" and f.xid_unattributed_severity:
         text += f"; on no listed GPU: {f.xid_unattributed_severity}"
     if mode.key in ("util", "memory", "temperature") and f.partial(_over(f, mode)):
-        text += f" {PARTIAL}"
+        text += f" {fmt.PARTIAL}"
     return text
 
 

@@ -11,7 +11,8 @@ from textual.screen import ModalScreen
 from observe.tui.fmt import one_line
 from observe.tui.widgets.lines import Line, Lines
 
-#: Every key of every screen (``tests/tui/test_keys.py`` checks each binding a footer shows is here).
+#: Every key of every screen (``tests/tui/test_edges.py``, ``test_help_lists_every_key_a_footer_shows``,
+#: checks that each binding a footer shows is here).
 KEYS = (
     ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes it)"),

@@ -22,7 +22,6 @@ from observe.model import NodeSnapshot
 from observe.sources.view import ClusterSnapshot, NodeStatus, k8s_health
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
-from observe.tui.screens.cluster import STATE_STYLE
 from observe.tui.screens.gpus import (
     BLOCK_ROWS,
     GPU_COLUMNS,
@@ -227,7 +226,7 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int, he
     head: Line = fit(
         [
             (f" {status.name} ", "title", 0),
-            (f" {state} ", STATE_STYLE.get(state, "dim"), 0),
+            (f" {state} ", fmt.STATE_STYLE.get(state, "dim"), 0),
             (f" {_updated(status.age(fmt.now()))}", "dim" if state == "ok" else "warn", 1),
             (f"  {status.error}" if status.error else "", "bad", 0),
         ],

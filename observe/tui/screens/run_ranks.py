@@ -11,7 +11,6 @@ from observe.diagnosis.judge import STRAGGLER_RATIO
 from observe.diagnosis.verdict import seconds_text
 from observe.sources.view import ClusterSnapshot, RankStatus, RunStatus
 from observe.tui import fmt
-from observe.tui.screens.cluster import STATE_STYLE
 from observe.tui.widgets.table import Column
 
 #: The compute deviation bar's full scale: a rank with twice the median rank's compute per step
@@ -117,7 +116,7 @@ def state_text(r: RankStatus) -> str:
 def _state_style(row: RankRow) -> str | None:
     r = row.rank
     if r.shown_state != "ok":
-        return STATE_STYLE.get(r.shown_state, "ok")
+        return fmt.STATE_STYLE.get(r.shown_state, "ok")
     if row.culprit is not None or r.stalled:
         return "bad"
     return "accent" if r.train_state == "phase" else None
