@@ -143,11 +143,14 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 ],
                 [
                     timeseries(
-                        "Step time vs the run's median rank",
-                        [target(q.slowest_ratio, rank)],
+                        "Compute per step vs the run's median rank",
+                        [target(q.slowest_compute_ratio, rank)],
                         "none",
-                        f"Mean step time (5m) over the run's median rank, for the {k} ranks furthest above it. The "
-                        f"FsdpStragglerRank alert fires above {s.straggler_ratio:g} for {s.straggler_for}.",
+                        f"Compute time per step (5m: step time less data wait and collective wait) over the run's "
+                        f"lower median rank's, for the {k} ranks furthest above it. Step time cannot show a "
+                        f"straggler: synchronous FSDP ranks share one step time, the fast ones waiting in "
+                        f"collectives. FsdpStragglerRank fires above {s.straggler_ratio:g} when the excess is "
+                        f"also over {s.straggler_share:.0%} of the median step time, for {s.straggler_for}.",
                         thresholds=threshold_steps((s.straggler_ratio, "orange")),
                         soft_min=0.5,
                         soft_max=max(2.0, s.straggler_ratio * 1.25),

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from observe import catalog as c
 from observe.monitoring import dialects as d
 from observe.monitoring import fields as f
-from observe.monitoring import rules
+from observe.monitoring import hangs, rules
 from observe.monitoring.scale import count_or_zero, spread, stable_top
 from observe.monitoring.settings import Settings
 from observe.monitoring.xid_table import XID_ACTION, XID_MEANING
@@ -142,6 +142,11 @@ class TrainingQueries:
         # The slowest ranks, chosen on the recorded mean, then divided by their run's median: the
         # division runs on top_n series per step, not on 8,192.
         self.slowest_ratio = f"({stable_top(k, step_mean, RANK_ID)})\n/ on ({RUN}) group_left\n{median}"
+        # The same for compute per step (step time less data wait and collective wait): what names a
+        # straggler, since synchronous ranks share one step time (FsdpStragglerRank reads it too).
+        compute = t(hangs.COMPUTE_PER_STEP)
+        compute_median = s.trainer(hangs.COMPUTE_MEDIAN, *m[:2])  # recorded per run: no node label
+        self.slowest_compute_ratio = f"({stable_top(k, compute, RANK_ID)})\n/ on ({RUN}) group_left\n{compute_median}"
         data_wait = t(rules.DATA_WAIT_SHARE)
         worst_ratio = f"topk({k}, {ratio})"
         self.worst_ratio = worst_ratio

@@ -48,4 +48,4 @@ def test_the_pattern_finds_promql() -> None:
         "max_over_time(x[5m])",
     ):
         assert PROMQL.search(inline), inline
-    assert not PROMQL.search("Mean step time (5m) over the run's median rank, for the 10 ranks furthest above it.")
+    assert not PROMQL.search("Compute time per step (5m: step time less data wait and collective wait) over the run's")

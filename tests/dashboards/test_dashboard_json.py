@@ -225,7 +225,7 @@ def test_the_training_dashboard_has_every_asked_for_panel() -> None:
         "Step-time distribution (all ranks)",
         "Mean step time of the 10 slowest ranks, by rank",
         "Worst 10 ranks",
-        "Step time vs the run's median rank",
+        "Compute per step vs the run's median rank",
         "Data-wait share: the 10 highest ranks",
         "Device memory across ranks",
         "Allocation retries: the 10 ranks retrying most",

@@ -41,7 +41,7 @@ ALWAYS = {
     "Tokens/s: the 10 slowest ranks and the median",
     "Step time: the 10 slowest ranks",
     "Mean step time of the 10 slowest ranks, by rank",
-    "Step time vs the run's median rank",
+    "Compute per step vs the run's median rank",
     "Worst 10 ranks",
     "Data-wait share: the 10 highest ranks",
     "Device memory across ranks",
