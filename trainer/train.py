@@ -247,9 +247,9 @@ class Trainer:
         ``fsdp_train_steps_redone_total`` served beside the rank's other series."""
         if not (self.rt.is_main and self.cfg.checkpoint.dir):
             return None
-        progress = RunProgress(self.cfg.checkpoint.dir, self.run_id, self.metrics.collector.labels)
-        if self.metrics.served is not None:
-            self.metrics.served.registry.register(progress)
+        collector = self.metrics.recorder.collector
+        progress = RunProgress(self.cfg.checkpoint.dir, self.run_id, collector.labels)
+        collector.add_families(lambda _: progress.collect())  # served whenever the rank serves
         return progress
 
     def _resume(self, candidates: list[Path]) -> Path:

@@ -78,7 +78,7 @@ EXPORTERS = {
 #: Panels empty on a healthy machine whose fault this test cannot cause: an agent source that
 #: stops being readable (root reads any file here). Their queries must still succeed.
 HEALTHY_EMPTY = {"fsdp-nodes / Sources unreadable"}
-XID_LINE = "[Mon Nov 30 12:00:00 2026] NVRM: Xid (PCI:{bus}): {code}, pid=4242, name=python3, {text}\n"
+XID_LINE = "[Mon Nov 30 {time} 2026] NVRM: Xid (PCI:{bus}): {code}, pid=4242, name=python3, {text}\n"
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
 
 pytestmark = [
@@ -139,7 +139,9 @@ def stack(native, tmp_path_factory, session_env) -> Iterator[Stack]:
 
     threading.Thread(target=feed, daemon=True).start()
     kernel_log = tmp / "kern.log"  # an XID already logged before anything starts
-    kernel_log.write_text(XID_LINE.format(bus="0000:3b:00", code=48, text="An uncorrectable double bit error"))
+    kernel_log.write_text(
+        XID_LINE.format(time="12:00:00", bus="0000:3b:00", code=48, text="An uncorrectable double bit error")
+    )
     agent = AgentProcess(
         ["--interval", "0.25", "--node", NODE, "--kernel-log", str(kernel_log)], fake.env(session_env), tmp
     )
@@ -458,9 +460,10 @@ def test_an_xid_line_in_the_kernel_log_fires_the_xid_alerts(stack: Stack) -> Non
     time.sleep(3 * EVALUATION)
     assert alerts(url, "FsdpGpuXidGpuReset") == []
 
+    # five minutes after the first (same pid): a second report, not a further line of the first one
     with stack.kernel_log.open("a") as log:
-        log.write(XID_LINE.format(bus="0000:86:00", code=79, text="GPU has fallen off the bus."))
-        log.write(XID_LINE.format(bus="0000:3b:00", code=48, text="An uncorrectable double bit error"))
+        log.write(XID_LINE.format(time="12:05:00", bus="0000:86:00", code=79, text="GPU has fallen off the bus."))
+        log.write(XID_LINE.format(time="12:05:00", bus="0000:3b:00", code=48, text="An uncorrectable double bit error"))
 
     def firing(name: str) -> list[dict]:
         return [a for a in alerts(url, name) if a["state"] == "firing"]
