@@ -388,8 +388,6 @@ def ranks_cost(n: int, repeats: int = 5) -> dict:
     from observe.diagnosis import judge
     from observe.sources.trainer import SAMPLE_NAMES, parse_exposition, ranks_from_samples
     from observe.sources.verdicts import rank_evidence
-
-    sys.path.insert(0, str(ROOT))  # the recorded ranks' texts and their reader live with the tests
     from tests.support.forensics import fleet_texts
 
     now = time.time()
