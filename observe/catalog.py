@@ -225,13 +225,16 @@ TRAIN_EXPORTER_ERRORS = Metric(
 #: Values of ``fsdp_train_instrumentation_problem``'s ``problem`` label.
 #: ``port_taken``: the rank's port was held by another process, so it serves on a port the kernel
 #: chose (logged once; a PodMonitor does not find it there); ``no_local_rank``: the launcher set no
-#: ``LOCAL_RANK``, so the port and ``local_rank`` label come from the global rank.
-INSTRUMENTATION_PROBLEMS: tuple[str, ...] = ("port_taken", "no_local_rank")
+#: ``LOCAL_RANK``, so the port and ``local_rank`` label come from the global rank;
+#: ``setting_ignored``: an ``FSDP_OBSERVE_*`` setting was not used as given (not a valid value, or
+#: one the framework decides, e.g. Hugging Face's windows follow its ``logging_steps``).
+INSTRUMENTATION_PROBLEMS: tuple[str, ...] = ("port_taken", "no_local_rank", "setting_ignored")
 TRAIN_INSTRUMENTATION_PROBLEM = Metric(
     "fsdp_train_instrumentation_problem",
     "gauge",
     "1 for each problem the instrumentation of this process met (port_taken: serving on a fallback "
-    "port; no_local_rank: the launcher set no LOCAL_RANK); absent when there is none.",
+    "port; no_local_rank: the launcher set no LOCAL_RANK; setting_ignored: an FSDP_OBSERVE_* "
+    "setting was not used as given); absent when there is none.",
     ("problem",),
 )
 

@@ -50,12 +50,11 @@ from observe.training.rankenv import (
     DEFAULT_LINGER_SECONDS,
     DEFAULT_LOG_EVERY,
     LINGER_ENV,
-    LOG_EVERY_ENV,
     RankEnv,
     bind_address,
     cuda_identity,
     env_float,
-    env_int,
+    log_every_setting,
     port_base,
     rank_labels,
     read_rank_env,
@@ -202,18 +201,21 @@ class TrainingMetrics:
             tracks_checkpoints=False,
         )
         if env.no_local_rank:
-            self._problem(
+            self.report_problem(
                 "no_local_rank",
                 f"no LOCAL_RANK in the environment: local_rank and the port come from "
                 f"the global rank {env.rank}; launch with torchrun for per-node ports",
             )
+        from_env, refused = log_every_setting()
+        if refused and log_every is None:
+            self.report_problem("setting_ignored", refused)
         self.recorder = StepRecorder(
             self._collector,
             phases,
             goodput,
             env,
             instrumentation,
-            log_every=max(1, log_every or env_int(LOG_EVERY_ENV, DEFAULT_LOG_EVERY)),
+            log_every=max(1, log_every or from_env or DEFAULT_LOG_EVERY),
             planned_steps=planned_steps,
             global_loss=global_loss,
             device=device,
@@ -254,14 +256,15 @@ class TrainingMetrics:
             if not fallback:
                 raise
             self._served = serve(self._collector, addr, 0, field=setting, debug=self._forensics)
-            self._problem(
+            self.report_problem(
                 "port_taken",
                 f"port {port} is taken: serving on {addr}:{self._served.port} instead, "
                 f"where no PodMonitor looks; set FSDP_OBSERVE_PORT_BASE to a free base",
             )
 
-    def _problem(self, name: str, message: str) -> None:
-        """An instrumentation problem, reported once: one line on stderr and the problem series."""
+    def report_problem(self, name: str, message: str) -> None:
+        """An instrumentation problem (``observe.catalog.INSTRUMENTATION_PROBLEMS``), reported once:
+        one line on stderr naming the rank, and the problem series."""
         if self._collector.report_problem(name, message):
             print(f"fsdp-observe: rank {self._rank}: {message}", file=sys.stderr, flush=True)
 

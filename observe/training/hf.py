@@ -39,6 +39,7 @@ from transformers import TrainerCallback
 
 from observe.training import progress, session
 from observe.training.api import TrainingMetrics
+from observe.training.rankenv import LOG_EVERY_ENV, log_every_setting
 from observe.training.recorder import StepRecorder
 
 __all__ = ["FsdpObserveCallback"]
@@ -75,6 +76,13 @@ class FsdpObserveCallback(TrainerCallback):
             )
         self._recorder = r = self.metrics.recorder
         r.windows_at_log_steps = False  # windows end at on_log, as Hugging Face's do
+        wanted, _ = log_every_setting()
+        if wanted is not None and wanted != _log_every(args, state):
+            self.metrics.report_problem(
+                "setting_ignored",
+                f"{LOG_EVERY_ENV}={wanted} is not used: Hugging Face's windows close at its logging_steps "
+                f"({_log_every(args, state)}); set TrainingArguments(logging_steps={wanted}) instead",
+            )
         r.step_index = int(state.global_step or 0)
         if "kubeflow" in (getattr(args, "report_to", None) or []):  # transformers adds it when Trainer's URL is set
             progress.leave_to(
