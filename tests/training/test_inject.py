@@ -76,6 +76,18 @@ def test_gradient_accumulation_counts_optimizer_steps_and_the_backward_loss(tmp_
     assert "fsdp-observe" not in output  # nothing to say
 
 
+@pytest.mark.parametrize("under", ["no_grad", "inference_mode"])
+def test_the_loops_own_validation_batches_are_not_training_data(tmp_path, env, under: str) -> None:
+    environ, base = env
+    scrapes, record, _ = run_loop(tmp_path, environ, base, "--steps", "6", "--val-every", "2", "--val-under", under)
+    s = scrapes[0]
+    assert s.value(c.TRAIN_STEPS.name) == 6 == len(record["step_loss"])
+    # three validations of two batches each were drawn; only the training batches count
+    assert s.value(c.TRAIN_SAMPLES.name) == 6 * 4
+    assert s.value(c.TRAIN_LABELLED_TOKENS.name) == 6 * 4 * (16 - 5)
+    assert s.value(c.TRAIN_DATA_WAIT_SECONDS.name + "_count") == 6
+
+
 @pytest.mark.parametrize("optimizers", ["two", "container"])
 def test_several_optimizers_count_each_step_once(tmp_path, env, optimizers: str) -> None:
     environ, base = env

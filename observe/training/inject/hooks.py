@@ -10,7 +10,10 @@ What they capture for any PyTorch loop, without its help:
   ``Optimizer.__init__`` (accelerate's wrapper) fires through the optimizer it wraps.
 - **learning rate** of the optimizer that drives the count, read in the pre-hook;
 - **data wait, samples and labelled tokens**: ``next()`` on any ``torch.utils.data.DataLoader``
-  iterator, timed, its batch counted on the host (``observe.training.tensors.count_batch``);
+  iterator, timed, its batch counted on the host (``observe.training.tensors.count_batch``); a
+  batch drawn with gradients off (the loop's own validation under ``torch.no_grad()`` or
+  ``torch.inference_mode()``, from any DataLoader) is not training data and not counted. What
+  cannot be told apart: an evaluation drawn with gradients on (a forward with no ``backward()``);
 - **loss** (heuristic, ``loss_source="backward_heuristic"``): the one-element tensors passed to
   ``torch.autograd.backward`` (what ``loss.backward()`` calls) during one step, summed on their
   device. Right when the loop scales micro-batch losses by 1/accumulation before ``backward()``
@@ -144,7 +147,11 @@ class AutoState:
             r.set_grad_norm(norm, "clip_grad_norm_heuristic")
 
     def on_batch(self, batch: Any, started: float, ended: float) -> None:
-        """One DataLoader batch: its wait and counts go to the open step."""
+        """One DataLoader batch: its wait and counts go to the open step, unless it was drawn with
+        gradients off (``torch.no_grad()``, ``torch.inference_mode()``): no step trains on that,
+        it is an evaluation of the loop's own."""
+        if _torch is not None and not _torch.is_grad_enabled():
+            return
         if self.first_activity is None or started < self.first_activity:
             self.first_activity = started
         self.batch_seen = True
@@ -159,6 +166,8 @@ class AutoState:
 
 
 STATE = AutoState()
+#: The imported torch (``install``), for its grad mode.
+_torch: ModuleType | None = None
 
 
 def make_metrics() -> TrainingMetrics:
@@ -184,9 +193,11 @@ def _close_at_exit() -> None:
 
 def install(torch: ModuleType) -> None:
     """Install every hook into the imported ``torch`` (idempotent)."""
+    global _torch
     if session.hooks_installed:
         return
     session.hooks_installed = True
+    _torch = torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch.utils.data import dataloader
 
