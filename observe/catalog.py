@@ -183,7 +183,8 @@ TRAIN_LEARNING_RATE = Metric("fsdp_train_learning_rate", "gauge", "Learning rate
 TRAIN_FLOPS_PER_TOKEN = Metric(
     "fsdp_train_model_flops_per_token",
     "gauge",
-    "Model FLOPs per token, 6*N_matmul + 12*L*d_model*T (PaLM appendix B, as torchtitan).",
+    "Model FLOPs per token, 6*N_matmul + 12*L*d_model*T (PaLM appendix B, as torchtitan); T is the "
+    "sequence length trained at when the entry point knows it, else the model's context length.",
 )
 TRAIN_MFU = Metric(
     "fsdp_train_mfu_ratio",

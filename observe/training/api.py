@@ -43,7 +43,7 @@ from observe import catalog as c
 from observe.errors import PortInUseError
 from observe.training import hangwatch, session
 from observe.training.collector import TrainingCollector
-from observe.training.flops import peak_flops
+from observe.training.flops import model_class_name, peak_flops, unwrap
 from observe.training.forensics import RankForensics
 from observe.training.phases import Goodput, PhaseClock, process_start_time
 from observe.training.rankenv import (
@@ -113,7 +113,8 @@ class TrainingMetrics:
             when unknown.
         model: the model (for ``fsdp_train_model_flops_per_token`` and MFU, and the ``model``
             label); ``None`` leaves them absent.
-        seq_len: tokens per sequence for FLOPs per token (default: the first batch's length).
+        seq_len: tokens per sequence for FLOPs per token (default: the model's context length,
+            ``max_position_embeddings``; never a batch's width, so every rank exports one figure).
         optimizer: read for the learning rate at each ``optimizer.step()`` (a step pre-hook).
         log_every: steps per log window (default ``FSDP_OBSERVE_LOG_EVERY``, else 10).
         global_loss: on log steps, one all-reduce (every rank must step alike) of the window's
@@ -409,6 +410,6 @@ def _facts(
 
 def _model_name(model: Any) -> str:
     """The ``model`` label: a Hugging Face model's ``name_or_path`` (last path part), else its class."""
-    config = getattr(model, "config", None)
+    config = getattr(unwrap(model), "config", None)
     name = getattr(config, "_name_or_path", "") or getattr(config, "name_or_path", "")
-    return os.path.basename(str(name).rstrip("/")) if name else type(model).__name__
+    return os.path.basename(str(name).rstrip("/")) if name else model_class_name(model)

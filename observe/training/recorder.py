@@ -34,7 +34,7 @@ from observe.training.collector import TrainingCollector
 from observe.training.flops import model_flops_per_token
 from observe.training.phases import Goodput, PhaseClock
 from observe.training.rankenv import RankEnv
-from observe.training.tensors import Accumulator, count_batch, is_tensor, read_all, sequence_length
+from observe.training.tensors import Accumulator, count_batch, is_tensor, read_all
 from observe.training.window import OpenWindow, WindowReport, is_log_step
 
 log = logging.getLogger("observe.training")
@@ -68,7 +68,8 @@ class StepRecorder:
         log_every: steps per log window; planned_steps: the last step (closes the last window).
         global_loss: all-reduce each window's loss sums and tokens/s (one collective per window).
         device: device of that all-reduce (default: that of the loss tensors given).
-        model, seq_len: for FLOPs per token once a batch's length is known (``None``: absent).
+        model, seq_len: for FLOPs per token (``observe.training.flops.model_flops_per_token``;
+            ``None`` model: absent).
         cuda: the rank runs on a CUDA device (its allocator's figures are read on log steps).
         on_window: called with each closed window's ``WindowReport``.
         on_ended: called by ``training_ended`` to close the rank's endpoint now.
@@ -104,9 +105,8 @@ class StepRecorder:
         self.rank_env, self.instrumentation = rank_env, instrumentation
         self.log_every, self.planned_steps, self.global_loss = log_every, planned_steps, global_loss
         self.on_window, self._on_ended = on_window, on_ended
-        self._device, self._model, self._seq_len, self._cuda = device, model, seq_len, cuda
-        self._flops_pending = model is not None
-        if model is not None and seq_len is not None:
+        self._device, self._model, self._cuda = device, model, cuda
+        if model is not None:
             self._set_flops_per_token(seq_len)
         self._listeners: list[StepListener] = []
         self.step_index = 0
@@ -159,10 +159,6 @@ class StepRecorder:
             self._samples = (self._samples or 0) + samples
         if tokens is not None:
             self.record_tokens(tokens, how or "labels")
-        if batch is not None and self._flops_pending:
-            length = self._seq_len or sequence_length(batch)
-            if length:
-                self._set_flops_per_token(length)
 
     def record_tokens(self, tokens: Any, how: str) -> None:
         """Labelled tokens of the open step (an int or a device tensor) counted by an entry point,
@@ -175,9 +171,9 @@ class StepRecorder:
     def set_flops_per_token(self, flops: int) -> None:
         """Model FLOPs per token, known to the entry point (no longer worked out from the model)."""
         self.collector.set_flops_per_token(flops)
-        self._flops_pending = False
 
-    def _set_flops_per_token(self, seq_len: int) -> None:
+    def _set_flops_per_token(self, seq_len: int | None) -> None:
+        """From the model, once: the same figure on every rank (never from a batch's width)."""
         try:
             self.set_flops_per_token(model_flops_per_token(self._model, seq_len))
         except Exception:  # noqa: BLE001 - an unusual model: FLOPs and MFU stay absent, training goes on
