@@ -179,7 +179,14 @@ TRAIN_GRAD_NORM = Metric(
     "gauge",
     "Global L2 norm of the gradients before clipping, last log step.",
 )
-TRAIN_LEARNING_RATE = Metric("fsdp_train_learning_rate", "gauge", "Learning rate of the last step.")
+TRAIN_LEARNING_RATE = Metric(
+    "fsdp_train_learning_rate",
+    "gauge",
+    "Learning rate of the last step, one series per optimizer and param group: optimizer is its "
+    "class (AdamW, then AdamW#2 for a second AdamW, in the order they first step), param_group the "
+    "group's index; both empty when the entry point was given a bare number.",
+    ("optimizer", "param_group"),
+)
 TRAIN_FLOPS_PER_TOKEN = Metric(
     "fsdp_train_model_flops_per_token",
     "gauge",

@@ -288,9 +288,14 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     ),
                     timeseries(
                         "Learning rate",
-                        [target(f"max by ({RUN}) ({t(c.TRAIN_LEARNING_RATE)})", "{{run_id}}")],
+                        [
+                            target(
+                                f"max by ({RUN}, optimizer, param_group) ({t(c.TRAIN_LEARNING_RATE)})",
+                                "{{run_id}} {{optimizer}} {{param_group}}",
+                            )
+                        ],
                         "sci",
-                        "Learning rate of the last step.",
+                        "Learning rate of the last step, one line per optimizer and param group.",
                     ),
                 ]
             ],

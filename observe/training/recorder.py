@@ -26,6 +26,7 @@ import contextlib
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -126,6 +127,10 @@ class StepRecorder:
         # the latest values given (read on log steps) and the latest shown
         self._grad_norm: Any = None
         self._learning_rate: Any = None
+        self._lr_tensors: dict[tuple[str, str], Any] = {}  # (optimizer, group) -> a device lr
+        self._optimizer_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._optimizer_classes: dict[str, int] = {}
+        self._first_optimizer: str | None = None
         self._shown_loss: float | None = None
         self._shown_grad_norm: float | None = None
         self._shown_learning_rate: float | None = None
@@ -232,10 +237,37 @@ class StepRecorder:
         self._learning_rate = value
 
     def read_learning_rate(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
-        """An optimizer step pre-hook: record ``param_groups[0]['lr']``, the rate this step uses."""
-        groups = getattr(optimizer, "param_groups", None)
-        if groups:
-            self._learning_rate = groups[0].get("lr")
+        """An optimizer step pre-hook: record the rate each of its param groups uses in this step,
+        one ``fsdp_train_learning_rate`` series per optimizer and group (tensors read on log
+        steps); the first optimizer's group 0 is the run's rate (``WindowReport.learning_rate``)."""
+        groups = getattr(optimizer, "param_groups", None) or []
+        rates = [group.get("lr") if isinstance(group, dict) else None for group in groups]
+        if all(value is None for value in rates):  # e.g. a container of optimizers: its parts say
+            return
+        name = self._optimizer_name(optimizer)
+        if name == self._first_optimizer:
+            self._learning_rate = rates[0]
+        for index, value in enumerate(rates):
+            if is_tensor(value):
+                self._lr_tensors[(name, str(index))] = value
+            elif isinstance(value, (int, float)):
+                self.collector.set_learning_rate(name, str(index), float(value))
+
+    def _optimizer_name(self, optimizer: Any) -> str:
+        """``AdamW``, then ``AdamW#2`` for a second optimizer of one class, in order of first sight."""
+        try:
+            name = self._optimizer_names.get(optimizer)
+        except TypeError:  # not weak-referable: named by its class alone
+            return type(optimizer).__name__
+        if name is None:
+            cls = type(optimizer).__name__
+            self._optimizer_classes[cls] = self._optimizer_classes.get(cls, 0) + 1
+            count = self._optimizer_classes[cls]
+            name = cls if count == 1 else f"{cls}#{count}"
+            self._optimizer_names[optimizer] = name
+            if self._first_optimizer is None:
+                self._first_optimizer = name
+        return name
 
     def end_step(self, now: float | None = None) -> None:
         """Close the open step: count it, and on a log step close the window."""
@@ -293,6 +325,11 @@ class StepRecorder:
         loss = (loss_sum or 0.0) / loss_weight if has_loss and loss_weight else None
         if lr is not None:
             self._shown_learning_rate = lr
+        if self._lr_tensors:
+            keys = list(self._lr_tensors)
+            for key, value in zip(keys, read_all([self._lr_tensors[k] for k in keys]), strict=True):
+                if value is not None:
+                    self.collector.set_learning_rate(*key, value)
         if loss is not None:
             self._shown_loss = loss
         if grad_norm is not None:

@@ -63,7 +63,7 @@ def test_gradient_accumulation_counts_optimizer_steps_and_the_backward_loss(tmp_
     # the last window (log every 3: steps 1, 3, 6, then 7 alone) holds step 7
     assert s.value(c.TRAIN_LOSS.name) == pytest.approx(record["step_loss"][-1], rel=1e-5)
     assert s.value(c.TRAIN_GRAD_NORM.name) == pytest.approx(record["clip"][-1], rel=1e-5)
-    assert s.value(c.TRAIN_LEARNING_RATE.name) == 1e-3
+    assert s.value(c.TRAIN_LEARNING_RATE.name, optimizer="AdamW", param_group="0") == 1e-3
     info = s.labels(c.TRAIN_INFO.name)
     assert (info["instrumentation"], info["loss_source"], info["grad_norm_source"], info["tokens_source"]) == (
         "auto",
@@ -94,6 +94,18 @@ def test_several_optimizers_count_each_step_once(tmp_path, env, optimizers: str)
     scrapes, record, _ = run_loop(tmp_path, environ, base, "--steps", "5", "--optimizers", optimizers)
     assert scrapes[0].value(c.TRAIN_STEPS.name) == 5 == len(record["step_loss"])
     assert scrapes[0].value(c.TRAIN_STEP.name) == 5
+
+
+@pytest.mark.parametrize("optimizers", ["two", "container"])
+def test_each_optimizer_has_its_own_learning_rate_series(tmp_path, env, optimizers: str) -> None:
+    environ, base = env
+    scrapes, _, _ = run_loop(tmp_path, environ, base, "--steps", "4", "--optimizers", optimizers)
+    rates = {
+        (x.labels["optimizer"], x.labels["param_group"]): x.value
+        for x in scrapes[0].samples
+        if x.name == c.TRAIN_LEARNING_RATE.name
+    }
+    assert rates == {("AdamW", "0"): 1e-3, ("SGD", "0"): 1e-2}  # the script's two optimizers
 
 
 def test_grad_norm_is_absent_when_the_loop_does_not_clip(tmp_path, env) -> None:

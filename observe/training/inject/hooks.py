@@ -8,7 +8,7 @@ What they capture for any PyTorch loop, without its help:
   several optimizers, and a container optimizer that is itself an ``Optimizer`` (its inner
   optimizers fire too) all count right. An optimizer whose ``__init__`` skips
   ``Optimizer.__init__`` (accelerate's wrapper) fires through the optimizer it wraps.
-- **learning rate** of the optimizer that drives the count, read in the pre-hook;
+- **learning rate** of every optimizer's param groups, read in the pre-hook, one series each;
 - **data wait, samples and labelled tokens**: ``next()`` on any ``torch.utils.data.DataLoader``
   iterator, timed, its batch counted on the host (``observe.training.tensors.count_batch``); a
   batch drawn with gradients off (the loop's own validation under ``torch.no_grad()`` or
@@ -67,7 +67,8 @@ class AutoState:
         self.steps = 0
         self.loss = Accumulator()
         self.grad_norm: Any = None
-        self.learning_rate: Any = None
+        #: optimizers stepped before the endpoint existed (their rates are read at the first step)
+        self.before_first: list[Any] = []
         self.first_activity: float | None = None
         #: a batch was fetched in the open step (its start begins the step)
         self.batch_seen = False
@@ -88,11 +89,13 @@ class AutoState:
     # -- optimizer -----------------------------------------------------------------------------
 
     def pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """Global step pre-hook: the learning rate of the step that will move the count."""
-        if self.counts.get(optimizer, 0) + 1 > self.steps:
-            groups = getattr(optimizer, "param_groups", None)
-            if groups:
-                self.learning_rate = groups[0].get("lr")
+        """Global step pre-hook: the learning rates of every optimizer's groups (one series each);
+        before the endpoint exists (step 1), kept for ``post_step``."""
+        r = self.accepts("steps")
+        if r is not None:
+            r.read_learning_rate(optimizer)
+        elif session.current() is None:
+            self.before_first.append(optimizer)
 
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Global step post-hook: count; when the highest count moves, one run step is done."""
@@ -117,8 +120,9 @@ class AutoState:
             r.add_loss(self.loss.device if self.loss.device is not None else self.loss.host, how="backward_heuristic")
         if self.grad_norm is not None:
             r.set_grad_norm(self.grad_norm, "clip_grad_norm_heuristic")
-        if self.learning_rate is not None:
-            r.record_learning_rate(self.learning_rate)
+        for stepped in self.before_first:
+            r.read_learning_rate(stepped)
+        self.before_first.clear()
         self._forget_step()
         r.end_step()
         self.last_end = time.perf_counter()
