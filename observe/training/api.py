@@ -202,14 +202,14 @@ class TrainingMetrics:
             tracks_checkpoints=False,
         )
         if env.no_local_rank:
-            self.report_problem(
+            self._problem(
                 "no_local_rank",
                 f"no LOCAL_RANK in the environment: local_rank and the port come from "
                 f"the global rank {env.rank}; launch with torchrun for per-node ports",
             )
         from_env, refused = log_every_setting()
         if refused and log_every is None:
-            self.report_problem("setting_ignored", refused)
+            self._problem("setting_ignored", refused)
         self.recorder = StepRecorder(
             self._collector,
             phases,
@@ -257,15 +257,14 @@ class TrainingMetrics:
             if not fallback:
                 raise
             self._served = serve(self._collector, addr, 0, field=setting, debug=self._forensics)
-            self.report_problem(
+            self._problem(
                 "port_taken",
                 f"port {port} is taken: serving on {addr}:{self._served.port} instead, "
                 f"where no PodMonitor looks; set FSDP_OBSERVE_PORT_BASE to a free base",
             )
 
-    def report_problem(self, name: str, message: str) -> None:
-        """An instrumentation problem (``observe.catalog.INSTRUMENTATION_PROBLEMS``), reported once:
-        one line on stderr naming the rank, and the problem series."""
+    def _problem(self, name: str, message: str) -> None:
+        """An instrumentation problem, reported once: one line on stderr and the problem series."""
         if self._collector.report_problem(name, message):
             print(f"fsdp-observe: rank {self._rank}: {message}", file=sys.stderr, flush=True)
 

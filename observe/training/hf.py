@@ -78,7 +78,7 @@ class FsdpObserveCallback(TrainerCallback):
         r.windows_at_log_steps = False  # windows end at on_log, as Hugging Face's do
         wanted, _ = log_every_setting()
         if wanted is not None and wanted != _log_every(args, state):
-            self.metrics.report_problem(
+            r.report_problem(
                 "setting_ignored",
                 f"{LOG_EVERY_ENV}={wanted} is not used: Hugging Face's windows close at its logging_steps "
                 f"({_log_every(args, state)}); set TrainingArguments(logging_steps={wanted}) instead",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -142,6 +143,12 @@ class StepRecorder:
     def attach(self, listener: StepListener) -> None:
         """Tell ``listener`` of every step and window from now on."""
         self._listeners.append(listener)
+
+    def report_problem(self, name: str, message: str) -> None:
+        """An instrumentation problem (``observe.catalog.INSTRUMENTATION_PROBLEMS``) an entry point
+        met, reported once: one line on stderr naming the rank, and the problem series."""
+        if self.collector.report_problem(name, message):
+            print(f"fsdp-observe: rank {self.rank_env.rank}: {message}", file=sys.stderr, flush=True)
 
     def set_info(self, **labels: str | None) -> None:
         """Set (or with ``None`` drop) ``fsdp_train_info`` labels, e.g. ``loss_source``."""
