@@ -39,7 +39,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from observe.training import collectives, session
+from observe.training import collectives, dataloader, session
 from observe.training.tensors import Accumulator, count_batch, is_tensor
 
 if TYPE_CHECKING:
@@ -55,8 +55,6 @@ ACCEPTS: dict[str, frozenset[str]] = {
     "hf": frozenset({"data_wait", "tokens"}),
     "lightning": frozenset({"data_wait", "grad_norm"}),
 }
-#: Phases in which fetched batches are not the training step's (an evaluation loop's).
-_NOT_TRAINING = ("validating", "checkpointing", "finished")
 
 
 class AutoState:
@@ -154,24 +152,20 @@ class AutoState:
         """One DataLoader batch: its wait and counts go to the open step, unless it was drawn with
         gradients off (``torch.no_grad()``, ``torch.inference_mode()``): no step trains on that,
         it is an evaluation of the loop's own."""
-        if _torch is not None and not _torch.is_grad_enabled():
+        r = self.accepts("data_wait")
+        if not dataloader.is_training_batch(r.phases.current if r is not None else "training"):
             return
         if self.first_activity is None or started < self.first_activity:
             self.first_activity = started
         self.batch_seen = True
-        r = self.accepts("data_wait")
         if r is None:
             if session.current() is None:  # before the first step: counts kept until the endpoint exists
                 self.pending.append((count_batch(batch), started, ended))
-            return
-        if r.phases.current in _NOT_TRAINING:
             return
         r.record_batch(batch, started, ended, count="tokens" in ACCEPTS[r.instrumentation])
 
 
 STATE = AutoState()
-#: The imported torch (``install``), for its grad mode.
-_torch: ModuleType | None = None
 
 
 def make_metrics() -> TrainingMetrics:
@@ -197,13 +191,10 @@ def _close_at_exit() -> None:
 
 def install(torch: ModuleType) -> None:
     """Install every hook into the imported ``torch`` (idempotent)."""
-    global _torch
     if session.hooks_installed:
         return
     session.hooks_installed = True
-    _torch = torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-    from torch.utils.data import dataloader
 
     if collectives.enabled():
         collectives.install(torch)  # from the start, so the counts cover the collectives before step 1
@@ -213,8 +204,7 @@ def install(torch: ModuleType) -> None:
     clip = _clip_wrapper(torch.nn.utils.clip_grad_norm_)
     torch.nn.utils.clip_grad_norm_ = clip
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip
-    base = dataloader._BaseDataLoaderIter
-    base.__next__ = _next_wrapper(base.__next__)  # type: ignore[method-assign]
+    dataloader.install(torch, STATE.on_batch)
     _wrap(torch, "save", _checkpoint_wrapper)
     atexit.register(_close_at_exit)
 
@@ -270,34 +260,6 @@ def attach_dcp(saver: ModuleType) -> None:
     for name in ("save", "save_state_dict"):
         if callable(getattr(saver, name, None)):
             _wrap(saver, name, _checkpoint_wrapper)
-
-
-def _forensics() -> Any:
-    """The process's ``RankForensics`` (``observe.training.forensics``), or ``None``."""
-    m = session.current()
-    return None if m is None else m.recorder.forensics
-
-
-def _next_wrapper(original: Any) -> Any:
-    def timed_next(self: Any) -> Any:
-        forensics = _forensics()
-        if forensics is not None:
-            forensics.data_started()
-        started = time.perf_counter()
-        try:
-            batch = original(self)
-        except StopIteration:
-            if forensics is not None:
-                forensics.data_ended(exhausted=True)
-            raise
-        if forensics is not None:
-            forensics.data_ended()
-        STATE.on_batch(batch, started, time.perf_counter())
-        return batch
-
-    timed_next.__name__ = timed_next.__qualname__ = "__next__"
-    timed_next.__wrapped__ = original  # type: ignore[attr-defined]
-    return timed_next
 
 
 def attach_hf(trainer_module: ModuleType) -> None:
