@@ -231,6 +231,9 @@ class TrainingMetrics:
         self._hook = None if optimizer is None else optimizer.register_step_pre_hook(self.recorder.read_learning_rate)
         self._served: Served | None = None
         self._hang: hangwatch.HangWatch | None = None
+        made = session.current()
+        if made is not None and made.recorder.instrumentation == "auto" and instrumentation != "auto":
+            made.close(linger_seconds=0)  # the one zero code made early: free its port for this one
         if serve:
             self._serve(env, port_base, address, port_fallback, port_setting)
         identity = {**self._collector.labels, "world_size": env.world_size, "restarts": env.restarts, "port": self.port}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -114,6 +115,28 @@ def test_grad_norm_is_absent_when_the_loop_does_not_clip(tmp_path, env) -> None:
     assert scrapes[0].value(c.TRAIN_STEPS.name) == 3
     assert c.TRAIN_GRAD_NORM.name not in scrapes[0].names()
     assert "grad_norm_source" not in scrapes[0].labels(c.TRAIN_INFO.name)
+
+
+def test_a_rank_serves_from_its_process_group_on_while_it_loads(tmp_path, env) -> None:
+    environ, base = env
+    record = tmp_path / "record.json"
+    cmd = [sys.executable, str(SCRIPT), "--record", str(record), "--steps", "3", "--init-group"]
+    run = start([*cmd, "--store", str(tmp_path / "store"), "--load-seconds", "60"], environ, tmp_path / "out.log")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the 60 s of loading: the endpoint answers within them
+            try:
+                s = scrape(base)
+                break
+            except httpx.HTTPError:
+                assert run.proc.poll() is None, run.output()[-3000:]
+                time.sleep(0.2)
+        else:
+            raise AssertionError(f"no endpoint while loading:\n{run.output()[-3000:]}")
+        assert s.phase == "loading_weights" and s.value(c.TRAIN_STEPS.name) == 0
+        assert s.labels(c.TRAIN_INFO.name)["instrumentation"] == "auto"
+    finally:
+        run.stop()
 
 
 def test_spawned_dataloader_workers_stay_silent(tmp_path, env) -> None:

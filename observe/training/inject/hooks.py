@@ -23,8 +23,10 @@ What they capture for any PyTorch loop, without its help:
 - **phase**: ``loading_weights`` (or ``restarting``) until the first step, ``training`` after it,
   ``finished`` at exit; **CUDA memory** on log steps (host-side allocator counters).
 
-The endpoint is created at the first optimizer step (``TrainingMetrics``, ``instrumentation="auto"``),
-so a process that never steps never binds; at exit it lingers for a final scrape. When another
+The endpoint is created once ``torch.distributed.init_process_group`` returns (the process is then
+known to be a rank: loading and compiling are visible live), else at the first optimizer step
+(``TrainingMetrics``, ``instrumentation="auto"``), so a process that neither joins a group nor
+steps never binds; at exit it lingers for a final scrape. When another
 entry point drives the steps (the Hugging Face or Lightning callback, a ``TrainingMetrics`` of the
 script's own), these hooks feed its recorder only what it asks for (``AutoState.accepts``). None of them reads a
 device value: tensors are kept and read on log steps.
@@ -206,6 +208,9 @@ def install(torch: ModuleType) -> None:
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip
     dataloader.install(torch, STATE.on_batch)
     _wrap(torch, "save", _checkpoint_wrapper)
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and callable(getattr(dist, "init_process_group", None)):
+        _wrap(dist, "init_process_group", _init_wrapper)
     atexit.register(_close_at_exit)
 
 
@@ -234,6 +239,22 @@ def _clip_wrapper(original: Any) -> Any:
     clip_grad_norm_.__wrapped__ = original  # type: ignore[attr-defined]
     clip_grad_norm_.__doc__ = original.__doc__
     return clip_grad_norm_
+
+
+def _init_wrapper(original: Any) -> Any:
+    """``torch.distributed.init_process_group``: once it returns, the process is a rank of a
+    run (never a DataLoader worker, a spawned helper or torchrun's agent, none of which calls it),
+    so its endpoint is made then, in ``loading_weights``, rather than at the first optimizer step."""
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if session.current() is None:
+            make_metrics()
+        return result
+
+    init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+    init_process_group.__doc__ = original.__doc__
+    return init_process_group
 
 
 def _checkpoint_wrapper(original: Any) -> Any:
