@@ -154,3 +154,5 @@ def test_demo_help_is_plain_text(capsys) -> None:
     result = run_cli(["demo", "--help"], capsys)
     assert result.status == 0 and "``" not in result.stdout and "fine-tune on this machine" in result.stdout
     assert "--log-every N" in result.stdout and "steps per log window" in result.stdout
+    # the trainer's linger line names --metrics-linger 0: the demo takes it too
+    assert "--metrics-linger SECONDS" in result.stdout
