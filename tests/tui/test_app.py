@@ -210,3 +210,29 @@ async def test_a_node_that_goes_away_keeps_its_last_data_with_its_age(fleet) -> 
         assert "connection refused" in row and "75%" in row  # last figures kept
         node = app.snapshot.node("gpu-node-1")
         assert node.age(time.time()) >= 1.0 and node.figures.gpus == 4
+
+
+async def test_the_alerts_detail_shows_the_event_in_full_at_80x24(fleet) -> None:
+    app = make(fleet, unreachable=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.refreshes >= 1 and app.snapshot.xid_events(), what="XIDs")
+        await pilot.press("3")
+        screen = await until(pilot, lambda: isinstance(app.screen, AlertsScreen) and app.screen, what="alerts")
+        table = screen.query_one(VirtualTable)
+        await until(pilot, lambda: len(table.rows) == 12, what="12 events")
+        for i, event in enumerate(table.rows):
+            table.cursor = i
+            await pilot.pause(0.05)
+            drawn = lines_text(screen.query_one("#xid-detail", Lines))
+            assert all(len(line) <= 80 for line in drawn), drawn
+            words = " ".join(" ".join(drawn).split())
+            for text in (event.action, event.raw or event.message):
+                if text:  # every word of the action and the kernel's line is there, none cut
+                    assert " ".join(text.split()) in words, (text, drawn)
+
+
+def test_no_xid_events_claims_nothing_about_gpus() -> None:
+    from observe.tui.screens.alerts import detail_lines
+
+    (line,) = detail_lines(None)
+    assert "".join(text for text, _ in line) == " no XID events in the kernel logs of the nodes shown"
