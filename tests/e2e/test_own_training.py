@@ -68,7 +68,8 @@ class Trainer:
 
 TRAINERS = {
     "fsdp2-loop": Trainer(
-        ("fsdp2_loop.py", "--steps", "60", "--accum", "2", "--record", "own"),
+        # its own validation every 20 steps (under no_grad): not training data
+        ("fsdp2_loop.py", "--steps", "60", "--accum", "2", "--val-every", "20", "--record", "own"),
         60,
         2,
         True,
