@@ -15,8 +15,8 @@ What it reads, on every rank (Hugging Face calls callbacks on every process):
   ``validating`` when ``control.should_evaluate``, then ``checkpointing`` when
   ``control.should_save`` (``DefaultFlowCallback`` set them just before this callback runs);
 - ``on_optimizer_step``: the learning rate of the step (before the scheduler moves it);
-- ``on_log`` (at ``logging_steps``): ``loss``, ``grad_norm``, ``learning_rate``; and
-  ``num_input_tokens_seen`` is not used: the batches give this rank's labelled tokens exactly. Hugging
+- ``on_log`` (at ``logging_steps``): ``loss``, ``grad_norm``, ``learning_rate``
+  (``num_input_tokens_seen`` is not read: the batches give this rank's labelled tokens). Hugging
   Face's logged ``loss`` is the mean over ranks of each rank's mean micro-batch loss since the
   last log, **not token-weighted** (``loss_source="hf_logged"``); the same value on every rank.
 - ``on_evaluate``: ``eval_loss`` as the validation loss (Hugging Face's mean over evaluation
