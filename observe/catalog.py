@@ -178,11 +178,19 @@ TRAIN_GRAD_NORM = Metric(
     "gauge",
     "Global L2 norm of the gradients before clipping, last log step.",
 )
-TRAIN_LEARNING_RATE = Metric("fsdp_train_learning_rate", "gauge", "Learning rate of the last step.")
+TRAIN_LEARNING_RATE = Metric(
+    "fsdp_train_learning_rate",
+    "gauge",
+    "Learning rate of the last step, one series per optimizer and param group: optimizer is its "
+    "class (AdamW, then AdamW#2 for a second AdamW, in the order they first step), param_group the "
+    "group's index; both empty when the entry point was given a bare number.",
+    ("optimizer", "param_group"),
+)
 TRAIN_FLOPS_PER_TOKEN = Metric(
     "fsdp_train_model_flops_per_token",
     "gauge",
-    "Model FLOPs per token, 6*N_matmul + 12*L*d_model*T (PaLM appendix B, as torchtitan).",
+    "Model FLOPs per token, 6*N_matmul + 12*L*d_model*T (PaLM appendix B, as torchtitan); T is the "
+    "sequence length trained at when the entry point knows it, else the model's context length.",
 )
 TRAIN_MFU = Metric(
     "fsdp_train_mfu_ratio",
@@ -224,12 +232,16 @@ TRAIN_EXPORTER_ERRORS = Metric(
 #: Values of ``fsdp_train_instrumentation_problem``'s ``problem`` label.
 #: ``port_taken``: the rank's port was held by another process, so it serves on a port the kernel
 #: chose (logged once; a PodMonitor does not find it there); ``no_local_rank``: the launcher set no
-#: ``LOCAL_RANK``, so the port and ``local_rank`` label come from the global rank.
+#: ``LOCAL_RANK``, so the port and ``local_rank`` label come from the global rank;
+#: ``setting_ignored``: an ``FSDP_OBSERVE_*`` setting was not used as given (not a valid value, or
+#: one the framework decides, e.g. Hugging Face's windows follow its ``logging_steps``).
+INSTRUMENTATION_PROBLEMS: tuple[str, ...] = ("port_taken", "no_local_rank", "setting_ignored")
 TRAIN_INSTRUMENTATION_PROBLEM = Metric(
     "fsdp_train_instrumentation_problem",
     "gauge",
     "1 for each problem the instrumentation of this process met (port_taken: serving on a fallback "
-    "port; no_local_rank: the launcher set no LOCAL_RANK); absent when there is none.",
+    "port; no_local_rank: the launcher set no LOCAL_RANK; setting_ignored: an FSDP_OBSERVE_* "
+    "setting was not used as given); absent when there is none.",
     ("problem",),
 )
 

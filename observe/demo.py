@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,6 +148,8 @@ class ScrapeRecord:
     url: str
     ok: int = 0
     failed: int = 0
+    #: refused connections before the rank first answered (it was still starting: not failures)
+    starting: int = 0
     series: int = 0
     last_step: float | None = None
     last_phase: str | None = None
@@ -191,6 +194,9 @@ class Scraper:
         try:
             samples = promtext.parse(client.get(record.url).raise_for_status().text)
         except (httpx.HTTPError, ValueError) as exc:
+            if record.ok == 0 and isinstance(exc, httpx.ConnectError):
+                record.starting += 1  # the rank has not bound its port yet
+                return
             record.failed += 1
             record.last_error = type(exc).__name__
             return
@@ -244,11 +250,13 @@ def summary_rows(
         rows.append(("step time p50 / p95", f"{end['step_seconds_p50']:.3f} s / {end['step_seconds_p95']:.3f} s"))
     for rank, rec in enumerate(scrapes):
         if rec.ok and rec.last_step is not None:
-            seen = f"{rec.ok} scrapes ok, {rec.series} series, last step {rec.last_step:.0f}"
+            seen = f"{rec.ok} scrapes, {rec.series} series, step {rec.last_step:.0f}"
             seen += f" ({rec.last_phase})" if rec.last_phase else ""
-            seen += f"; {rec.failed} failed" if rec.failed else ""
-        else:
+            seen += f"; {rec.failed} failed ({rec.last_error})" if rec.failed else ""
+        elif rec.failed:
             seen = f"{rec.ok} ok, {rec.failed} failed" + (f" (last: {rec.last_error})" if rec.last_error else "")
+        else:
+            seen = "never answered (the rank had not bound its port)" if rec.starting else "not scraped"
         rows.append((f"rank {rank} /metrics", seen))
     rows.append(("exit status", str(status)))
     return rows
@@ -396,6 +404,6 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
     """Print rows as a two-column table."""
     width = max(len(label) for label, _ in rows)
     print(f"\n{title}")
-    print("-" * (width + 2 + max(len(v) for _, v in rows)))
+    print("-" * min(width + 2 + max(len(v) for _, v in rows), shutil.get_terminal_size().columns - 1))
     for label, value in rows:
         print(f"{label:<{width}}  {value}")

@@ -63,8 +63,12 @@ class PortInUseError(UserError):
     """
 
     def __init__(self, field: str, address: str, port: int, fix: str) -> None:
+        from observe.ports import port_holder
+
         self.address, self.port = address, port
-        super().__init__(field, f"port {port} on {address} is already in use", fix)
+        holder = port_holder(port)
+        held = f" by {holder}" if holder else " (no process listens there; it is bound without listening)"
+        super().__init__(field, f"port {port} on {address} is already in use{held}", fix)
 
 
 def bind_error(

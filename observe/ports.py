@@ -11,6 +11,7 @@ the kernel's port-0 choice plus one, was in use when it bound it). Standard libr
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
@@ -32,13 +33,64 @@ def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tup
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether ``host:port`` can be bound now."""
+    """Whether ``host:port`` can be bound now, as our servers bind it: with ``SO_REUSEADDR``
+    (Python's ``HTTPServer`` sets it), so the ``TIME_WAIT`` sockets a server that just stopped
+    leaves behind do not count as holding the port, while a listener does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
             return False
     return True
+
+
+def port_holder(port: int, proc: str = "/proc") -> str | None:
+    """Who listens on TCP ``port``, for an error message: ``pid 123 (python3)``; ``a process of
+    another user`` when the socket is there but no visible process has it open; ``None`` when no
+    socket listens there (or off Linux). Reads ``/proc/net/tcp{,6}`` (state ``0A`` is LISTEN) and
+    each process's ``fd`` links (``socket:[inode]``)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{table}") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        pids = []
+    for pid in pids:
+        if inodes & _fd_links(f"{proc}/{pid}/fd"):
+            try:
+                with open(f"{proc}/{pid}/comm") as fh:
+                    return f"pid {pid} ({fh.read().strip()})"
+            except OSError:
+                return f"pid {pid}"
+    return "a process of another user"
+
+
+def _fd_links(folder: str) -> set[str]:
+    """Where a process's open files point (``socket:[inode]`` for sockets); what cannot be read
+    (another user's process, an fd closed meanwhile) is left out."""
+    links: set[str] = set()
+    try:
+        fds = os.listdir(folder)
+    except OSError:
+        return links
+    for fd in fds:
+        try:
+            links.add(os.readlink(f"{folder}/{fd}"))
+        except OSError:
+            continue
+    return links
 
 
 def free_port(host: str = "127.0.0.1") -> int:

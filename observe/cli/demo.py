@@ -59,6 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     ap.add_argument(
+        "--metrics-linger",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after the last step, keep serving /metrics this long (default: until its scraper has "
+        "scraped the end once more, at most 20 s; 0 skips this), as fsdp-observe train takes it",
+    )
+    ap.add_argument(
         "--agent-port",
         type=int,
         default=None,
@@ -119,7 +127,12 @@ def main(argv: list[str]) -> int:
             model=ModelConfig(preset="tiny"),
             steps=ns.steps,
             metrics=MetricsConfig(
-                port_base=port_base, address="127.0.0.1", log_every=ns.log_every, log_json=str(log_json), run_id=run_id
+                port_base=port_base,
+                address="127.0.0.1",
+                log_every=ns.log_every,
+                log_json=str(log_json),
+                run_id=run_id,
+                linger_seconds=ns.metrics_linger,
             ),
         ),
         ns.nproc_per_node,

@@ -100,7 +100,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, LocalPlan]:
     if "--" in argv:
         cut = argv.index("--")
         argv, trainer_args = argv[:cut], argv[cut + 1 :]
-    ns = build_parser().parse_args(argv)
+    ns = build_parser().parse_args(join_world_sizes(argv))
     if ns.prometheus:
         if "://" not in ns.prometheus:  # host:port, as fsdp-observe top --prometheus takes it
             ns.prometheus = f"http://{ns.prometheus}"
@@ -123,6 +123,21 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, LocalPlan]:
     if not ns.prometheus and len(plan.world_sizes) < 2:
         raise UserError("--world-sizes", "a scaling report compares two or more sizes", "pass e.g. --world-sizes 1,2")
     return ns, plan
+
+
+def join_world_sizes(argv: list[str]) -> list[str]:
+    """``--world-sizes 1 2 4`` (sizes as separate words, as this flag once took them) as
+    ``--world-sizes 1,2,4``: the whole numbers that follow the flag's value are joined to it."""
+    out: list[str] = []
+    for word in argv:
+        previous = out[-1] if out else ""
+        joinable = word.replace(",", "").isdigit() and previous.replace(",", "").split("=")[-1].isdigit()
+        before = out[-2] if len(out) > 1 else ""
+        if joinable and (before == "--world-sizes" or previous.startswith("--world-sizes=")):
+            out[-1] = f"{previous},{word}"
+        else:
+            out.append(word)
+    return out
 
 
 def _prepare_out(out: Path) -> None:

@@ -161,7 +161,10 @@ def make_source(ns: argparse.Namespace) -> Source:
     if kube_only and not ns.kube:
         raise UserError(kube_only[0], "only applies with --kube", "add --kube, or leave it out")
     if ns.prometheus:
+        from observe.sources.direct import check_url
         from observe.sources.prometheus import PrometheusSource
+
+        check_url(ns.prometheus, "--prometheus")
 
         return PrometheusSource(ns.prometheus, timeout=max(ns.timeout, 5.0))
     if ns.kube:

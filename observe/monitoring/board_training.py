@@ -207,9 +207,9 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                     ),
                     timeseries(
                         "Learning rate",
-                        [target(q.learning_rate, "{{run_id}}")],
+                        [target(q.learning_rate, "{{run_id}} {{optimizer}} {{param_group}}")],
                         "sci",
-                        "Learning rate of the last step.",
+                        "Learning rate of the last step, one line per optimizer and param group.",
                     ),
                 ]
             ],

@@ -155,7 +155,7 @@ class TrainingQueries:
         self.highest_data_wait = stable_top(k, data_wait, RANK_ID)
         self.alloc_retries = stable_top(k, t(c.TRAIN_DEVICE_ALLOC_RETRIES), RANK_ID, reducer="increase")
         self.grad_norm = f"max by ({RUN}) ({t(c.TRAIN_GRAD_NORM)})"
-        self.learning_rate = f"max by ({RUN}) ({t(c.TRAIN_LEARNING_RATE)})"
+        self.learning_rate = f"max by ({RUN}, optimizer, param_group) ({t(c.TRAIN_LEARNING_RATE)})"
         # One stack per run (``$run`` is ``<namespace>/<run_id>``): the same run_id in two
         # namespaces is two stacks, each summing to 1.
         phases = s.trainer(rules.PHASE_SHARE, *m[:2], 'run=~"$run"')  # recorded per run and phase

@@ -70,7 +70,10 @@ def check_url(url: str, flag: str, where: str = "") -> None:
     Raises:
         UserError: not ``host:port`` or an ``http(s)://`` URL with a host name or IP address.
     """
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:  # urlsplit itself refuses an unclosed IPv6 bracket ("http://[bad")
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+    except ValueError:
+        raise UserError(flag, f"{where}{url!r} is not an address", "give host:port or http://host:port") from None
     try:
         port_ok = parts.port is None or 0 < parts.port < 65536
     except ValueError:

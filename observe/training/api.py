@@ -43,19 +43,18 @@ from observe import catalog as c
 from observe.errors import PortInUseError
 from observe.training import hangwatch, session
 from observe.training.collector import TrainingCollector
-from observe.training.flops import peak_flops
+from observe.training.flops import model_class_name, peak_flops, unwrap
 from observe.training.forensics import RankForensics
 from observe.training.phases import Goodput, PhaseClock, process_start_time
 from observe.training.rankenv import (
     DEFAULT_LINGER_SECONDS,
     DEFAULT_LOG_EVERY,
     LINGER_ENV,
-    LOG_EVERY_ENV,
     RankEnv,
     bind_address,
     cuda_identity,
     env_float,
-    env_int,
+    log_every_setting,
     port_base,
     rank_labels,
     read_rank_env,
@@ -114,7 +113,8 @@ class TrainingMetrics:
             when unknown.
         model: the model (for ``fsdp_train_model_flops_per_token`` and MFU, and the ``model``
             label); ``None`` leaves them absent.
-        seq_len: tokens per sequence for FLOPs per token (default: the first batch's length).
+        seq_len: tokens per sequence for FLOPs per token (default: the model's context length,
+            ``max_position_embeddings``; never a batch's width, so every rank exports one figure).
         optimizer: read for the learning rate at each ``optimizer.step()`` (a step pre-hook).
         log_every: steps per log window (default ``FSDP_OBSERVE_LOG_EVERY``, else 10).
         global_loss: on log steps, one all-reduce (every rank must step alike) of the window's
@@ -207,13 +207,16 @@ class TrainingMetrics:
                 f"no LOCAL_RANK in the environment: local_rank and the port come from "
                 f"the global rank {env.rank}; launch with torchrun for per-node ports",
             )
+        from_env, refused = log_every_setting()
+        if refused and log_every is None:
+            self._problem("setting_ignored", refused)
         self.recorder = StepRecorder(
             self._collector,
             phases,
             goodput,
             env,
             instrumentation,
-            log_every=max(1, log_every or env_int(LOG_EVERY_ENV, DEFAULT_LOG_EVERY)),
+            log_every=max(1, log_every or from_env or DEFAULT_LOG_EVERY),
             planned_steps=planned_steps,
             global_loss=global_loss,
             device=device,
@@ -228,6 +231,9 @@ class TrainingMetrics:
         self._hook = None if optimizer is None else optimizer.register_step_pre_hook(self.recorder.read_learning_rate)
         self._served: Served | None = None
         self._hang: hangwatch.HangWatch | None = None
+        made = session.current()
+        if made is not None and made.recorder.instrumentation == "auto" and instrumentation != "auto":
+            made.close(linger_seconds=0)  # the one zero code made early: free its port for this one
         if serve:
             self._serve(env, port_base, address, port_fallback, port_setting)
         identity = {**self._collector.labels, "world_size": env.world_size, "restarts": env.restarts, "port": self.port}
@@ -406,6 +412,6 @@ def _facts(
 
 def _model_name(model: Any) -> str:
     """The ``model`` label: a Hugging Face model's ``name_or_path`` (last path part), else its class."""
-    config = getattr(model, "config", None)
+    config = getattr(unwrap(model), "config", None)
     name = getattr(config, "_name_or_path", "") or getattr(config, "name_or_path", "")
-    return os.path.basename(str(name).rstrip("/")) if name else type(model).__name__
+    return os.path.basename(str(name).rstrip("/")) if name else model_class_name(model)

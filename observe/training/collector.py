@@ -118,6 +118,7 @@ class TrainingCollector(Collector):
         self._step_seconds = Histogram(c.STEP_SECONDS_BUCKETS)
         self._data_wait_seconds: Histogram | None = None
         self._learning_rate: float | None = None
+        self._learning_rates: dict[tuple[str, str], float] = {}  # (optimizer, param group) -> lr
         self._window: WindowStats | None = None
         self._loss: float | None = None
         self._grad_norm: float | None = None
@@ -164,6 +165,11 @@ class TrainingCollector(Collector):
         if learning_rate is not None:
             self._learning_rate = learning_rate
         self._last_step_timestamp = time.time()
+
+    def set_learning_rate(self, optimizer: str, param_group: str, value: float) -> None:
+        """The learning rate of one optimizer's param group (``fsdp_train_learning_rate``'s labels);
+        once any is set, these series replace the bare number ``on_step`` gives."""
+        self._learning_rates[(optimizer, param_group)] = value
 
     def add_labelled_tokens(self, tokens: int) -> None:
         """Count labelled tokens that were known only later (read from the device on a log step)."""
@@ -313,7 +319,6 @@ class TrainingCollector(Collector):
             c.TRAIN_PLANNED_STEPS: self._planned_steps,
             c.TRAIN_FLOPS_PER_TOKEN: self._flops_per_token,
             c.TRAIN_LAST_STEP_TIMESTAMP: self._last_step_timestamp,
-            c.TRAIN_LEARNING_RATE: self._learning_rate,
             c.TRAIN_LOSS: self._loss,
             c.TRAIN_GRAD_NORM: self._grad_norm,
             c.TRAIN_MFU: self.mfu,
@@ -343,6 +348,13 @@ class TrainingCollector(Collector):
                 yield self.gauge(metric, value)
         if self._memory is not None:
             yield self.counter(c.TRAIN_DEVICE_ALLOC_RETRIES, self._memory.alloc_retries)
+        rates = self._learning_rates or ({("", ""): self._learning_rate} if self._learning_rate is not None else {})
+        if rates:
+            metric = c.TRAIN_LEARNING_RATE
+            family = GaugeMetricFamily(metric.name, metric.help, labels=list(self._labels) + list(metric.labels))
+            for (optimizer, group), value in sorted(rates.items()):
+                family.add_metric([*self._labels.values(), optimizer, group], value)
+            yield family
 
     def _problem_family(self) -> GaugeMetricFamily:
         metric = c.TRAIN_INSTRUMENTATION_PROBLEM

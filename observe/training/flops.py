@@ -47,13 +47,66 @@ def flops_per_token(model: Any, seq_len: int) -> int:
     return 6 * n_params + 12 * config.num_hidden_layers * config.hidden_size * seq_len
 
 
-def model_flops_per_token(model: Any, seq_len: int) -> int:
-    """FLOPs per token of any model: the PaLM count (``flops_per_token``) for a model with a
-    Hugging Face Llama-style ``config``, else ``6 * parameters`` (Kaplan et al. 2020, "Scaling
-    Laws for Neural Language Models", section 2.1: forward plus backward, attention left out)."""
+#: Attributes by which wrappers hold the model they wrap: ``torch.compile``'s ``OptimizedModule``
+#: (``_orig_mod``), ``DistributedDataParallel`` and FSDP1's ``FullyShardedDataParallel`` (``module``).
+_WRAPPED = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "FullyShardedDataParallel": "module"}
+
+
+def unwrap(model: Any) -> Any:
+    """The user's model inside ``torch.compile``, DDP and FSDP1 wrappers (FSDP2's ``fully_shard``
+    wraps nothing: it changes the module's class in place, see ``model_class_name``)."""
+    for _ in range(8):
+        attr = _WRAPPED.get(type(model).__name__)
+        inner = getattr(model, attr, None) if attr else None
+        if inner is None:
+            return model
+        model = inner
+    return model
+
+
+def model_class_name(model: Any) -> str:
+    """The model's class name as its author wrote it: FSDP2's ``fully_shard`` swaps the class for a
+    made-up ``FSDP<Name>`` subclassing ``FSDPModule`` and the original, whose name is returned."""
+    model = unwrap(model)
+    name = type(model).__name__
+    if name.startswith("FSDP"):
+        for base in type(model).__bases__:
+            if base.__name__ == name[len("FSDP") :]:
+                return base.__name__
+    return name
+
+
+def is_llama_like(model: Any) -> bool:
+    """A model with a Hugging Face Llama-style ``config`` (``flops_per_token`` applies)."""
     config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "num_hidden_layers") and hasattr(model, "get_input_embeddings"):
-        return flops_per_token(model, seq_len)
+    return config is not None and hasattr(config, "num_hidden_layers") and hasattr(model, "get_input_embeddings")
+
+
+def context_length(model: Any) -> int | None:
+    """The model's context length ``T`` (its config's ``max_position_embeddings``), or ``None``."""
+    value = getattr(getattr(unwrap(model), "config", None), "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def model_flops_per_token(model: Any, seq_len: int | None) -> int:
+    """FLOPs per token of any model, one figure per model (the same on every rank).
+
+    The PaLM count (``flops_per_token``) for a model with a Hugging Face Llama-style ``config``,
+    with ``T`` = ``seq_len`` when the caller knows the length it trains at, else the model's
+    context length (``context_length``), as nanoGPT's ``estimate_mfu`` takes its ``block_size``;
+    never a batch's width, which differs per rank with padded batches. Any other model:
+    ``6 * parameters`` (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", section
+    2.1: forward plus backward, attention left out).
+
+    Raises:
+        ValueError: a Llama-style model with neither ``seq_len`` nor a context length.
+    """
+    model = unwrap(model)
+    if is_llama_like(model):
+        length = seq_len or context_length(model)
+        if length is None:
+            raise ValueError("no sequence length: pass seq_len")
+        return flops_per_token(model, length)
     return 6 * sum(int(p.numel()) for p in model.parameters())
 
 

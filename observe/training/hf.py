@@ -8,26 +8,25 @@ package installed) the injector appends this callback to every ``Trainer``.
 
 What it reads, on every rank (Hugging Face calls callbacks on every process):
 
-- ``on_train_begin``: ``state.max_steps`` (planned steps), the model (FLOPs per token once a
-  batch's length is known), and it serves the rank's endpoint;
+- ``on_train_begin``: ``state.max_steps`` (planned steps), the model (FLOPs per token, from its
+  context length), and it serves the rank's endpoint;
 - ``on_step_end``: one optimizer step (``state.global_step``) and its wall time, measured from
   the previous step's end, so it includes the data fetch; and the phase that follows:
   ``validating`` when ``control.should_evaluate``, then ``checkpointing`` when
   ``control.should_save`` (``DefaultFlowCallback`` set them just before this callback runs);
 - ``on_optimizer_step``: the learning rate of the step (before the scheduler moves it);
-- ``on_log`` (at ``logging_steps``): ``loss``, ``grad_norm``, ``learning_rate``; and
-  ``num_input_tokens_seen`` when the user enabled ``include_num_input_tokens_seen`` (this
-  callback never enables it: it costs a gather and a device sync per micro-batch). Hugging
+- ``on_log`` (at ``logging_steps``): ``loss``, ``grad_norm``, ``learning_rate``
+  (``num_input_tokens_seen`` is not read: the batches give this rank's labelled tokens). Hugging
   Face's logged ``loss`` is the mean over ranks of each rank's mean micro-batch loss since the
   last log, **not token-weighted** (``loss_source="hf_logged"``); the same value on every rank.
 - ``on_evaluate``: ``eval_loss`` as the validation loss (Hugging Face's mean over evaluation
   batches); ``on_save``: the checkpoint's time, since the phase began.
 
-Without the injector, the data wait is the gap between a step's end (or the last log, evaluation
-or save) and the next ``on_step_begin``, in which Hugging Face fetches the next batches; tokens
-come only from ``num_input_tokens_seen`` (input tokens, divided by the world size:
-``tokens_source="hf_input_tokens"``). Under the injector the DataLoader hook gives both exactly
-(``tokens_source="labels"``).
+The data wait, samples and labelled tokens come from the DataLoader's batches
+(``observe.training.dataloader``: the injector's hook, or, with this callback added by hand, the
+same patch made in ``on_train_begin``), exactly (``tokens_source="labels"``); Hugging Face fetches
+one batch ahead, so mid-run counts lead by a micro-batch. Batches fetched while evaluating or
+saving are not counted.
 """
 
 from __future__ import annotations
@@ -37,8 +36,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from observe.training import progress, session
+from observe.training import dataloader, progress, session
 from observe.training.api import TrainingMetrics
+from observe.training.rankenv import LOG_EVERY_ENV, log_every_setting
 from observe.training.recorder import StepRecorder
 
 __all__ = ["FsdpObserveCallback"]
@@ -57,7 +57,6 @@ class FsdpObserveCallback(TrainerCallback):
         self.metrics: TrainingMetrics | None = None
         self._recorder: StepRecorder | None = None  # the metrics' recorder, which these events drive
         self._last_event = time.perf_counter()
-        self._tokens_seen: float | None = None
         self._phase_started: float | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
@@ -75,6 +74,17 @@ class FsdpObserveCallback(TrainerCallback):
             )
         self._recorder = r = self.metrics.recorder
         r.windows_at_log_steps = False  # windows end at on_log, as Hugging Face's do
+        if not session.hooks_installed:  # added by hand: time the DataLoader and count its batches here
+            import torch
+
+            dataloader.install(torch, self._on_batch)
+        wanted, _ = log_every_setting()
+        if wanted is not None and wanted != _log_every(args, state):
+            r.report_problem(
+                "setting_ignored",
+                f"{LOG_EVERY_ENV}={wanted} is not used: Hugging Face's windows close at its logging_steps "
+                f"({_log_every(args, state)}); set TrainingArguments(logging_steps={wanted}) instead",
+            )
         r.step_index = int(state.global_step or 0)
         if "kubeflow" in (getattr(args, "report_to", None) or []):  # transformers adds it when Trainer's URL is set
             progress.leave_to(
@@ -88,11 +98,16 @@ class FsdpObserveCallback(TrainerCallback):
         r = self._recorder
         if r is None:
             return
-        now = time.perf_counter()
-        if session.hooks_installed:
+        if dataloader.installed():  # the DataLoader's batches time the data wait themselves
             r.begin_step(self._last_event)
         else:
-            r.record_batch(None, self._last_event, now, count=False)
+            r.record_batch(None, self._last_event, time.perf_counter(), count=False)
+
+    def _on_batch(self, batch: Any, started: float, ended: float) -> None:
+        """A DataLoader batch (without the injector): its wait, samples and labelled tokens."""
+        r = self._recorder
+        if r is not None and dataloader.is_training_batch(r.phases.current):
+            r.record_batch(batch, started, ended)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
         """The learning rate this step used."""
@@ -114,16 +129,11 @@ class FsdpObserveCallback(TrainerCallback):
             self._enter(r, "checkpointing")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        """A training log: the window's loss, gradient norm, learning rate (and input tokens)."""
+        """A training log: the window's loss, gradient norm, learning rate."""
         r = self._recorder
         self._last_event = time.perf_counter()
         if r is None or not logs or "loss" not in logs:
             return
-        seen, tokens = logs.get("num_input_tokens_seen"), None
-        if seen is not None and not session.hooks_installed:  # global input tokens: this rank's share
-            before = self._tokens_seen or 0.0
-            self._tokens_seen = float(seen)
-            tokens = int(round((float(seen) - before) / max(1, r.rank_env.world_size)))
         r.set_info(loss_source="hf_logged")
         if logs.get("grad_norm") is not None:
             r.set_info(grad_norm_source="hf_logged")
@@ -131,8 +141,6 @@ class FsdpObserveCallback(TrainerCallback):
             loss=float(logs["loss"]),
             grad_norm=_float(logs.get("grad_norm")),
             learning_rate=_float(logs.get("learning_rate")),
-            tokens=tokens,
-            tokens_source="hf_input_tokens",
         )
 
     def on_evaluate(

@@ -12,7 +12,7 @@ hook into: run it under ``fsdp-observe run``, whose torch hooks see its steps.)
 What it reads, on every rank:
 
 - ``on_train_start``: planned steps (``max_steps``, else ``estimated_stepping_batches``), the
-  log window (``log_every_n_steps``), the module (FLOPs per token: ``6 * parameters`` unless it
+  module (FLOPs per token: ``6 * parameters`` unless it
   is a Hugging Face model); it serves the rank's endpoint;
 - ``on_train_batch_start``: the batch (samples and labelled tokens, counted on its device and
   read on log steps) and, without the injector, the data wait (the gap since the last batch
@@ -26,7 +26,9 @@ What it reads, on every rank:
 
 The gradient norm is not computed here (that would cost a pass over the gradients); under the
 injector, the value ``clip_grad_norm_`` returns when ``gradient_clip_val`` is set is exported.
-Checkpoint times are not exported (Lightning offers no hook around the write).
+Checkpoint times are not exported (Lightning offers no hook around the write). Log windows close
+every ``FSDP_OBSERVE_LOG_EVERY`` steps (default 10), whatever Lightning's ``log_every_n_steps``:
+the loss and tokens/s shown are never older than that.
 """
 
 from __future__ import annotations
@@ -79,7 +81,6 @@ class FsdpObserveCallback(Callback):
         self.metrics = TrainingMetrics(
             planned_steps=planned,
             model=pl_module,
-            log_every=max(1, int(trainer.log_every_n_steps or 1)),
             instrumentation="lightning",
             **self.metrics_kwargs,
         )

@@ -140,6 +140,24 @@ def env_int(name: str, default: int, env: dict[str, str] | None = None) -> int:
         return default
 
 
+def log_every_setting(env: dict[str, str] | None = None) -> tuple[int | None, str | None]:
+    """``FSDP_OBSERVE_LOG_EVERY`` as ``(steps, None)``; ``(None, None)`` when unset; ``(None, why)``
+    when it is not a whole number of 1 or more (``why``: one line naming the variable and the fix)."""
+    raw = (os.environ if env is None else env).get(LOG_EVERY_ENV, "").strip()
+    if not raw:
+        return None, None
+    try:
+        steps = int(raw)
+    except ValueError:
+        steps = 0
+    if steps >= 1:
+        return steps, None
+    return None, (
+        f"{LOG_EVERY_ENV}={raw!r} is not a whole number of 1 or more: windows close every "
+        f"{DEFAULT_LOG_EVERY} steps; set e.g. {LOG_EVERY_ENV}=10"
+    )
+
+
 def port_base(given: int | None = None, env: dict[str, str] | None = None) -> int:
     """The metrics port base: ``given``, else ``FSDP_OBSERVE_PORT_BASE``, else 9500."""
     return given if given is not None else env_int(PORT_BASE_ENV, TRAINER_PORT_BASE, env)

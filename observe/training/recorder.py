@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -34,7 +36,7 @@ from observe.training.collector import TrainingCollector
 from observe.training.flops import model_flops_per_token
 from observe.training.phases import Goodput, PhaseClock
 from observe.training.rankenv import RankEnv
-from observe.training.tensors import Accumulator, count_batch, is_tensor, read_all, sequence_length
+from observe.training.tensors import Accumulator, count_batch, is_tensor, read_all
 from observe.training.window import OpenWindow, WindowReport, is_log_step
 
 log = logging.getLogger("observe.training")
@@ -68,7 +70,8 @@ class StepRecorder:
         log_every: steps per log window; planned_steps: the last step (closes the last window).
         global_loss: all-reduce each window's loss sums and tokens/s (one collective per window).
         device: device of that all-reduce (default: that of the loss tensors given).
-        model, seq_len: for FLOPs per token once a batch's length is known (``None``: absent).
+        model, seq_len: for FLOPs per token (``observe.training.flops.model_flops_per_token``;
+            ``None`` model: absent).
         cuda: the rank runs on a CUDA device (its allocator's figures are read on log steps).
         on_window: called with each closed window's ``WindowReport``.
         on_ended: called by ``training_ended`` to close the rank's endpoint now.
@@ -104,9 +107,8 @@ class StepRecorder:
         self.rank_env, self.instrumentation = rank_env, instrumentation
         self.log_every, self.planned_steps, self.global_loss = log_every, planned_steps, global_loss
         self.on_window, self._on_ended = on_window, on_ended
-        self._device, self._model, self._seq_len, self._cuda = device, model, seq_len, cuda
-        self._flops_pending = model is not None
-        if model is not None and seq_len is not None:
+        self._device, self._model, self._cuda = device, model, cuda
+        if model is not None:
             self._set_flops_per_token(seq_len)
         self._listeners: list[StepListener] = []
         self.step_index = 0
@@ -126,6 +128,10 @@ class StepRecorder:
         # the latest values given (read on log steps) and the latest shown
         self._grad_norm: Any = None
         self._learning_rate: Any = None
+        self._lr_tensors: dict[tuple[str, str], Any] = {}  # (optimizer, group) -> a device lr
+        self._optimizer_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._optimizer_classes: dict[str, int] = {}
+        self._first_optimizer: str | None = None
         self._shown_loss: float | None = None
         self._shown_grad_norm: float | None = None
         self._shown_learning_rate: float | None = None
@@ -137,6 +143,12 @@ class StepRecorder:
     def attach(self, listener: StepListener) -> None:
         """Tell ``listener`` of every step and window from now on."""
         self._listeners.append(listener)
+
+    def report_problem(self, name: str, message: str) -> None:
+        """An instrumentation problem (``observe.catalog.INSTRUMENTATION_PROBLEMS``) an entry point
+        met, reported once: one line on stderr naming the rank, and the problem series."""
+        if self.collector.report_problem(name, message):
+            print(f"fsdp-observe: rank {self.rank_env.rank}: {message}", file=sys.stderr, flush=True)
 
     def set_info(self, **labels: str | None) -> None:
         """Set (or with ``None`` drop) ``fsdp_train_info`` labels, e.g. ``loss_source``."""
@@ -159,10 +171,6 @@ class StepRecorder:
             self._samples = (self._samples or 0) + samples
         if tokens is not None:
             self.record_tokens(tokens, how or "labels")
-        if batch is not None and self._flops_pending:
-            length = self._seq_len or sequence_length(batch)
-            if length:
-                self._set_flops_per_token(length)
 
     def record_tokens(self, tokens: Any, how: str) -> None:
         """Labelled tokens of the open step (an int or a device tensor) counted by an entry point,
@@ -175,9 +183,9 @@ class StepRecorder:
     def set_flops_per_token(self, flops: int) -> None:
         """Model FLOPs per token, known to the entry point (no longer worked out from the model)."""
         self.collector.set_flops_per_token(flops)
-        self._flops_pending = False
 
-    def _set_flops_per_token(self, seq_len: int) -> None:
+    def _set_flops_per_token(self, seq_len: int | None) -> None:
+        """From the model, once: the same figure on every rank (never from a batch's width)."""
         try:
             self.set_flops_per_token(model_flops_per_token(self._model, seq_len))
         except Exception:  # noqa: BLE001 - an unusual model: FLOPs and MFU stay absent, training goes on
@@ -236,10 +244,37 @@ class StepRecorder:
         self._learning_rate = value
 
     def read_learning_rate(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
-        """An optimizer step pre-hook: record ``param_groups[0]['lr']``, the rate this step uses."""
-        groups = getattr(optimizer, "param_groups", None)
-        if groups:
-            self._learning_rate = groups[0].get("lr")
+        """An optimizer step pre-hook: record the rate each of its param groups uses in this step,
+        one ``fsdp_train_learning_rate`` series per optimizer and group (tensors read on log
+        steps); the first optimizer's group 0 is the run's rate (``WindowReport.learning_rate``)."""
+        groups = getattr(optimizer, "param_groups", None) or []
+        rates = [group.get("lr") if isinstance(group, dict) else None for group in groups]
+        if all(value is None for value in rates):  # e.g. a container of optimizers: its parts say
+            return
+        name = self._optimizer_name(optimizer)
+        if name == self._first_optimizer:
+            self._learning_rate = rates[0]
+        for index, value in enumerate(rates):
+            if is_tensor(value):
+                self._lr_tensors[(name, str(index))] = value
+            elif isinstance(value, (int, float)):
+                self.collector.set_learning_rate(name, str(index), float(value))
+
+    def _optimizer_name(self, optimizer: Any) -> str:
+        """``AdamW``, then ``AdamW#2`` for a second optimizer of one class, in order of first sight."""
+        try:
+            name = self._optimizer_names.get(optimizer)
+        except TypeError:  # not weak-referable: named by its class alone
+            return type(optimizer).__name__
+        if name is None:
+            cls = type(optimizer).__name__
+            self._optimizer_classes[cls] = self._optimizer_classes.get(cls, 0) + 1
+            count = self._optimizer_classes[cls]
+            name = cls if count == 1 else f"{cls}#{count}"
+            self._optimizer_names[optimizer] = name
+            if self._first_optimizer is None:
+                self._first_optimizer = name
+        return name
 
     def end_step(self, now: float | None = None) -> None:
         """Close the open step: count it, and on a log step close the window."""
@@ -297,6 +332,11 @@ class StepRecorder:
         loss = (loss_sum or 0.0) / loss_weight if has_loss and loss_weight else None
         if lr is not None:
             self._shown_learning_rate = lr
+        if self._lr_tensors:
+            keys = list(self._lr_tensors)
+            for key, value in zip(keys, read_all([self._lr_tensors[k] for k in keys]), strict=True):
+                if value is not None:
+                    self.collector.set_learning_rate(*key, value)
         if loss is not None:
             self._shown_loss = loss
         if grad_norm is not None:

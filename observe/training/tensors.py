@@ -139,13 +139,3 @@ def count_batch(batch: Any) -> tuple[int | None, Any, str | None]:
     if is_tensor(inputs):
         return samples, int(inputs.numel()), "input_ids_heuristic"  # type: ignore[union-attr]
     return samples, None, None
-
-
-def sequence_length(batch: Any) -> int | None:
-    """The last dimension of the batch's inputs (for FLOPs per token), or ``None``."""
-    inputs: Any = _field(batch, "input_ids") if isinstance(batch, Mapping) or hasattr(batch, "input_ids") else None
-    if inputs is None and isinstance(batch, (tuple, list)) and batch and is_tensor(batch[0]):
-        inputs = batch[0]
-    if is_tensor(inputs) and len(inputs.shape) >= 2:
-        return int(inputs.shape[-1])
-    return None

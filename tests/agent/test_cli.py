@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ def one_error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
 def test_taken_port(capsys, taken_port: int) -> None:
     line = one_error_line(capsys, ["--address", "127.0.0.1", "--port", str(taken_port)])
     assert line == (
-        f"error: --port: port {taken_port} on 127.0.0.1 is already in use; "
+        f"error: --port: port {taken_port} on 127.0.0.1 is already in use by pid {os.getpid()} "
+        f"({Path('/proc/self/comm').read_text().strip()}); "
         "stop what holds it or pass --port with a free port"
     )
 

@@ -68,7 +68,8 @@ class Trainer:
 
 TRAINERS = {
     "fsdp2-loop": Trainer(
-        ("fsdp2_loop.py", "--steps", "60", "--accum", "2", "--record", "own"),
+        # its own validation every 20 steps (under no_grad): not training data
+        ("fsdp2_loop.py", "--steps", "60", "--accum", "2", "--val-every", "20", "--record", "own"),
         60,
         2,
         True,
@@ -147,9 +148,9 @@ def framework_losses(run: WatchedRun) -> dict[int, float]:
         history = json.loads((run.folder / "hf" / "log_history.json").read_text())
         last = [h["loss"] for h in history if "loss" in h][-1]
         return {0: last, 1: last}
-    if spec.instrumentation == "lightning":  # rank 0's CSVLogger; a window is one step
+    if spec.instrumentation == "lightning":  # rank 0's CSVLogger, a row per step; our window is 5 steps
         rows = list(csv.DictReader((run.folder / "pl" / "run" / "version_0" / "metrics.csv").open()))
-        return {0: float([r["train_loss"] for r in rows if r["train_loss"]][-1])}
+        return {0: sum([float(r["train_loss"]) for r in rows if r["train_loss"]][-5:]) / 5}
     # auto: the mean, over the last log window (5 steps), of what the script passed to backward()
     return {r: sum(run.record("own", r)["step_loss"][-5:]) / 5 for r in (0, 1)}
 

@@ -90,6 +90,15 @@ def test_world_sizes_parse_sorted_without_repeats() -> None:
     assert world_sizes("1 2  8") == (1, 2, 8)
 
 
+@pytest.mark.parametrize(
+    "argv", [["--world-sizes", "1", "2"], ["--world-sizes", "1", "2", "--steps", "6"], ["--world-sizes=1", "2"]]
+)
+def test_world_sizes_as_separate_words_are_taken(argv, monkeypatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    _, plan = parse([*argv, "--", "--grad-clip", "1"])
+    assert plan.world_sizes == (1, 2) and plan.trainer_args == ("--grad-clip", "1")
+
+
 def test_trainer_flags_after_the_separator_reach_the_trainer(monkeypatch) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     _, plan = parse(

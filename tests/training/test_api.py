@@ -259,3 +259,19 @@ def test_global_loss_is_one_all_reduce_per_log_step(tmp_path, monkeypatch) -> No
         assert dict(next(iter(scrape(m.recorder.collector)[c.TRAIN_INFO.name])))["loss_source"] == "global_token_mean"
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-3", "2.5"])
+def test_a_log_every_setting_that_is_no_step_count_is_refused_in_one_line(monkeypatch, capsys, raw) -> None:
+    monkeypatch.setenv("FSDP_OBSERVE_LOG_EVERY", raw)
+    m = TrainingMetrics(serve=False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "FSDP_OBSERVE_LOG_EVERY" in err[0] and "every 10 steps" in err[0], err
+    assert m.recorder.log_every == 10
+    assert samples(m)[f"{c.TRAIN_INSTRUMENTATION_PROBLEM.name}{{setting_ignored}}"] == 1
+
+
+def test_a_log_every_setting_acts(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("FSDP_OBSERVE_LOG_EVERY", "4")
+    assert TrainingMetrics(serve=False).recorder.log_every == 4
+    assert capsys.readouterr().err == ""

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from observe import catalog as c
+from observe.training import TrainingMetrics
 from observe.training.flops import flops_per_token, mfu, peak_flops
+from tests.support.collector import scrape
 
 CASE_SHAPE = dict(
     vocab_size=256,
@@ -51,3 +57,31 @@ def test_known_peaks(name: str, peak: float) -> None:
 def test_unknown_device_has_no_mfu(name) -> None:
     assert peak_flops(name) is None
     assert mfu(1e9, 1e4, peak_flops(name)) is None
+
+
+def test_one_model_gives_one_flops_figure_whatever_each_ranks_batch_width() -> None:
+    """Padded batches differ in width per rank; FLOPs per token is the model's, from its context."""
+    model = LlamaForCausalLM(LlamaConfig(**CASE_SHAPE, max_position_embeddings=48, tie_word_embeddings=False))
+    figures = []
+    for width in (12, 20):  # rank 0's and rank 1's first batches
+        m = TrainingMetrics(model=model, serve=False)
+        ids = torch.zeros(2, width, dtype=torch.long)
+        m.recorder.record_batch({"input_ids": ids, "labels": ids}, 0.0, 0.0)
+        (value,) = scrape(m.recorder.collector)[c.TRAIN_FLOPS_PER_TOKEN.name].values()
+        figures.append(value)
+        m.close(linger_seconds=0)
+    assert figures == [flops_per_token(model, 48)] * 2
+
+
+def test_the_model_label_is_the_models_class_not_fsdps(tmp_path) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = LlamaForCausalLM(LlamaConfig(**CASE_SHAPE))
+        fully_shard(model)
+        assert type(model).__name__ == "FSDPLlamaForCausalLM"
+        m = TrainingMetrics(model=torch.compile(model), serve=False)
+        (info,) = scrape(m.recorder.collector)[c.TRAIN_INFO.name]
+        m.close(linger_seconds=0)
+        assert dict(info)["model"] == "LlamaForCausalLM"
+    finally:
+        dist.destroy_process_group()

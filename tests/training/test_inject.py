@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def test_gradient_accumulation_counts_optimizer_steps_and_the_backward_loss(tmp_
     # the last window (log every 3: steps 1, 3, 6, then 7 alone) holds step 7
     assert s.value(c.TRAIN_LOSS.name) == pytest.approx(record["step_loss"][-1], rel=1e-5)
     assert s.value(c.TRAIN_GRAD_NORM.name) == pytest.approx(record["clip"][-1], rel=1e-5)
-    assert s.value(c.TRAIN_LEARNING_RATE.name) == 1e-3
+    assert s.value(c.TRAIN_LEARNING_RATE.name, optimizer="AdamW", param_group="0") == 1e-3
     info = s.labels(c.TRAIN_INFO.name)
     assert (info["instrumentation"], info["loss_source"], info["grad_norm_source"], info["tokens_source"]) == (
         "auto",
@@ -78,6 +79,19 @@ def test_gradient_accumulation_counts_optimizer_steps_and_the_backward_loss(tmp_
 
 
 @pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
+@pytest.mark.parametrize("under", ["no_grad", "inference_mode"])
+def test_the_loops_own_validation_batches_are_not_training_data(tmp_path, env, under: str) -> None:
+    environ, base = env
+    scrapes, record, _ = run_loop(tmp_path, environ, base, "--steps", "6", "--val-every", "2", "--val-under", under)
+    s = scrapes[0]
+    assert s.value(c.TRAIN_STEPS.name) == 6 == len(record["step_loss"])
+    # three validations of two batches each were drawn; only the training batches count
+    assert s.value(c.TRAIN_SAMPLES.name) == 6 * 4
+    assert s.value(c.TRAIN_LABELLED_TOKENS.name) == 6 * 4 * (16 - 5)
+    assert s.value(c.TRAIN_DATA_WAIT_SECONDS.name + "_count") == 6
+
+
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 @pytest.mark.parametrize("optimizers", ["two", "container"])
 def test_several_optimizers_count_each_step_once(tmp_path, env, optimizers: str) -> None:
     environ, base = env
@@ -87,12 +101,48 @@ def test_several_optimizers_count_each_step_once(tmp_path, env, optimizers: str)
 
 
 @pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
+@pytest.mark.parametrize("optimizers", ["two", "container"])
+def test_each_optimizer_has_its_own_learning_rate_series(tmp_path, env, optimizers: str) -> None:
+    environ, base = env
+    scrapes, _, _ = run_loop(tmp_path, environ, base, "--steps", "4", "--optimizers", optimizers)
+    rates = {
+        (x.labels["optimizer"], x.labels["param_group"]): x.value
+        for x in scrapes[0].samples
+        if x.name == c.TRAIN_LEARNING_RATE.name
+    }
+    assert rates == {("AdamW", "0"): 1e-3, ("SGD", "0"): 1e-2}  # the script's two optimizers
+
+
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
 def test_grad_norm_is_absent_when_the_loop_does_not_clip(tmp_path, env) -> None:
     environ, base = env
     scrapes, _, _ = run_loop(tmp_path, environ, base, "--steps", "3", "--no-clip")
     assert scrapes[0].value(c.TRAIN_STEPS.name) == 3
     assert c.TRAIN_GRAD_NORM.name not in scrapes[0].names()
     assert "grad_norm_source" not in scrapes[0].labels(c.TRAIN_INFO.name)
+
+
+@pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP
+def test_a_rank_serves_from_its_process_group_on_while_it_loads(tmp_path, env) -> None:
+    environ, base = env
+    record = tmp_path / "record.json"
+    cmd = [sys.executable, str(SCRIPT), "--record", str(record), "--steps", "3", "--init-group"]
+    run = start([*cmd, "--store", str(tmp_path / "store"), "--load-seconds", "60"], environ, tmp_path / "out.log")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the 60 s of loading: the endpoint answers within them
+            try:
+                s = scrape(base)
+                break
+            except httpx.HTTPError:
+                assert run.proc.poll() is None, run.output()[-3000:]
+                time.sleep(0.2)
+        else:
+            raise AssertionError(f"no endpoint while loading:\n{run.output()[-3000:]}")
+        assert s.phase == "loading_weights" and s.value(c.TRAIN_STEPS.name) == 0
+        assert s.labels(c.TRAIN_INFO.name)["instrumentation"] == "auto"
+    finally:
+        run.stop()
 
 
 @pytest.mark.e2e  # the user's script as a real process, serving /metrics over HTTP

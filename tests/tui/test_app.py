@@ -224,3 +224,29 @@ def test_a_refresh_that_lands_while_the_app_closes_is_kept_without_drawing() -> 
     snapshot = fleet_snapshot()
     app.show_snapshot(snapshot)  # no screen on the stack
     assert app.snapshot is snapshot
+
+
+async def test_the_alerts_detail_shows_the_event_in_full_at_80x24(fleet) -> None:
+    app = make(fleet, unreachable=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.refreshes >= 1 and app.snapshot.xid_events(), what="XIDs")
+        await pilot.press("3")
+        screen = await until(pilot, lambda: isinstance(app.screen, AlertsScreen) and app.screen, what="alerts")
+        table = screen.query_one(VirtualTable)
+        await until(pilot, lambda: len(table.rows) == 12, what="12 events")
+        for i, event in enumerate(table.rows):
+            table.cursor = i
+            await pilot.pause(0.05)
+            drawn = lines_text(screen.query_one("#xid-detail", Lines))
+            assert all(len(line) <= 80 for line in drawn), drawn
+            words = " ".join(" ".join(drawn).split())
+            for text in (event.action, event.raw or event.message):
+                if text:  # every word of the action and the kernel's line is there, none cut
+                    assert " ".join(text.split()) in words, (text, drawn)
+
+
+def test_no_xid_events_claims_nothing_about_gpus() -> None:
+    from observe.tui.screens.alerts import detail_lines
+
+    (line,) = detail_lines(None)
+    assert "".join(text for text, _ in line) == " no XID events in the kernel logs of the nodes shown"

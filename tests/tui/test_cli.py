@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
         (["--agent", "h:1", "--prometheus", "http://p:9090"], "error: --prometheus: cannot be combined with --agent"),
         (["--agent", "h:99999"], "error: --agent: 'h:99999' is not an address; give host:port"),
         (["--trainer", "ftp://h/metrics"], "error: --trainer: 'ftp://h/metrics' is not an address"),
+        (["--agent", "http://[bad"], "error: --agent: 'http://[bad' is not an address; give host:port"),
+        (["--trainer", "[::1"], "error: --trainer: '[::1' is not an address; give host:port"),
+        (["--prometheus", "http://[bad"], "error: --prometheus: 'http://[bad' is not an address"),
         (
             ["--agents-file", "/no/such/file"],
             "error: --agents-file: cannot read /no/such/file (No such file or directory)",
@@ -35,6 +38,14 @@ def test_mistakes_are_one_line_and_exit_2(argv: list[str], expected: str, capsys
     assert cli_main(["top", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(expected) and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_unclosed_ipv6_bracket_in_the_agents_file_names_its_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "nodes.txt"
+    path.write_text("127.0.0.1:9401\n[::1\n")
+    assert cli_main(["top", "--agents-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --agents-file: {path} line 2: '[::1' is not an address; give host:port or http://host:port\n"
 
 
 def test_an_empty_agents_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from observe import demo
 from observe.sources.direct import DirectSource, Endpoint
 from observe.sources.view import ClusterSnapshot
@@ -122,8 +124,28 @@ def test_the_scrape_rows_say_what_the_last_scrape_saw() -> None:
     foreign = demo.ScrapeRecord("v", failed=7, last_error="another run (someone-else) on this port")
     rows = dict(demo.summary_rows([], {"step": 200, "steps": 200}, [seen, foreign], 0))
     assert rows["steps"] == "200"
-    assert rows["rank 0 /metrics"] == "12 scrapes ok, 165 series, last step 200 (finished)"
+    assert rows["rank 0 /metrics"] == "12 scrapes, 165 series, step 200 (finished)"
     assert rows["rank 1 /metrics"] == "0 ok, 7 failed (last: another run (someone-else) on this port)"
+
+
+def test_scrapes_refused_before_a_rank_serves_are_not_failures() -> None:
+    scraper = demo.Scraper(["http://127.0.0.1:1/metrics"])
+    with httpx.Client(timeout=1.0) as client:
+        scraper._scrape(client, scraper.records[0])  # nothing listens on port 1: the rank is starting
+    (record,) = scraper.records
+    assert (record.failed, record.starting) == (0, 1)
+    rows = dict(demo.summary_rows([], None, [record], 0))
+    assert rows["rank 0 /metrics"] == "never answered (the rank had not bound its port)"
+
+
+def test_the_summary_fits_80_columns(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    seen = demo.ScrapeRecord("u", ok=46, series=165, last_step=200, last_phase="finished")
+    windows = [{"loss": 6.9, "step": 10, "global_tokens_per_second": 12345.0}] * 2
+    end = {"step": 200, "steps": 200, "step_seconds_p50": 0.2, "step_seconds_p95": 0.3}
+    demo.print_table("fsdp-observe demo: summary", demo.summary_rows(windows, end, [seen, seen], 0))
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) < 80, lines
 
 
 def test_demo_help_is_plain_text(capsys) -> None:
@@ -132,3 +154,5 @@ def test_demo_help_is_plain_text(capsys) -> None:
     result = run_cli(["demo", "--help"], capsys)
     assert result.status == 0 and "``" not in result.stdout and "fine-tune on this machine" in result.stdout
     assert "--log-every N" in result.stdout and "steps per log window" in result.stdout
+    # the trainer's linger line names --metrics-linger 0: the demo takes it too
+    assert "--metrics-linger SECONDS" in result.stdout

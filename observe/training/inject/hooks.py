@@ -8,9 +8,12 @@ What they capture for any PyTorch loop, without its help:
   several optimizers, and a container optimizer that is itself an ``Optimizer`` (its inner
   optimizers fire too) all count right. An optimizer whose ``__init__`` skips
   ``Optimizer.__init__`` (accelerate's wrapper) fires through the optimizer it wraps.
-- **learning rate** of the optimizer that drives the count, read in the pre-hook;
+- **learning rate** of every optimizer's param groups, read in the pre-hook, one series each;
 - **data wait, samples and labelled tokens**: ``next()`` on any ``torch.utils.data.DataLoader``
-  iterator, timed, its batch counted on the host (``observe.training.tensors.count_batch``);
+  iterator, timed, its batch counted on the host (``observe.training.tensors.count_batch``); a
+  batch drawn with gradients off (the loop's own validation under ``torch.no_grad()`` or
+  ``torch.inference_mode()``, from any DataLoader) is not training data and not counted. What
+  cannot be told apart: an evaluation drawn with gradients on (a forward with no ``backward()``);
 - **loss** (heuristic, ``loss_source="backward_heuristic"``): the one-element tensors passed to
   ``torch.autograd.backward`` (what ``loss.backward()`` calls) during one step, summed on their
   device. Right when the loop scales micro-batch losses by 1/accumulation before ``backward()``
@@ -20,8 +23,10 @@ What they capture for any PyTorch loop, without its help:
 - **phase**: ``loading_weights`` (or ``restarting``) until the first step, ``training`` after it,
   ``finished`` at exit; **CUDA memory** on log steps (host-side allocator counters).
 
-The endpoint is created at the first optimizer step (``TrainingMetrics``, ``instrumentation="auto"``),
-so a process that never steps never binds; at exit it lingers for a final scrape. When another
+The endpoint is created once ``torch.distributed.init_process_group`` returns (the process is then
+known to be a rank: loading and compiling are visible live), else at the first optimizer step
+(``TrainingMetrics``, ``instrumentation="auto"``), so a process that neither joins a group nor
+steps never binds; at exit it lingers for a final scrape. When another
 entry point drives the steps (the Hugging Face or Lightning callback, a ``TrainingMetrics`` of the
 script's own), these hooks feed its recorder only what it asks for (``AutoState.accepts``). None of them reads a
 device value: tensors are kept and read on log steps.
@@ -36,7 +41,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from observe.training import collectives, session
+from observe.training import collectives, dataloader, session
 from observe.training.tensors import Accumulator, count_batch, is_tensor
 
 if TYPE_CHECKING:
@@ -52,8 +57,6 @@ ACCEPTS: dict[str, frozenset[str]] = {
     "hf": frozenset({"data_wait", "tokens"}),
     "lightning": frozenset({"data_wait", "grad_norm"}),
 }
-#: Phases in which fetched batches are not the training step's (an evaluation loop's).
-_NOT_TRAINING = ("validating", "checkpointing", "finished")
 
 
 class AutoState:
@@ -64,7 +67,8 @@ class AutoState:
         self.steps = 0
         self.loss = Accumulator()
         self.grad_norm: Any = None
-        self.learning_rate: Any = None
+        #: optimizers stepped before the endpoint existed (their rates are read at the first step)
+        self.before_first: list[Any] = []
         self.first_activity: float | None = None
         #: a batch was fetched in the open step (its start begins the step)
         self.batch_seen = False
@@ -85,11 +89,13 @@ class AutoState:
     # -- optimizer -----------------------------------------------------------------------------
 
     def pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """Global step pre-hook: the learning rate of the step that will move the count."""
-        if self.counts.get(optimizer, 0) + 1 > self.steps:
-            groups = getattr(optimizer, "param_groups", None)
-            if groups:
-                self.learning_rate = groups[0].get("lr")
+        """Global step pre-hook: the learning rates of every optimizer's groups (one series each);
+        before the endpoint exists (step 1), kept for ``post_step``."""
+        r = self.accepts("steps")
+        if r is not None:
+            r.read_learning_rate(optimizer)
+        elif session.current() is None:
+            self.before_first.append(optimizer)
 
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Global step post-hook: count; when the highest count moves, one run step is done."""
@@ -114,8 +120,9 @@ class AutoState:
             r.add_loss(self.loss.device if self.loss.device is not None else self.loss.host, how="backward_heuristic")
         if self.grad_norm is not None:
             r.set_grad_norm(self.grad_norm, "clip_grad_norm_heuristic")
-        if self.learning_rate is not None:
-            r.record_learning_rate(self.learning_rate)
+        for stepped in self.before_first:
+            r.read_learning_rate(stepped)
+        self.before_first.clear()
         self._forget_step()
         r.end_step()
         self.last_end = time.perf_counter()
@@ -144,16 +151,18 @@ class AutoState:
             r.set_grad_norm(norm, "clip_grad_norm_heuristic")
 
     def on_batch(self, batch: Any, started: float, ended: float) -> None:
-        """One DataLoader batch: its wait and counts go to the open step."""
+        """One DataLoader batch: its wait and counts go to the open step, unless it was drawn with
+        gradients off (``torch.no_grad()``, ``torch.inference_mode()``): no step trains on that,
+        it is an evaluation of the loop's own."""
+        r = self.accepts("data_wait")
+        if not dataloader.is_training_batch(r.phases.current if r is not None else "training"):
+            return
         if self.first_activity is None or started < self.first_activity:
             self.first_activity = started
         self.batch_seen = True
-        r = self.accepts("data_wait")
         if r is None:
             if session.current() is None:  # before the first step: counts kept until the endpoint exists
                 self.pending.append((count_batch(batch), started, ended))
-            return
-        if r.phases.current in _NOT_TRAINING:
             return
         r.record_batch(batch, started, ended, count="tokens" in ACCEPTS[r.instrumentation])
 
@@ -188,7 +197,6 @@ def install(torch: ModuleType) -> None:
         return
     session.hooks_installed = True
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-    from torch.utils.data import dataloader
 
     if collectives.enabled():
         collectives.install(torch)  # from the start, so the counts cover the collectives before step 1
@@ -198,9 +206,11 @@ def install(torch: ModuleType) -> None:
     clip = _clip_wrapper(torch.nn.utils.clip_grad_norm_)
     torch.nn.utils.clip_grad_norm_ = clip
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip
-    base = dataloader._BaseDataLoaderIter
-    base.__next__ = _next_wrapper(base.__next__)  # type: ignore[method-assign]
+    dataloader.install(torch, STATE.on_batch)
     _wrap(torch, "save", _checkpoint_wrapper)
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and callable(getattr(dist, "init_process_group", None)):
+        _wrap(dist, "init_process_group", _init_wrapper)
     atexit.register(_close_at_exit)
 
 
@@ -231,6 +241,22 @@ def _clip_wrapper(original: Any) -> Any:
     return clip_grad_norm_
 
 
+def _init_wrapper(original: Any) -> Any:
+    """``torch.distributed.init_process_group``: once it returns, the process is a rank of a
+    run (never a DataLoader worker, a spawned helper or torchrun's agent, none of which calls it),
+    so its endpoint is made then, in ``loading_weights``, rather than at the first optimizer step."""
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if session.current() is None:
+            make_metrics()
+        return result
+
+    init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+    init_process_group.__doc__ = original.__doc__
+    return init_process_group
+
+
 def _checkpoint_wrapper(original: Any) -> Any:
     """A save function (``torch.save``, ``torch.distributed.checkpoint.save``) that puts a zero-code
     rank in phase ``checkpointing`` while it runs after training began: a rank saving while the
@@ -255,34 +281,6 @@ def attach_dcp(saver: ModuleType) -> None:
     for name in ("save", "save_state_dict"):
         if callable(getattr(saver, name, None)):
             _wrap(saver, name, _checkpoint_wrapper)
-
-
-def _forensics() -> Any:
-    """The process's ``RankForensics`` (``observe.training.forensics``), or ``None``."""
-    m = session.current()
-    return None if m is None else m.recorder.forensics
-
-
-def _next_wrapper(original: Any) -> Any:
-    def timed_next(self: Any) -> Any:
-        forensics = _forensics()
-        if forensics is not None:
-            forensics.data_started()
-        started = time.perf_counter()
-        try:
-            batch = original(self)
-        except StopIteration:
-            if forensics is not None:
-                forensics.data_ended(exhausted=True)
-            raise
-        if forensics is not None:
-            forensics.data_ended()
-        STATE.on_batch(batch, started, time.perf_counter())
-        return batch
-
-    timed_next.__name__ = timed_next.__qualname__ = "__next__"
-    timed_next.__wrapped__ = original  # type: ignore[attr-defined]
-    return timed_next
 
 
 def attach_hf(trainer_module: ModuleType) -> None:

@@ -3,6 +3,8 @@ NVIDIA's recommended action (``observe.xid``); Enter opens the event's node."""
 
 from __future__ import annotations
 
+import textwrap
+
 from textual.app import ComposeResult
 
 from observe.model import XidEvent
@@ -30,29 +32,33 @@ COLUMNS = (
 )
 
 
-def detail_lines(event: XidEvent | None) -> list[Line]:
-    """The event under the cursor in full: meaning, action, where, the kernel's line."""
+def detail_lines(event: XidEvent | None, width: int = 80) -> list[Line]:
+    """The event under the cursor in full: meaning, action, where, the kernel's line; each wrapped
+    at word boundaries to ``width`` columns (continuations under the value), never cut."""
     if event is None:
-        return [[(" no XID events: the GPUs' drivers reported none", "dim")]]
+        return [[(" no XID events in the kernel logs of the nodes shown", "dim")]]
     info = lookup(event.xid)
     where = f"node {event.node}, GPU {fmt.NA if event.gpu is None else event.gpu}"
     if event.gpu_uuid:
         where += f" ({event.gpu_uuid})"
     if event.pci_bus:
         where += f", PCI {event.pci_bus}"
-    lines: list[Line] = [
-        [
-            (f" XID {event.xid} ", "title"),
-            (f" {fmt.one_line(event.name or info.name)}", "value"),
-            (f"  [{event.severity}]", fmt.SEVERITY_STYLE.get(event.severity, "dim")),
-        ],
-        [(" where  ", "label"), (where, "value")],
-        [(" action ", "label"), (fmt.one_line(event.action or info.action), "warn")],
-    ]
+    head, severity = f" XID {event.xid} ", f"  [{event.severity}]"
+    names = textwrap.wrap(fmt.one_line(event.name or info.name), max(20, width - len(head) - 2)) or [""]
+    lines: list[Line] = [[(head, "title"), (f" {names[0]}", "value")]]
+    lines += [[(" " * len(head), "label"), (f" {name}", "value")] for name in names[1:]]
+    if sum(len(text) for text, _ in lines[-1]) + len(severity) > width:
+        lines.append([(" " * len(head), "label")])
+    lines[-1].append((severity, fmt.SEVERITY_STYLE.get(event.severity, "dim")))
+    fields = [(" where   ", where, "value"), (" action  ", fmt.one_line(event.action or info.action), "warn")]
     if event.process or event.pid is not None:
-        lines.append([(" process ", "label"), (f"{fmt.one_line(event.process or '?')} (pid {event.pid})", "value")])
+        fields.append((" process ", f"{fmt.one_line(event.process or '?')} (pid {event.pid})", "value"))
     if event.raw or event.message:
-        lines.append([(" kernel ", "label"), (fmt.one_line(event.raw or event.message), "dim")])
+        fields.append((" kernel  ", fmt.one_line(event.raw or event.message), "dim"))
+    for label, value, style in fields:
+        parts = textwrap.wrap(value, max(20, width - len(label) - 1), break_on_hyphens=False) or [""]
+        lines.append([(label, "label"), (parts[0], style)])
+        lines += [[(" " * len(label), "label"), (part, style)] for part in parts[1:]]
     return lines
 
 
@@ -82,7 +88,7 @@ class AlertsScreen(TableScreen):
         self._detail()
 
     def _detail(self) -> None:
-        self.query_one("#xid-detail", Lines).set_lines(detail_lines(self.table.current_row))
+        self.query_one("#xid-detail", Lines).set_lines(detail_lines(self.table.current_row, self.app.size.width or 80))
 
     def on_virtual_table_highlighted(self, _: VirtualTable.Highlighted) -> None:
         self._detail()

@@ -102,7 +102,9 @@ class MessagesScreen(ModalScreen[None]):
 
         lines: list[Line] = [[(" messages ", "title"), ("  Esc closes", "dim")], []]
         width = max(20, box_text_width(self.app.size.width or 80))
-        for message in self.messages or ("no messages",):
+        if not self.messages:
+            lines.append([("   no messages", "dim")])
+        for message in self.messages:
             for n, part in enumerate(textwrap.wrap(one_line(message), width - 4) or [""]):
                 lines.append([(" ! " if n == 0 else "   ", "bad"), (part, "value")])
         box = Lines(id="messages-lines")

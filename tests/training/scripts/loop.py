@@ -7,6 +7,7 @@ passed to ``backward()``, what ``clip_grad_norm_`` returned, and torch.compile's
 import argparse
 import json
 import os
+import time
 
 import torch
 from torch.utils.data import DataLoader
@@ -38,9 +39,21 @@ def data(n):
     return [{"input_ids": i, "labels": lab} for i, lab in zip(ids, labels, strict=True)]
 
 
+def validate(model, under):
+    """The loop's own validation: a separate DataLoader, drawn with gradients off."""
+    model.eval()
+    with torch.inference_mode() if under == "inference_mode" else torch.no_grad():
+        for batch in DataLoader(data(2 * BATCH), batch_size=BATCH):
+            model(batch["input_ids"])
+    model.train()
+
+
 def main(rank=0, world=1, args=None):
     if world > 1:  # started by mp.spawn: no LOCAL_RANK in the environment
         torch.distributed.init_process_group("gloo", init_method=f"file://{args.store}", rank=rank, world_size=world)
+    elif args.init_group:  # a rank of a world of one, as torchrun --nproc-per-node 1 runs it
+        torch.distributed.init_process_group("gloo", init_method=f"file://{args.store}", rank=0, world_size=1)
+    time.sleep(args.load_seconds)  # loading weights, compiling
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 32), torch.nn.Linear(32, VOCAB))
     forward = torch.compile(model, backend="eager") if args.compile else model
@@ -76,6 +89,8 @@ def main(rank=0, world=1, args=None):
             opt.zero_grad()
         record["step_loss"].append(step_loss)
         step_loss = 0.0
+        if args.val_every and len(record["step_loss"]) % args.val_every == 0:
+            validate(model, args.val_under)
     if args.compile:
         from torch._dynamo.utils import counters
 
@@ -101,6 +116,10 @@ if __name__ == "__main__":
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--spawn-ranks", type=int, default=0)
     ap.add_argument("--store", default="")
+    ap.add_argument("--val-every", type=int, default=0, help="validate every N optimizer steps")
+    ap.add_argument("--val-under", choices=("no_grad", "inference_mode"), default="no_grad")
+    ap.add_argument("--init-group", action="store_true", help="join a gloo group of one (needs --store)")
+    ap.add_argument("--load-seconds", type=float, default=0.0, help="time spent loading before the loop")
     ap.add_argument("--record", required=True)
     ns = ap.parse_args()
     if ns.spawn_ranks:
