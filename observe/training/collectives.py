@@ -11,7 +11,7 @@ collectives (``torch.distributed._functional_collectives``, DTensor/TP), which d
 Flight Recorder sees those (``observe.training.flight``), and its counts win where it answers.
 
 Per collective the wrapper adds a few microseconds (a thread-local check, a dict increment, two
-``perf_counter`` reads and the input's shape; ``benchmarks/own_loop_overhead.py`` measures it), and
+``perf_counter`` reads and the input's shape; ``benchmarks/collective_cost.py`` measures it), and
 nothing touches a device. ``Work.wait`` is where a gloo rank blocks until every peer has joined: the
 time spent there is the collective wait. On NCCL ``Work.wait`` only orders CUDA streams and returns
 at once, so host-side wait is ~0 there (docs/hangs.md says what that means for the verdict).
