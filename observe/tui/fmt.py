@@ -36,8 +36,12 @@ _BINARY = ("B", "K", "M", "G", "T", "P")
 
 
 def pct(value: float | None, digits: int = 0) -> str:
-    """A 0..1 ratio as a percentage (``0.453`` -> ``45%``)."""
-    return NA if value is None else f"{value * 100:.{digits}f}%"
+    """A 0..1 ratio as a percentage (``0.453`` -> ``45%``); a value that rounds to zero reads ``0%``,
+    never ``-0%`` (a ratio of two float sums can come out a hair below zero)."""
+    if value is None:
+        return NA
+    text = f"{value * 100:.{digits}f}"
+    return f"{text.lstrip('-') if float(text) == 0 else text}%"
 
 
 def num(value: float | None, digits: int = 1, unit: str = "") -> str:

@@ -41,6 +41,7 @@ def test_formats() -> None:
         "1.5K",
         "80.0G",
     )
+    assert (fmt.pct(-1e-6, 1), fmt.pct(-0.0), fmt.pct(-0.004), fmt.pct(-0.2, 1)) == ("0.0%", "0%", "0%", "-20.0%")
     assert (fmt.duration(59), fmt.duration(3725), fmt.duration(90061)) == ("59s", "1h02m", "1d01h")
     assert (fmt.cpu_time(61.5), fmt.cpu_time(3 * 3600 + 65)) == ("1:01.50", "3h01:05")
     assert (fmt.step_time(0.25), fmt.step_time(1.5), fmt.age(None), fmt.age(0.2)) == (
