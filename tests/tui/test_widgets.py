@@ -33,6 +33,28 @@ def test_sparklines_scale_and_leave_gaps_for_unknown_values() -> None:
     assert spark([None, None], 2) == "  " and len(spark(list(range(100)), 10)) == 10
 
 
+def test_a_command_names_its_program_and_script_by_base_name() -> None:
+    venv = "/home/me/clone/.venv/bin"
+    assert [
+        fmt.short_command(c)
+        for c in (
+            f"{venv}/python3 -u /home/me/clone/train.py --out /data/run1",
+            f"{venv}/python3 {venv}/fsdp-observe demo",
+            f"{venv}/python3 -m observe.cli agent --port 0",
+            "[kworker/0:1]",
+            "",
+            None,
+        )
+    ] == [
+        "python3 -u train.py --out /data/run1",
+        "python3 fsdp-observe demo",
+        "python3 -m observe.cli agent --port 0",
+        "[kworker/0:1]",
+        "",
+        None,
+    ]
+
+
 def test_formats() -> None:
     assert (fmt.pct(None), fmt.pct(0.456), fmt.size(None), fmt.size(1536), fmt.size(80 << 30)) == (
         "N/A",

@@ -111,9 +111,10 @@ def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
     return rows
 
 
-#: The process table: PID, CPU% and COMMAND never drop, and COMMAND shrinks last (to 24
-#: characters before any column is dropped); then, first to last: TIME+, MEM% and GPU, USER (after
-#: shrinking to 6), S, RES and GPU MEM. htop's RES is resident memory, S the one-letter state.
+#: The process table: PID, CPU% and COMMAND never drop, and COMMAND (program and script by their base
+#: names, as htop shortens them) shrinks last (to 24 characters before any column is dropped); then,
+#: first to last: TIME+, MEM% and GPU, USER (after shrinking to 6), S, RES and GPU MEM. htop's RES is
+#: resident memory, S the one-letter state.
 PROCESS_COLUMNS = (
     Column("pid", "PID", 7, lambda p: p.pid, right=True, style=lambda p: "accent"),
     Column(
@@ -177,7 +178,14 @@ PROCESS_COLUMNS = (
         priority=1,
     ),
     Column("gpus", "GPU", 4, lambda p: p.gpus or None, text=lambda p: p.gpus, priority=4),
-    Column("command", "COMMAND", 0, lambda p: p.command, text=lambda p: fmt.one_line(p.command), min_width=24),
+    Column(
+        "command",
+        "COMMAND",
+        0,
+        lambda p: p.command,
+        text=lambda p: fmt.one_line(fmt.short_command(p.command)),
+        min_width=24,
+    ),
 )
 #: The process table of a node without GPUs: no GPU MEM and GPU columns.
 CPU_PROCESS_COLUMNS = tuple(c for c in PROCESS_COLUMNS if c.key not in ("gpu_mem", "gpus"))
