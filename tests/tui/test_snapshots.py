@@ -19,6 +19,7 @@ from tests.support.scenes import (
     NOW,
     SOURCE,
     big_snapshot,
+    cpu_only_snapshot,
     fetched_page,
     finished_snapshot,
     fleet_snapshot,
@@ -73,6 +74,7 @@ def scene(snapshot, node: str | None = None, keys: tuple[str, ...] = ()):
 
 SCENES = {
     "cluster": lambda: scene(fleet_snapshot()),
+    "cluster_cpu_only": lambda: scene(cpu_only_snapshot()),
     "node_8gpu": lambda: scene(fleet_snapshot("p5-node-8gpu"), "p5-node-8gpu"),
     "node_16gpu": lambda: scene(fleet_snapshot("gb200-node-16gpu"), "gb200-node-16gpu"),
     "node_partial_power": lambda: scene(fleet_snapshot("p5-node-nopower"), "p5-node-nopower"),

@@ -94,3 +94,27 @@ def test_gpu_processes_join_the_process_table_by_pid() -> None:
     assert (outside.user, outside.cpu_ratio, outside.gpu_memory_bytes, outside.gpus) == (None, None, 8 << 30, "0")
     listed = next(r for r in rows.values() if r.gpus == "1")
     assert listed.user == "root" and listed.gpu_memory_bytes == 4 << 30 and 'print("}{")' in listed.command
+
+
+def test_a_cluster_without_gpus_gives_the_gpu_columns_room_to_mem_and_note() -> None:
+    from observe.tui.screens import cluster
+    from observe.tui.widgets.table import column_layout
+    from tests.support.scenes import cpu_only_snapshot, fleet_snapshot
+
+    nodes = cpu_only_snapshot().nodes
+    assert cluster.columns_for(fleet_snapshot().nodes) == cluster.COLUMNS
+    assert cluster.columns_for(()) == cluster.COLUMNS  # nothing answered yet: not known GPU-less
+    layout = {c.key: w for c, w in column_layout(cluster.columns_for(nodes), 120)}
+    assert {"cpu", "mem", "xid"} <= set(layout) and not set(layout) & set(cluster.GPU_COLUMN_KEYS)
+    assert layout["note"] >= 40 and layout["node"] == 22, layout
+
+
+def test_a_node_without_nvml_says_no_gpus_first_so_a_cut_note_still_says_it() -> None:
+    from observe.agent.nvml import Nvml
+    from observe.tui.screens import cluster
+    from tests.support.scenes import cpu_only_snapshot
+
+    nvml = Nvml()  # this machine has no NVML library: the agent's real reason
+    assert not nvml.start() and nvml.reason is not None and nvml.reason.startswith("no GPUs on this node: ")
+    (node,) = cpu_only_snapshot().nodes  # the recorded CPU-only agent's notice
+    assert cluster._note(node).startswith("no GPUs on this node: NVML unavailable")

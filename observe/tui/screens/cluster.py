@@ -1,6 +1,9 @@
-"""The Cluster screen: one row per node (state, age, CPU, memory, GPUs, power, XIDs), sortable."""
+"""The Cluster screen: one row per node (state, age, CPU, memory, GPUs, power, XIDs), sortable; the
+GPU columns only while some node reports a GPU."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from textual.app import ComposeResult
 
@@ -205,6 +208,19 @@ COLUMNS = (
     ),
     Column("note", "NOTE", 0, _note, style=_note_style, min_width=14),
 )
+#: The GPU columns, left out while no node shown reports a GPU (a CPU-only cluster, the demo): their
+#: room goes to MEM% and NOTE, as the Node screen leaves out its GPU columns on a node without GPUs.
+GPU_COLUMN_KEYS = ("gpus", "lost", "util", "util_max", "gpu_mem", "hot", "power")
+CPU_COLUMNS = tuple(c for c in COLUMNS if c.key not in GPU_COLUMN_KEYS)
+
+
+def columns_for(nodes: Sequence[NodeStatus]) -> tuple[Column, ...]:
+    """``COLUMNS`` when some node reports a GPU (lost ones count), else ``CPU_COLUMNS``; with no
+    node answered yet, ``COLUMNS`` (nothing is known to be GPU-less)."""
+    answered = [n.figures for n in nodes if n.figures is not None]
+    if not answered or any(f.gpus or f.gpus_lost for f in answered):
+        return COLUMNS
+    return CPU_COLUMNS
 
 
 class ClusterScreen(TableScreen):
@@ -234,6 +250,9 @@ class ClusterScreen(TableScreen):
                 if snapshot.errors
                 else "no agents given or found"
             )
+        columns = columns_for(snapshot.nodes)
+        if [c.key for c in table.columns] != [c.key for c in columns]:
+            table.set_columns(columns)
         table.set_rows(snapshot.nodes)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:
