@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from observe import demo
 from observe.sources.direct import DirectSource, Endpoint
@@ -167,3 +168,14 @@ def test_demo_help_is_plain_text(capsys) -> None:
     assert "--log-every N" in result.stdout and "steps per log window" in result.stdout
     # the trainer's linger line names --metrics-linger 0: the demo takes it too
     assert "--metrics-linger SECONDS" in result.stdout
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_the_run_screen_without_trainers_says_the_whole_fix_at_80_columns(width: int) -> None:
+    from observe.sources.view import ClusterSnapshot
+
+    shown = text(no_run_lines(ClusterSnapshot(time_unix=0.0, trainers=0), width))
+    assert all(len(line.rstrip()) <= width for line in shown.splitlines()), shown
+    assert "…" not in shown
+    words = " ".join(shown.split())
+    assert "give trainer endpoints (--trainer URL), --kube to find trainer pods, or --prometheus" in words, shown

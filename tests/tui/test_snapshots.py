@@ -10,6 +10,7 @@ look at the pictures: ``python -m tests.tui.snapshots_to_png`` renders every SVG
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -82,6 +83,7 @@ SCENES = {
     "node_no_gpus": lambda: scene(fleet_snapshot("cpu-node-3"), "cpu-node-3"),
     "run": lambda: scene(fleet_snapshot(), keys=("2",)),
     "run_finished": lambda: scene(finished_snapshot(), keys=("2",)),
+    "run_no_trainers": lambda: scene(replace(cpu_only_snapshot(), trainers=0), keys=("2",)),
     "alerts": lambda: scene(fleet_snapshot(), keys=("3",)),
     "grid": lambda: scene(big_snapshot(1024), keys=("4",)),
 }
