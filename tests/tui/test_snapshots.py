@@ -142,6 +142,7 @@ def test_rank_view(snap_compare, pinned, mode: str, size: str) -> None:
         ("grid_temperature", ("m", "m")),
         ("sort_menu", ("s",)),
         ("help", ("question_mark",)),
+        ("node_8gpu_gpu_popup", ("tab", "enter")),
     ],
 )
 def test_screen_after_keys(snap_compare, pinned, name: str, keys: tuple[str, ...]) -> None:

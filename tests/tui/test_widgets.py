@@ -118,3 +118,19 @@ def test_a_node_without_nvml_says_no_gpus_first_so_a_cut_note_still_says_it() ->
     assert not nvml.start() and nvml.reason is not None and nvml.reason.startswith("no GPUs on this node: ")
     (node,) = cpu_only_snapshot().nodes  # the recorded CPU-only agent's notice
     assert cluster._note(node).startswith("no GPUs on this node: NVML unavailable")
+
+
+def test_the_gpu_popup_lists_the_xids_its_compact_row_counts() -> None:
+    from observe.sources.view import events_of_gpu
+    from observe.tui.screens.gpus import detail_lines
+    from tests.support.scenes import fleet_snapshot
+
+    status = fleet_snapshot("p5-node-8gpu").node("p5-node-8gpu")
+    assert status is not None and status.snapshot is not None and status.figures is not None
+    gpu0 = status.snapshot.gpus[0]
+    xids = events_of_gpu(gpu0, status.xid_events)
+    assert xids and status.figures.gpu_xid_severities[0] is not None  # the compact row's NOTE says XID
+    shown = "\n".join("".join(piece[0] for piece in line) for line in detail_lines(gpu0, ((), ()), 92, xids))
+    assert f"XID/1h {len(xids)} event" in shown
+    for x in xids[:10]:
+        assert f"XID {x.xid} {x.name}" in shown, shown

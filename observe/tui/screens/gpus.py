@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 
-from observe.model import GpuInfo
+from observe.model import GpuInfo, XidEvent
 from observe.sources.view import NodeFigures
 from observe.tui import fmt
 from observe.tui.widgets.lines import Line, Lines, bar, fit, spark
@@ -347,9 +347,26 @@ def _pairs_only(line: Line) -> Line:
     return line
 
 
-def detail_lines(gpu: GpuInfo, history: tuple[tuple, tuple], width: int) -> list[Line]:
-    """One GPU in full: the detailed block with the whole UUID, then PCI bus and driver."""
+def detail_lines(gpu: GpuInfo, history: tuple[tuple, tuple], width: int, xids: Sequence[XidEvent] = ()) -> list[Line]:
+    """One GPU in full: the detailed block with the whole UUID, then PCI bus and driver, then
+    ``xids`` (this GPU's XID events of the last hour, the ones its compact row's NOTE counts), one
+    line each, newest first: time, code, name, severity class."""
     lines = gpu_block(gpu, history, width)
+    if xids:
+        lines.insert(-1, [(" XID/1h ", "label"), (fmt.plural(len(xids), "event"), "bad")])
+        for x in sorted(xids, key=lambda e: e.time_unix, reverse=True)[:10]:
+            lines.insert(
+                -1,
+                fit(
+                    [
+                        (f"   {fmt.clock(x.time_unix)} ", "dim", 0),
+                        (f"XID {x.xid} ", "bad", 0),
+                        (fmt.one_line(x.name), "value", 0),
+                        (f"  {x.severity}", fmt.SEVERITY_STYLE.get(x.severity, "warn"), 1),
+                    ],
+                    width,
+                ),
+            )
     lines.insert(1, [(" UUID ", "label"), (gpu.uuid or fmt.NA, "value")])
     lines.insert(
         2,

@@ -19,7 +19,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 
 from observe.model import NodeSnapshot
-from observe.sources.view import ClusterSnapshot, NodeStatus, k8s_health
+from observe.sources.view import XID_WINDOW_SECONDS, ClusterSnapshot, NodeStatus, events_of_gpu, k8s_health
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
 from observe.tui.screens.gpus import (
@@ -453,4 +453,7 @@ class NodeScreen(TableScreen):
         if isinstance(row, GpuRow):  # a GPU in full: the whole UUID, PCI bus, driver, history
             history = self.top.poller.history.get(self.node, row.gpu.index)
             width = min(100, (self.size.width or 80) - 8)
-            self.app.push_screen(GpuDetailScreen(detail_lines(row.gpu, history, width)))
+            status = self.top.snapshot.node(self.node) if self.top.snapshot else None
+            recent = [x for x in (status.xid_events if status else ()) if fmt.now() - x.time_unix <= XID_WINDOW_SECONDS]
+            xids = events_of_gpu(row.gpu, recent)
+            self.app.push_screen(GpuDetailScreen(detail_lines(row.gpu, history, width, xids)))
