@@ -134,3 +134,18 @@ def test_the_gpu_popup_lists_the_xids_its_compact_row_counts() -> None:
     assert f"XID/1h {len(xids)} event" in shown
     for x in xids[:10]:
         assert f"XID {x.xid} {x.name}" in shown, shown
+
+
+def test_the_gpu_notes_of_a_node_fit_whole_at_80_columns() -> None:
+    from observe.tui.screens.gpus import GPU_COLUMNS, _note, gpu_rows
+    from observe.tui.widgets.table import column_layout
+    from tests.support.scenes import fleet_snapshot
+
+    status = fleet_snapshot("p5-node-8gpu").node("p5-node-8gpu")
+    assert status is not None and status.snapshot is not None and status.figures is not None
+    rows = gpu_rows(status.snapshot.gpus, status.figures.gpu_xid_severities)
+    widths = {c.key: w for c, w in column_layout(GPU_COLUMNS, 80)}
+    assert {"gpu", "util", "mem", "mem_pct", "temp", "power"} <= set(widths), widths
+    notes = [_note(r) for r in rows if _note(r).startswith(("XID", "throttle"))]
+    assert "XID gpu_reset; throttle sw_power_cap" in notes
+    assert all(len(n) <= widths["note"] for n in notes), (widths["note"], notes)

@@ -132,7 +132,9 @@ def _na(row: GpuRow, text: str) -> str:
 
 
 #: The compact GPU table, most important first to keep: GPU, UTIL, MEM and NOTE never drop; the
-#: utilisation bar goes first, then FAN, SM clock and UUID, then MEM%, then TEMP and POWER.
+#: utilisation bar goes first, then FAN, SM clock and UUID, then MEM%, then TEMP and POWER. NOTE (why
+#: the GPU needs a look) keeps 30 characters before it shrinks, so at 80 columns it says
+#: ``XID gpu_reset; throttle sw_power_cap`` whole, and FAN, UUID and SM clock give way for it.
 GPU_COLUMNS = (
     Column("gpu", "GPU", 4, lambda r: r.gpu.index, right=True, style=lambda r: "lost" if r.gpu.lost else "accent"),
     Column(
@@ -218,7 +220,7 @@ GPU_COLUMNS = (
         priority=4,
         min_width=8,
     ),
-    Column("note", "NOTE", 0, _note, style=_note_style, min_width=8),
+    Column("note", "NOTE", 0, _note, style=_note_style, min_width=30),
 )
 
 
