@@ -149,3 +149,14 @@ def test_the_gpu_notes_of_a_node_fit_whole_at_80_columns() -> None:
     notes = [_note(r) for r in rows if _note(r).startswith(("XID", "throttle"))]
     assert "XID gpu_reset; throttle sw_power_cap" in notes
     assert all(len(n) <= widths["note"] for n in notes), (widths["note"], notes)
+
+
+def test_a_cut_node_name_keeps_its_end_so_an_agents_port_shows() -> None:
+    from observe.tui.screens import cluster
+    from observe.tui.widgets.table import cut_cell
+
+    assert cut_cell("127.0.0.1:21999", 14, middle=True) == "127.0.…1:21999"
+    assert cut_cell("gb200-node-16gpu", 14, middle=True) == "gb200-…e-16gpu"
+    assert cut_cell("abcdef", 4, middle=True) == "abc…" and cut_cell("abc", 14, middle=True) == "abc"
+    assert cut_cell("127.0.0.1:21999", 14) == "127.0.0.1:219…"
+    assert next(c for c in cluster.COLUMNS if c.key == "node").cut_middle

@@ -90,11 +90,12 @@ def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str 
 
 #: Priorities (``observe.tui.widgets.table.column_layout``): NODE, STATE, XID/1h and NOTE never
 #: drop; then, first to last, K8S, CPU% and MEM%, MAX UTIL and GPU POWER, AGE and GPU MEM, GPUS
-#: and HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first. K8S (the node's taint or
-#: condition from the agent's node health, a sortable column) goes first because NOTE says the
-#: same in words, first (``tainted NodeReboot ...``), so it shows at any width.
+#: and HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first, cut in the middle so its
+#: end (a port, a node number) shows. K8S (the node's taint or condition from the agent's node
+#: health, a sortable column) goes first because NOTE says the same in words, first
+#: (``tainted NodeReboot ...``), so it shows at any width.
 COLUMNS = (
-    Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14),
+    Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14, cut_middle=True),
     Column("state", "STATE", 11, lambda n: n.state, style=lambda n: fmt.STATE_STYLE.get(n.state)),
     Column(
         "age",
