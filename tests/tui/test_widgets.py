@@ -160,3 +160,15 @@ def test_a_cut_node_name_keeps_its_end_so_an_agents_port_shows() -> None:
     assert cut_cell("abcdef", 4, middle=True) == "abc…" and cut_cell("abc", 14, middle=True) == "abc"
     assert cut_cell("127.0.0.1:21999", 14) == "127.0.0.1:219…"
     assert next(c for c in cluster.COLUMNS if c.key == "node").cut_middle
+
+
+def test_an_agent_notice_wraps_so_its_fix_shows_at_80_columns() -> None:
+    from tests.support.scenes import fleet_snapshot
+
+    status = fleet_snapshot("gpu-node-2").node("gpu-node-2")
+    assert status is not None and status.snapshot is not None
+    (notice,) = [n for n in status.snapshot.agent.notices if n.startswith("GPU processes")]
+    drawn = ["".join(piece[0] for piece in line) for line in host_lines(status, status.snapshot, 80, 24)]
+    assert all(len(line) <= 80 for line in drawn), drawn
+    words = " ".join(" ".join(drawn).split())
+    assert " ".join(notice.split()) in words, drawn  # "... (Kubernetes: hostPID: true) to see ..." whole

@@ -11,6 +11,7 @@ the GPU pane's room back to the process table.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
@@ -286,8 +287,11 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int, he
                 (fmt.shorten(k8s["k8s_note"], max(8, width - 5)), "warn" if k8s["k8s"] == "error" else "bad"),
             ]
         )
-    for notice in snapshot.agent.notices:
-        lines.append([(" ! ", "warn"), (fmt.shorten(notice, max(8, width - 3)), "warn")])
+    for notice in snapshot.agent.notices:  # two lines at most, wrapped at words: the fix is at the end
+        pieces = textwrap.wrap(fmt.one_line(notice), max(8, width - 3), break_on_hyphens=False) or [""]
+        if len(pieces) > 2:
+            pieces = [pieces[0], fmt.shorten(" ".join(pieces[1:]), max(8, width - 3))]
+        lines += [[(" ! " if n == 0 else "   ", "warn"), (piece, "warn")] for n, piece in enumerate(pieces)]
     if not snapshot.gpus:
         reason = snapshot.agent.sources.get("nvml")
         why = (
