@@ -229,16 +229,17 @@ def summary_rows(
     windows: list[dict], end: dict | None, scrapes: list[ScrapeRecord], status: int
 ) -> list[tuple[str, str]]:
     """The summary table as (label, value) rows; the last is the exit status."""
-    rows: list[tuple[str, str]] = [
-        (
-            "steps",
-            f"{end['step']} ({end['steps']} run by this attempt)"
-            if end and end.get("step") != end.get("steps")
-            else str(end["steps"])
-            if end
-            else "n/a (no end record)",
-        )
-    ]
+    steps = (
+        f"{end['step']} ({end['steps']} run by this attempt)"
+        if end and end.get("step") != end.get("steps")
+        else str(end["steps"])
+        if end
+        else "n/a (no end record)"
+    )
+    scraped = [r.last_step for r in scrapes if r.ok and r.last_step is not None]
+    if end and scraped and max(scraped) < end["step"]:  # a stop does not linger for a last scrape
+        steps += f" (after the last scrape, at step {max(scraped):.0f})"
+    rows: list[tuple[str, str]] = [("steps", steps)]
     if windows:
         first, last = windows[0], windows[-1]
         rows += [

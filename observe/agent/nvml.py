@@ -86,7 +86,7 @@ class Nvml:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            self.available, self.reason = False, f"NVML unavailable ({exc}): no GPUs on this node"
+            self.available, self.reason = False, f"no GPUs on this node: NVML unavailable ({exc})"
             log.warning("%s; serving host data only (reported once)", self.reason)
             return False
         self.available, self.reason = True, None

@@ -228,6 +228,17 @@ def gpu_severities(gpus: tuple[GpuInfo, ...], events: Iterable[XidEvent]) -> tup
     return tuple(worst), worst_severity(unattributed)
 
 
+def events_of_gpu(gpu: GpuInfo, events: Iterable[XidEvent]) -> list[XidEvent]:
+    """The events of ``events`` tied to ``gpu``: by its NVML index, or by its PCI bus for an event
+    that names no index (as ``gpu_severities`` ties them)."""
+    bus = _bus(gpu.pci_bus) if gpu.pci_bus else None
+    return [
+        e
+        for e in events
+        if e.gpu == gpu.index or (e.gpu is None and bus is not None and e.pci_bus and _bus(e.pci_bus) == bus)
+    ]
+
+
 def _bus(pci_bus: str) -> str:
     """A PCI bus id as the agent's GPUs carry it: ``0000:3b:00`` (the kernel's ``0000:3b:00.0``
     and NVML's 8-digit domain ``00000000:3B:00.0`` compare equal)."""

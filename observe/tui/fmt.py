@@ -36,8 +36,12 @@ _BINARY = ("B", "K", "M", "G", "T", "P")
 
 
 def pct(value: float | None, digits: int = 0) -> str:
-    """A 0..1 ratio as a percentage (``0.453`` -> ``45%``)."""
-    return NA if value is None else f"{value * 100:.{digits}f}%"
+    """A 0..1 ratio as a percentage (``0.453`` -> ``45%``); a value that rounds to zero reads ``0%``,
+    never ``-0%`` (a ratio of two float sums can come out a hair below zero)."""
+    if value is None:
+        return NA
+    text = f"{value * 100:.{digits}f}"
+    return f"{text.lstrip('-') if float(text) == 0 else text}%"
 
 
 def num(value: float | None, digits: int = 1, unit: str = "") -> str:
@@ -123,6 +127,27 @@ def one_line(text: str | None, width: int | None = None) -> str:
     if width is not None and len(text) > width:
         return text[: max(0, width - 1)] + "…"
     return text
+
+
+def short_command(command: str | None) -> str | None:
+    """A command line with its program and script named by their base names, as htop's "shorten
+    program path" does: ``/opt/venv/bin/python3 -u /work/train.py --lr 3e-4`` ->
+    ``python3 -u train.py --lr 3e-4``. Only the program and the first word after its options are
+    shortened (an absolute path there is the script); every later argument is kept whole.
+    ``None`` stays ``None``.
+    """
+    if not command:
+        return command
+    words = command.split(" ")
+    words[0] = _base_name(words[0])
+    script = next((i for i, w in enumerate(words[1:], 1) if not w.startswith("-")), None)
+    if script is not None and words[script - 1] not in ("-m", "-c") and words[script].startswith("/"):
+        words[script] = _base_name(words[script])
+    return " ".join(words)
+
+
+def _base_name(word: str) -> str:
+    return word.rstrip("/").rsplit("/", 1)[-1] or word if word.startswith("/") else word
 
 
 def shorten(text: str, width: int) -> str:

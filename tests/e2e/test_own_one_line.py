@@ -16,7 +16,7 @@ import pytest
 
 from observe import catalog as c
 from observe.ports import free_port_block
-from tests.support.instrumented import instrument_env, start
+from tests.support.instrumented import assert_as_the_table_says, instrument_env, start
 from tests.support.own_training import SCRIPTS, TORCHRUN
 
 SEQ, MASKED, BATCH = 32, 8, 2
@@ -83,6 +83,7 @@ def test_the_hugging_face_callback_alone(tmp_path: Path, session_env) -> None:
             "labels",
         ), (rank, info)
         assert s.phase == "finished"
+        assert_as_the_table_says(s, "hf")
 
 
 def test_the_lightning_callback_alone(tmp_path: Path, session_env) -> None:
@@ -113,4 +114,5 @@ def test_the_lightning_callback_alone(tmp_path: Path, session_env) -> None:
         assert s.value(c.TRAIN_PHASE_SECONDS.name, phase="validating") > 0
         assert c.TRAIN_GRAD_NORM.name not in s.names()  # no clipping, no injector: absent
         assert s.labels(c.TRAIN_INFO.name)["instrumentation"] == "lightning"
+        assert_as_the_table_says(s, "lightning")
     assert ranks[0].value(c.TRAIN_LOSS.name) == pytest.approx(last_loss, rel=1e-5)

@@ -25,6 +25,7 @@ import pytest
 
 from observe import catalog as c
 from observe import prometheus_local
+from tests.support.instrumented import assert_as_the_table_says
 from tests.support.own_training import SCRIPTS, WatchedRun, dashboard_panels_showing, instant, run_screen_lines
 from tests.support.own_training import watched_run as watch
 
@@ -165,6 +166,7 @@ def test_steps_tokens_and_loss_match_the_frameworks_own(run: WatchedRun) -> None
         info = scrape.labels(c.TRAIN_INFO.name)
         assert info["instrumentation"] == spec.instrumentation and info["world_size"] == "2", info
         assert info["tokens_source"] == "labels", info
+        assert_as_the_table_says(scrape, spec.instrumentation)
     for rank, loss in framework_losses(run).items():
         assert run.ranks[rank].value(c.TRAIN_LOSS.name) == pytest.approx(loss, rel=1e-5), rank
     assert "Traceback" not in run.output.split("SIGTERM")[0]

@@ -18,6 +18,7 @@ import httpx
 
 from observe import catalog as c
 from observe import promtext
+from observe.training import coverage
 
 
 @dataclass
@@ -135,3 +136,19 @@ def instrument_env(
         "FSDP_OBSERVE_LOG_EVERY": str(log_every),
         **extra,
     }
+
+
+def assert_as_the_table_says(scrape: Scrape, entry: str) -> None:
+    """``scrape`` exports what the README's entry-point table (``observe.training.coverage``)
+    promises for ``entry``, and nothing it marks absent (a histogram counts by its base name).
+
+    Raises:
+        AssertionError: naming each series promised but missing, or exported but marked absent.
+    """
+    present, absent = coverage.expected(entry)
+    names = {n.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum") for n in scrape.names()}
+    names |= scrape.names()
+    missing, extra = sorted(present - names), sorted(absent & names)
+    assert not missing and not extra, (
+        f"{entry}: table says exported but absent {missing}; marked absent but exported {extra}"
+    )

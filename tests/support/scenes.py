@@ -170,6 +170,12 @@ def fleet_snapshot(focus: str | None = None) -> ClusterSnapshot:
     )
 
 
+def cpu_only_snapshot() -> ClusterSnapshot:
+    """A cluster of one node without GPUs (as the demo on a laptop), its agent recorded, no run."""
+    nodes = tuple(n for n in fleet_nodes(None) if n.name == "cpu-node-3")
+    return ClusterSnapshot(time_unix=NOW - 0.3, source=SOURCE, nodes=nodes, cycle_seconds=0.042)
+
+
 def finished_snapshot() -> ClusterSnapshot:
     """The run after its last step: both ranks said ``finished``; rank 1 has stopped answering since."""
     ranks = _ranks("finished", step=200)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from observe import demo
 from observe.sources.direct import DirectSource, Endpoint
@@ -128,6 +129,17 @@ def test_the_scrape_rows_say_what_the_last_scrape_saw() -> None:
     assert rows["rank 1 /metrics"] == "0 ok, 7 failed (last: another run (someone-else) on this port)"
 
 
+def test_a_run_stopped_after_its_last_scrape_says_why_the_steps_differ(capsys, monkeypatch) -> None:
+    """``q`` at step 46: the trainer stops at the agreed step 50 without lingering for a scrape."""
+    seen = demo.ScrapeRecord("u", ok=46, series=165, last_step=46, last_phase="training")
+    rows = dict(demo.summary_rows([], {"step": 50, "steps": 50}, [seen, seen], 130))
+    assert rows["steps"] == "50 (after the last scrape, at step 46)"
+    assert rows["rank 0 /metrics"] == "46 scrapes, 165 series, step 46 (training)"
+    monkeypatch.setenv("COLUMNS", "80")
+    demo.print_table("fsdp-observe demo: summary", list(rows.items()))
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) < 80
+
+
 def test_scrapes_refused_before_a_rank_serves_are_not_failures() -> None:
     scraper = demo.Scraper(["http://127.0.0.1:1/metrics"])
     with httpx.Client(timeout=1.0) as client:
@@ -156,3 +168,14 @@ def test_demo_help_is_plain_text(capsys) -> None:
     assert "--log-every N" in result.stdout and "steps per log window" in result.stdout
     # the trainer's linger line names --metrics-linger 0: the demo takes it too
     assert "--metrics-linger SECONDS" in result.stdout
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_the_run_screen_without_trainers_says_the_whole_fix_at_80_columns(width: int) -> None:
+    from observe.sources.view import ClusterSnapshot
+
+    shown = text(no_run_lines(ClusterSnapshot(time_unix=0.0, trainers=0), width))
+    assert all(len(line.rstrip()) <= width for line in shown.splitlines()), shown
+    assert "…" not in shown
+    words = " ".join(shown.split())
+    assert "give trainer endpoints (--trainer URL), --kube to find trainer pods, or --prometheus" in words, shown

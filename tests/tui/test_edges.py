@@ -105,7 +105,10 @@ async def test_every_gpu_of_a_node_is_on_screen_with_the_command_column(node, gp
     assert len(drawn) == gpus and drawn[-1].split()[0] == str(gpus - 1)  # the last GPU is visible
     assert table.region.bottom <= size[1] - 1  # above the footer, not scrolled off
     assert "COMMAND" in table_text(screen.query_one("#processes", VirtualTable))[0]
-    assert "…" in drawn[0]  # UUIDs by their tail
+    if size[0] >= 120:
+        assert "…" in drawn[0]  # UUIDs by their tail
+    else:  # at 80 columns the UUID tail gives way to the whole NOTE
+        assert drawn[0].rstrip().endswith("XID gpu_reset; throttle sw_power_cap"), drawn[0]
     await ctx.__aexit__(None, None, None)
 
 

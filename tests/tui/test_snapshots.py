@@ -10,6 +10,7 @@ look at the pictures: ``python -m tests.tui.snapshots_to_png`` renders every SVG
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,7 @@ from tests.support.scenes import (
     NOW,
     SOURCE,
     big_snapshot,
+    cpu_only_snapshot,
     fetched_page,
     finished_snapshot,
     fleet_snapshot,
@@ -73,6 +75,7 @@ def scene(snapshot, node: str | None = None, keys: tuple[str, ...] = ()):
 
 SCENES = {
     "cluster": lambda: scene(fleet_snapshot()),
+    "cluster_cpu_only": lambda: scene(cpu_only_snapshot()),
     "node_8gpu": lambda: scene(fleet_snapshot("p5-node-8gpu"), "p5-node-8gpu"),
     "node_16gpu": lambda: scene(fleet_snapshot("gb200-node-16gpu"), "gb200-node-16gpu"),
     "node_partial_power": lambda: scene(fleet_snapshot("p5-node-nopower"), "p5-node-nopower"),
@@ -80,6 +83,7 @@ SCENES = {
     "node_no_gpus": lambda: scene(fleet_snapshot("cpu-node-3"), "cpu-node-3"),
     "run": lambda: scene(fleet_snapshot(), keys=("2",)),
     "run_finished": lambda: scene(finished_snapshot(), keys=("2",)),
+    "run_no_trainers": lambda: scene(replace(cpu_only_snapshot(), trainers=0), keys=("2",)),
     "alerts": lambda: scene(fleet_snapshot(), keys=("3",)),
     "grid": lambda: scene(big_snapshot(1024), keys=("4",)),
 }
@@ -138,6 +142,7 @@ def test_rank_view(snap_compare, pinned, mode: str, size: str) -> None:
         ("grid_temperature", ("m", "m")),
         ("sort_menu", ("s",)),
         ("help", ("question_mark",)),
+        ("node_8gpu_gpu_popup", ("tab", "enter")),
     ],
 )
 def test_screen_after_keys(snap_compare, pinned, name: str, keys: tuple[str, ...]) -> None:

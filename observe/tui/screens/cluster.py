@@ -1,6 +1,9 @@
-"""The Cluster screen: one row per node (state, age, CPU, memory, GPUs, power, XIDs), sortable."""
+"""The Cluster screen: one row per node (state, age, CPU, memory, GPUs, power, XIDs), sortable; the
+GPU columns only while some node reports a GPU."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from textual.app import ComposeResult
 
@@ -87,11 +90,12 @@ def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str 
 
 #: Priorities (``observe.tui.widgets.table.column_layout``): NODE, STATE, XID/1h and NOTE never
 #: drop; then, first to last, K8S, CPU% and MEM%, MAX UTIL and GPU POWER, AGE and GPU MEM, GPUS
-#: and HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first. K8S (the node's taint or
-#: condition from the agent's node health, a sortable column) goes first because NOTE says the
-#: same in words, first (``tainted NodeReboot ...``), so it shows at any width.
+#: and HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first, cut in the middle so its
+#: end (a port, a node number) shows. K8S (the node's taint or condition from the agent's node
+#: health, a sortable column) goes first because NOTE says the same in words, first
+#: (``tainted NodeReboot ...``), so it shows at any width.
 COLUMNS = (
-    Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14),
+    Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14, cut_middle=True),
     Column("state", "STATE", 11, lambda n: n.state, style=lambda n: fmt.STATE_STYLE.get(n.state)),
     Column(
         "age",
@@ -205,6 +209,19 @@ COLUMNS = (
     ),
     Column("note", "NOTE", 0, _note, style=_note_style, min_width=14),
 )
+#: The GPU columns, left out while no node shown reports a GPU (a CPU-only cluster, the demo): their
+#: room goes to MEM% and NOTE, as the Node screen leaves out its GPU columns on a node without GPUs.
+GPU_COLUMN_KEYS = ("gpus", "lost", "util", "util_max", "gpu_mem", "hot", "power")
+CPU_COLUMNS = tuple(c for c in COLUMNS if c.key not in GPU_COLUMN_KEYS)
+
+
+def columns_for(nodes: Sequence[NodeStatus]) -> tuple[Column, ...]:
+    """``COLUMNS`` when some node reports a GPU (lost ones count), else ``CPU_COLUMNS``; with no
+    node answered yet, ``COLUMNS`` (nothing is known to be GPU-less)."""
+    answered = [n.figures for n in nodes if n.figures is not None]
+    if not answered or any(f.gpus or f.gpus_lost for f in answered):
+        return COLUMNS
+    return CPU_COLUMNS
 
 
 class ClusterScreen(TableScreen):
@@ -234,6 +251,9 @@ class ClusterScreen(TableScreen):
                 if snapshot.errors
                 else "no agents given or found"
             )
+        columns = columns_for(snapshot.nodes)
+        if [c.key for c in table.columns] != [c.key for c in columns]:
+            table.set_columns(columns)
         table.set_rows(snapshot.nodes)
 
     def on_virtual_table_selected(self, event: VirtualTable.Selected) -> None:

@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 
-from observe.model import GpuInfo
+from observe.model import GpuInfo, XidEvent
 from observe.sources.view import NodeFigures
 from observe.tui import fmt
 from observe.tui.widgets.lines import Line, Lines, bar, fit, spark
@@ -132,7 +132,9 @@ def _na(row: GpuRow, text: str) -> str:
 
 
 #: The compact GPU table, most important first to keep: GPU, UTIL, MEM and NOTE never drop; the
-#: utilisation bar goes first, then FAN, SM clock and UUID, then MEM%, then TEMP and POWER.
+#: utilisation bar goes first, then FAN, SM clock and UUID, then MEM%, then TEMP and POWER. NOTE (why
+#: the GPU needs a look) keeps 30 characters before it shrinks, so at 80 columns it says
+#: ``XID gpu_reset; throttle sw_power_cap`` whole, and FAN, UUID and SM clock give way for it.
 GPU_COLUMNS = (
     Column("gpu", "GPU", 4, lambda r: r.gpu.index, right=True, style=lambda r: "lost" if r.gpu.lost else "accent"),
     Column(
@@ -218,7 +220,7 @@ GPU_COLUMNS = (
         priority=4,
         min_width=8,
     ),
-    Column("note", "NOTE", 0, _note, style=_note_style, min_width=8),
+    Column("note", "NOTE", 0, _note, style=_note_style, min_width=30),
 )
 
 
@@ -347,9 +349,26 @@ def _pairs_only(line: Line) -> Line:
     return line
 
 
-def detail_lines(gpu: GpuInfo, history: tuple[tuple, tuple], width: int) -> list[Line]:
-    """One GPU in full: the detailed block with the whole UUID, then PCI bus and driver."""
+def detail_lines(gpu: GpuInfo, history: tuple[tuple, tuple], width: int, xids: Sequence[XidEvent] = ()) -> list[Line]:
+    """One GPU in full: the detailed block with the whole UUID, then PCI bus and driver, then
+    ``xids`` (this GPU's XID events of the last hour, the ones its compact row's NOTE counts), one
+    line each, newest first: time, code, name, severity class."""
     lines = gpu_block(gpu, history, width)
+    if xids:
+        lines.insert(-1, [(" XID/1h ", "label"), (fmt.plural(len(xids), "event"), "bad")])
+        for x in sorted(xids, key=lambda e: e.time_unix, reverse=True)[:10]:
+            lines.insert(
+                -1,
+                fit(
+                    [
+                        (f"   {fmt.clock(x.time_unix)} ", "dim", 0),
+                        (f"XID {x.xid} ", "bad", 0),
+                        (fmt.one_line(x.name), "value", 0),
+                        (f"  {x.severity}", fmt.SEVERITY_STYLE.get(x.severity, "warn"), 1),
+                    ],
+                    width,
+                ),
+            )
     lines.insert(1, [(" UUID ", "label"), (gpu.uuid or fmt.NA, "value")])
     lines.insert(
         2,

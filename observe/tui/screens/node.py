@@ -11,6 +11,7 @@ the GPU pane's room back to the process table.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
@@ -19,7 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 
 from observe.model import NodeSnapshot
-from observe.sources.view import ClusterSnapshot, NodeStatus, k8s_health
+from observe.sources.view import XID_WINDOW_SECONDS, ClusterSnapshot, NodeStatus, events_of_gpu, k8s_health
 from observe.tui import fmt
 from observe.tui.screens.base import TableScreen
 from observe.tui.screens.gpus import (
@@ -111,9 +112,10 @@ def process_rows(snapshot: NodeSnapshot) -> list[ProcessRow]:
     return rows
 
 
-#: The process table: PID, CPU% and COMMAND never drop, and COMMAND shrinks last (to 24
-#: characters before any column is dropped); then, first to last: TIME+, MEM% and GPU, USER (after
-#: shrinking to 6), S, RES and GPU MEM. htop's RES is resident memory, S the one-letter state.
+#: The process table: PID, CPU% and COMMAND never drop, and COMMAND (program and script by their base
+#: names, as htop shortens them) shrinks last (to 24 characters before any column is dropped); then,
+#: first to last: TIME+, MEM% and GPU, USER (after shrinking to 6), S, RES and GPU MEM. htop's RES is
+#: resident memory, S the one-letter state.
 PROCESS_COLUMNS = (
     Column("pid", "PID", 7, lambda p: p.pid, right=True, style=lambda p: "accent"),
     Column(
@@ -177,7 +179,14 @@ PROCESS_COLUMNS = (
         priority=1,
     ),
     Column("gpus", "GPU", 4, lambda p: p.gpus or None, text=lambda p: p.gpus, priority=4),
-    Column("command", "COMMAND", 0, lambda p: p.command, text=lambda p: fmt.one_line(p.command), min_width=24),
+    Column(
+        "command",
+        "COMMAND",
+        0,
+        lambda p: p.command,
+        text=lambda p: fmt.one_line(fmt.short_command(p.command)),
+        min_width=24,
+    ),
 )
 #: The process table of a node without GPUs: no GPU MEM and GPU columns.
 CPU_PROCESS_COLUMNS = tuple(c for c in PROCESS_COLUMNS if c.key not in ("gpu_mem", "gpus"))
@@ -278,8 +287,11 @@ def host_lines(status: NodeStatus, snapshot: NodeSnapshot | None, width: int, he
                 (fmt.shorten(k8s["k8s_note"], max(8, width - 5)), "warn" if k8s["k8s"] == "error" else "bad"),
             ]
         )
-    for notice in snapshot.agent.notices:
-        lines.append([(" ! ", "warn"), (fmt.shorten(notice, max(8, width - 3)), "warn")])
+    for notice in snapshot.agent.notices:  # two lines at most, wrapped at words: the fix is at the end
+        pieces = textwrap.wrap(fmt.one_line(notice), max(8, width - 3), break_on_hyphens=False) or [""]
+        if len(pieces) > 2:
+            pieces = [pieces[0], fmt.shorten(" ".join(pieces[1:]), max(8, width - 3))]
+        lines += [[(" ! " if n == 0 else "   ", "warn"), (piece, "warn")] for n, piece in enumerate(pieces)]
     if not snapshot.gpus:
         reason = snapshot.agent.sources.get("nvml")
         why = (
@@ -445,4 +457,7 @@ class NodeScreen(TableScreen):
         if isinstance(row, GpuRow):  # a GPU in full: the whole UUID, PCI bus, driver, history
             history = self.top.poller.history.get(self.node, row.gpu.index)
             width = min(100, (self.size.width or 80) - 8)
-            self.app.push_screen(GpuDetailScreen(detail_lines(row.gpu, history, width)))
+            status = self.top.snapshot.node(self.node) if self.top.snapshot else None
+            recent = [x for x in (status.xid_events if status else ()) if fmt.now() - x.time_unix <= XID_WINDOW_SECONDS]
+            xids = events_of_gpu(row.gpu, recent)
+            self.app.push_screen(GpuDetailScreen(detail_lines(row.gpu, history, width, xids)))

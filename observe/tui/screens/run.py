@@ -162,7 +162,11 @@ def no_run_lines(snapshot: ClusterSnapshot, width: int) -> list[Line]:
         hint = snapshot.trainer_hint or (
             "give trainer endpoints (--trainer URL), --kube to find trainer pods, or --prometheus"
         )
-        lines = [[(" no training run seen", "title")], [(" no trainer endpoints: ", "dim"), (hint, "dim")]]
+        lines = [[(" no training run seen", "title")]]
+        for piece in textwrap.wrap(  # wrapped at words: the fix is at the end of the line
+            f"no trainer endpoints: {hint}", max(8, width - 2), break_on_hyphens=False
+        ):
+            lines.append([(f" {piece}", "dim")])
     else:
         if any(e.startswith("training exited") for e in snapshot.errors):  # the demo's training (RunWatch)
             lines = [[(" no training run seen: the training process exited", "title")]]

@@ -53,6 +53,8 @@ class Column:
             room they left before the fill column takes it (the lowest ``priority`` first); columns
             that would drop after the first such column drop early when that gives it its whole
             ``width``.
+        cut_middle: a cell too long is cut in the middle (``127.0…1:21999``), keeping its end,
+            where names and addresses differ (a port, a node's number); else at the end.
     """
 
     key: str
@@ -65,11 +67,24 @@ class Column:
     priority: int = 0
     min_width: int | None = None
     regrow: bool = False
+    cut_middle: bool = False
 
     @property
     def least(self) -> int:
         """The narrowest this column gets before columns are dropped."""
         return self.min_width if self.min_width is not None else (self.width or 8)
+
+
+def cut_cell(text: str, width: int, middle: bool = False) -> str:
+    """``text`` cut to ``width`` characters with ``…``: at the end, or with ``middle`` in the middle,
+    keeping the longer part at the end (``127.0.0.1:21999`` at 14 -> ``127.0…1:21999``)."""
+    if len(text) <= width:
+        return text
+    if not middle or width < 5:
+        return text[: max(0, width - 1)] + "…"
+    tail = (width - 1) // 2 + (width - 1) % 2
+    head = width - 1 - tail
+    return text[:head] + "…" + text[len(text) - tail :]
 
 
 #: The fill column never gets narrower than this, whatever the terminal.
@@ -396,7 +411,8 @@ class VirtualTable(Widget, can_focus=True):
                 style_name = column.style(row) if column.style else None
             except Exception:  # noqa: BLE001 - one odd value must not take the screen down
                 text, style_name = "?", "bad"
-            text = text if len(text) <= cell_width else text[: max(0, cell_width - 1)] + "…"
+            if len(text) > cell_width:
+                text = cut_cell(text, cell_width, column.cut_middle)
             text = text.rjust(cell_width) if column.right else text.ljust(cell_width)
             style = base + self._style(style_name) if style_name else base
             if cursor_style is not None:
