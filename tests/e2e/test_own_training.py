@@ -156,6 +156,10 @@ def framework_losses(run: WatchedRun) -> dict[int, float]:
     return {r: sum(run.record("own", r)["step_loss"][-5:]) / 5 for r in (0, 1)}
 
 
+#: Classes a framework wraps the user's model in: never the model label.
+WRAPPERS = {"FSDPModule", "OptimizedModule", "FullyShardedDataParallel", "DistributedDataParallel", "_FabricModule"}
+
+
 def test_steps_tokens_and_loss_match_the_frameworks_own(run: WatchedRun) -> None:
     spec = spec_of(run)
     for rank, scrape in run.ranks.items():
@@ -170,6 +174,20 @@ def test_steps_tokens_and_loss_match_the_frameworks_own(run: WatchedRun) -> None
     for rank, loss in framework_losses(run).items():
         assert run.ranks[rank].value(c.TRAIN_LOSS.name) == pytest.approx(loss, rel=1e-5), rank
     assert "Traceback" not in run.output.split("SIGTERM")[0]
+
+
+def test_one_model_is_one_flops_figure_and_each_learning_rate_says_whose(run: WatchedRun) -> None:
+    """The ranks of one model export one FLOPs-per-token figure under the model's own class name
+    (never a wrapper's), and every learning-rate series names its optimizer and param group."""
+    flops = {rank: s.value(c.TRAIN_FLOPS_PER_TOKEN.name) for rank, s in run.ranks.items()}
+    if any(v is not None for v in flops.values()):
+        assert len(set(flops.values())) == 1, flops
+    for rank, scrape in run.ranks.items():
+        model = scrape.labels(c.TRAIN_INFO.name).get("model", "")
+        assert model not in WRAPPERS and not model.startswith(("FSDP", "Optimized")), (rank, model)
+        rates = [x for x in scrape.samples if x.name == c.TRAIN_LEARNING_RATE.name]
+        assert rates, rank
+        assert all(x.labels.get("optimizer") and x.labels.get("param_group") for x in rates), (rank, rates)
 
 
 def test_phase_transitions_are_in_prometheus(run: WatchedRun) -> None:
