@@ -54,6 +54,7 @@ class RankForensics:
         phase: returns the rank's phase now (``observe.catalog.TRAIN_PHASES``).
         step: returns the index of the last completed step.
         clock: ``time.perf_counter`` (injectable for tests).
+        flight_status: Flight Recorder's status per group (``observe.training.flight.status``).
     """
 
     def __init__(
@@ -63,8 +64,12 @@ class RankForensics:
         phase: Callable[[], str],
         step: Callable[[], int],
         clock: Callable[[], float] = time.perf_counter,
+        flight_status: Callable[[], dict[str, Any] | None] = flight.status,
     ) -> None:
         self.tracker = tracker
+        #: Flight Recorder's per-group status (``observe.training.flight.status``): the process's own
+        #: unless given (a rank rebuilt from figures, as the tests' fleets are, has none).
+        self.flight_status = flight_status
         self.identity = dict(identity)
         self.identity.setdefault("pod", os.environ.get("HOSTNAME") or socket.gethostname())
         self.identity.setdefault("pid", os.getpid())
@@ -178,7 +183,7 @@ class RankForensics:
             pg: {"enqueued": n, "completed": t.completed.get(pg, 0), "source": "fsdp-observe"}
             for pg, n in list(t.issued.items())
         }
-        for pg, st in (flight.status() or {}).items():
+        for pg, st in (self.flight_status() or {}).items():
             entry = {"enqueued": max(st.enqueued, 0), "completed": max(st.completed, 0), "source": "flight_recorder"}
             if st.started >= 0:
                 entry["started"] = st.started

@@ -230,7 +230,11 @@ def _forensics(
     tracker = CollectiveTracker()
     tracker.issued = {"0": 12 * step}
     tracker.completed = {"0": 12 * step}
-    forensics = RankForensics(tracker, dict(labels), phase=lambda: phase or "training", step=lambda: step)
+    # its own Flight Recorder status (none), never this test process's, whose process groups other
+    # tests may have used: the fleet's figures must not depend on the order tests run in
+    forensics = RankForensics(
+        tracker, dict(labels), phase=lambda: phase or "training", step=lambda: step, flight_status=lambda: None
+    )
     for s in range(step - 9, step + 1):
         tracker.wait_seconds += max(0.0, step_seconds - data_wait - compute)
         forensics.step_ended(s, 0.0, step_seconds, data_wait)
