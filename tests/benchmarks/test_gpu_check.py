@@ -121,7 +121,13 @@ def test_every_agent_gpu_field_is_compared_with_nvidia_smi(standin_agent: str) -
     assert [r for r in rows if r.ok is not True] == []  # every field on both sides, and agreeing
     compared = {f.metric.split("{")[0] for f in g.FIELDS if not f.metric.startswith("label:")} | {"fsdp_gpu_info"}
     exported = {s.name for s in samples if s.labels.get("gpu_uuid") == uuid}
-    health = {"fsdp_gpu_lost", "fsdp_gpu_reading_stale", "fsdp_gpu_reading_age_seconds", "fsdp_gpu_xid_errors_total"}
+    health = {
+        "fsdp_gpu_lost",
+        "fsdp_gpu_reading_stale",
+        "fsdp_gpu_unreadable",
+        "fsdp_gpu_reading_age_seconds",
+        "fsdp_gpu_xid_errors_total",
+    }
     assert exported - compared - health == set(g.NOT_COMPARED)  # nothing the agent exports is left unchecked
 
     hotter = g.parse_smi_csv(STANDIN_SMI.replace(", 45, 350.12,", ", 55, 350.12,"), g.SMI_FIELDS)

@@ -82,7 +82,7 @@ def test_unknown_command_is_a_usage_error(capsys) -> None:
     assert result.status == 2
     assert result.stderr == (
         "error: fsdp-observe: unknown command 'frobnicate'; choose one of agent, dashboards, "
-        "demo, job, run, scaling, top, train\n"
+        "demo, diagnose, job, run, scaling, top, train\n"
     )
 
 
