@@ -110,12 +110,18 @@ def test_a_cluster_without_gpus_gives_the_gpu_columns_room_to_mem_and_note() -> 
 
 
 def test_a_node_without_nvml_says_no_gpus_first_so_a_cut_note_still_says_it() -> None:
-    from observe.agent.nvml import Nvml
+    import subprocess
+    import sys
+
     from observe.tui.screens import cluster
     from tests.support.scenes import cpu_only_snapshot
 
-    nvml = Nvml()  # this machine has no NVML library: the agent's real reason
-    assert not nvml.start() and nvml.reason is not None and nvml.reason.startswith("no GPUs on this node: ")
+    # this machine has no NVML library: the agent's real reason, from a fresh process (another test
+    # in this one may have loaded the stand-in library into pynvml)
+    code = "from observe.agent.nvml import Nvml; n = Nvml(); print(n.start()); print(n.reason)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    started, reason = done.stdout.splitlines()[:2]
+    assert started == "False" and reason.startswith("no GPUs on this node: "), done.stdout + done.stderr
     (node,) = cpu_only_snapshot().nodes  # the recorded CPU-only agent's notice
     assert cluster._note(node).startswith("no GPUs on this node: NVML unavailable")
 
