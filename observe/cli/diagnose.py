@@ -48,28 +48,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _sources(ns: argparse.Namespace) -> str:
-    kinds = [
-        name for name, used in (("--trainer", ns.trainer), ("--kube", ns.kube), ("--prometheus", ns.prometheus)) if used
-    ]
-    if not kinds:
-        raise UserError("source", "none given", "pass --trainer URL ..., --kube or --prometheus URL")
-    if len(kinds) > 1:
-        raise UserError(kinds[1], f"cannot be combined with {kinds[0]}", "choose one kind of source")
-    kube_only = [
-        f
-        for f, v in (
+    from observe.cli.sources import one_source
+
+    kind = one_source(
+        (("--trainer", ns.trainer), ("--kube", ns.kube), ("--prometheus", ns.prometheus)),
+        "pass --trainer URL ..., --kube or --prometheus URL",
+        ns.kube,
+        (
             ("--namespace", ns.namespace),
             ("--selector", ns.selector),
             ("--kubeconfig", ns.kubeconfig),
             ("--context", ns.context),
-        )
-        if v
-    ]
-    if kube_only and not ns.kube:
-        raise UserError(kube_only[0], "only applies with --kube", "add --kube, or leave it out")
+        ),
+    )
     if not 0.1 <= ns.timeout <= 600:
         raise UserError("--timeout", f"{ns.timeout:g} is out of range", "give a value from 0.1 to 600")
-    return kinds[0]
+    return kind
 
 
 def gather(ns: argparse.Namespace, kind: str) -> tuple[list, list]:
@@ -82,6 +76,9 @@ def gather(ns: argparse.Namespace, kind: str) -> tuple[list, list]:
 
     if kind == "--prometheus":
         from observe.promapi import PrometheusAPI, PrometheusError
+        from observe.sources.direct import check_url
+
+        check_url(ns.prometheus, "--prometheus")
 
         api = PrometheusAPI(ns.prometheus, timeout=max(ns.timeout, 5.0))
         try:

@@ -129,37 +129,20 @@ def make_source(ns: argparse.Namespace) -> Source:
     _check_positive(ns.concurrency, "--concurrency", 1, 10000)
     agents = list(ns.agent) + (read_agents_file(ns.agents_file) if ns.agents_file else [])
     direct = bool(agents or ns.trainer)
-    kinds = [
-        name
-        for name, used in (
-            ("--agent/--agents-file/--trainer", direct),
-            ("--kube", ns.kube),
-            ("--prometheus", ns.prometheus),
-        )
-        if used
-    ]
-    if not kinds:
-        raise UserError(
-            "source",
-            "none given",
-            "pass --agent URL, --agents-file FILE, --trainer URL, --kube or "
-            "--prometheus URL (see fsdp-observe top --help)",
-        )
-    if len(kinds) > 1:
-        raise UserError(kinds[1].split("/")[0], f"cannot be combined with {kinds[0]}", "choose one kind of source")
-    kube_only = [
-        f
-        for f, v in (
+    from observe.cli.sources import one_source
+
+    one_source(
+        (("--agent/--agents-file/--trainer", direct), ("--kube", ns.kube), ("--prometheus", ns.prometheus)),
+        "pass --agent URL, --agents-file FILE, --trainer URL, --kube or --prometheus URL (see fsdp-observe top --help)",
+        ns.kube,
+        (
             ("--namespace", ns.namespace),
             ("--agent-namespace", ns.agent_namespace),
             ("--selector", ns.selector),
             ("--kubeconfig", ns.kubeconfig),
             ("--context", ns.context),
-        )
-        if v
-    ]
-    if kube_only and not ns.kube:
-        raise UserError(kube_only[0], "only applies with --kube", "add --kube, or leave it out")
+        ),
+    )
     if ns.prometheus:
         from observe.sources.direct import check_url
         from observe.sources.prometheus import PrometheusSource
