@@ -138,6 +138,7 @@ def _alert(
     description: str,
     s: Settings,
     xid_class: str | None = None,
+    keep_firing_for: str | None = None,
     **more: str,
 ) -> dict[str, Any]:
     """One alerting rule; ``more`` are extra annotations (``xid_name``, ``recommended_action``, ...)."""
@@ -146,6 +147,7 @@ def _alert(
         "alert": name,
         "expr": expr,
         "for": for_,
+        **({"keep_firing_for": keep_firing_for} if keep_firing_for else {}),
         "labels": labels,
         "annotations": {"summary": summary, "description": description, "runbook_url": s.runbook(name.lower()), **more},
     }
@@ -245,6 +247,7 @@ def xid_alerts(s: Settings) -> list[dict[str, Any]]:
                 f"{more['recommended_action']}",
                 s,
                 xid_class=severity,
+                keep_firing_for=s.xid_reboot_keep_firing_for if severity == "node_reboot" else None,
                 **more,
             )
         )
@@ -341,6 +344,7 @@ def dcgm_xid_alerts(s: Settings) -> list[dict[str, Any]]:
                 f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
                 f"dcgm-exporter's last XID changed to {which}; {meaning} {tail}",
                 s,
+                keep_firing_for=s.xid_reboot_keep_firing_for,
                 **fatal,
             )
         ]
@@ -355,6 +359,7 @@ def dcgm_xid_alerts(s: Settings) -> list[dict[str, Any]]:
             f"XID {{{{ $labels.xid }}}} on {_GPU} (dcgm-exporter)",
             f"dcgm-exporter counted {which} within the last {s.xid_window}; {meaning} {tail}",
             s,
+            keep_firing_for=s.xid_reboot_keep_firing_for,
             **fatal,
         ),
         _alert(

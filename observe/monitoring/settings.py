@@ -73,6 +73,13 @@ class Settings:
             a burst (one such XID is usually the job's own bug). The agent counts a report once,
             however many lines the driver printed for it (``observe.xid``: one out-of-range access
             prints three XID 13 lines), so this is a number of distinct faults.
+        xid_reboot_keep_firing_for: how long the ``node_reboot``-class XID alerts keep firing
+            after their window (Prometheus' ``keep_firing_for``, 2.42 and later). They inhibit the
+            node's ``gpu_reset`` and ``application`` XID alerts, and Alertmanager inhibits only
+            while the source fires; the XIDs of one incident can land a scrape or an evaluation
+            apart (the agent counts the lines of one kernel-log write one at a time), so without
+            this margin a muted burst would page the moment the reboot alert resolved. Cover one
+            scrape interval plus one evaluation interval.
         gpu_lost_for: ``for`` of the GPU-lost alert.
         gpu_stale_for: how long the agent's NVML reading of a GPU may stay unfinished (a driver
             call that hangs) before FsdpGpuReadingStale fires, or without a single figure (its
@@ -131,6 +138,7 @@ class Settings:
     xid_window: str = "10m"
     xid_for: str = "1m"
     xid_application_burst: int = 3
+    xid_reboot_keep_firing_for: str = "1m"
     gpu_lost_for: str = "1m"
     gpu_stale_for: str = "5m"
     stall_time: str = "15m"
@@ -172,6 +180,7 @@ class Settings:
         for name in (
             "xid_window",
             "xid_for",
+            "xid_reboot_keep_firing_for",
             "gpu_lost_for",
             "gpu_stale_for",
             "stall_time",
