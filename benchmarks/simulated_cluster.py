@@ -204,7 +204,9 @@ def agent(cluster: Cluster, out: TextIO, p: Profiles) -> int:
             for g in range(cluster.gpus):
                 for value in values:
                     labels = f'{base(n)},gpu="{g}",gpu_uuid="GPU-{n:08x}-0000-4000-8000-{g:012x}",{label}="{value}"'
-                    written += _series(out, name, labels, p.gauge(0, 0, True))
+                    # a fleet training at full power: the power cap holds every GPU's clocks down
+                    held = int(value == "sw_power_cap")
+                    written += _series(out, name, labels, p.gauge(held, 0, True))
     for metric, level in ((c.GPU_PROCESS_MEMORY, 7.0e10), (c.GPU_PROCESS_SM_UTILIZATION, 0.95)):
         for n in range(cluster.nodes):
             for g in range(cluster.gpus):

@@ -120,12 +120,14 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                 [
                     heatmap(
                         BucketsHeatmap,
-                        "Step-time distribution (all ranks)",
+                        "Step-time distribution (local rank 0 of each node)",
                         [target(q.step_buckets, "{{le}}", plugin=ds, heatmap=True)],
                         "s",
-                        "How many steps of all the run's ranks fell in each step-time bucket per "
-                        "interval (one panel per run). A second band above the main one is a slow rank "
-                        "or a slow phase.",
+                        "How many steps fell in each step-time bucket per interval (one panel per run), "
+                        "counted on local rank 0 of each node: synchronous FSDP ranks share one step time, "
+                        "so the other ranks would add series, not information. A second band above the "
+                        "main one is a slow phase (evaluation, checkpoints) or a slow period; the "
+                        "straggler panels name a slow rank by its compute time.",
                         repeat=repeat_by("run_id", 2),
                         plugin=ds,
                     ),

@@ -300,7 +300,8 @@ class GpuHealthQueries:
         self.xid_window = f"{self.of(d.XID_WINDOW)} > 0"
         self.lost_timeline = f"{lost}\nand on (node, gpu)\n(max_over_time({lost}[$__range] @ end()) == 1)"
         self.throttled_counts = s.agent(rules.THROTTLED)
-        self.throttle_reasons = stable_top(k, agent(c.GPU_CLOCK_THROTTLE), "node, gpu, reason", reducer="sum")
+        held = f'{rules.THROTTLE_HELD}{{node=~"$node",gpu=~"$gpu"}}'
+        self.throttle_reasons = stable_top(k, held, "node, gpu, reason", reducer="count")
         processes = (
             f"topk({k}, sum by (node, gpu, pid) ({agent(c.GPU_PROCESS_MEMORY)}))\n"
             f"* on (node, pid) group_left (user, name, command)\n"
@@ -384,7 +385,8 @@ class NodeQueries:
             f"or count by (node) ({s.agent(c.AGENT_COLLECTIONS.name)})"
         )
         self.nodes = f"query_result({node_sources})"
-        self.core_nodes = f"label_values({s.agent(c.NODE_CPU_CORE_BUSY.name, n)}, node)"
+        # the per-node series of the same reading: label_values over every core is 64-192 times more
+        self.core_nodes = f"label_values({s.agent(c.NODE_CPU_BUSY.name, n)}, node)"
 
     def busiest(self, expr: str, bottom: bool = False) -> str:
         """The ``top_n`` nodes of ``expr`` over the range."""

@@ -87,6 +87,9 @@ FATAL_GPU_ALERTS = (*CRITICAL_XID_CLASSES.values(), "FsdpDcgmXidCritical", "Fsdp
 #: The nodes of each run with a fatal GPU alert firing recently (``likely_cause`` of a stall).
 RUN_GPU_FAULTS = "namespace_run_id_node:ALERTS:fatal_gpu_recent"
 THROTTLED = f"reason:{c.GPU_CLOCK_THROTTLE.name}:count"
+#: Only the (GPU, reason) pairs holding clocks down now: the agent exports every NVML reason of
+#: every GPU, nearly all 0, and a range query over all of them costs seconds at 512 GPUs.
+THROTTLE_HELD = f"node_gpu_reason:{c.GPU_CLOCK_THROTTLE.name}:held"
 NODE_CPU_BUSY = f"node:{fields.NODE_CPU_SECONDS}:busy_ratio_rate2m"
 NODE_NETWORK_RECEIVE = f"node:{fields.NODE_NETWORK_RECEIVE}:rate2m"
 NODE_NETWORK_TRANSMIT = f"node:{fields.NODE_NETWORK_TRANSMIT}:rate2m"
@@ -104,6 +107,7 @@ RECORDED = (
     PHASE_RANKS,
     RUN_GPU_FAULTS,
     THROTTLED,
+    THROTTLE_HELD,
     NODE_CPU_BUSY,
     NODE_NETWORK_RECEIVE,
     NODE_NETWORK_TRANSMIT,
@@ -469,8 +473,13 @@ def _run_gpus(s: Settings) -> str:
 
 
 def gpu_recording_rules(s: Settings) -> list[dict[str, Any]]:
-    """Fleet-wide counts the GPU-health dashboard reads."""
-    return [{"record": THROTTLED, "expr": f"count by (reason) ({s.agent(c.GPU_CLOCK_THROTTLE.name)} == 1)"}]
+    """What the GPU-health dashboard reads of the clock event reasons: the (GPU, reason) pairs held
+    now (value 1; absent when free) and, from them, the count of GPUs per reason."""
+    held = f"max by (node, gpu, gpu_uuid, reason) ({s.agent(c.GPU_CLOCK_THROTTLE.name)} == 1)"
+    return [
+        {"record": THROTTLE_HELD, "expr": held},
+        {"record": THROTTLED, "expr": f"count by (reason) ({THROTTLE_HELD})"},
+    ]
 
 
 def node_rules(s: Settings) -> list[dict[str, Any]]:
@@ -551,6 +560,7 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
     stall = duration_seconds(s.stall_time)
     last_step = s.trainer(c.TRAIN_LAST_STEP_TIMESTAMP.name)
     phase = s.trainer(c.TRAIN_PHASE.name, 'phase!="finished"')
+    node_leaders_buckets = s.trainer(f"{c.TRAIN_STEP_SECONDS.name}_bucket", 'local_rank="0"')
     return [
         {"record": STEP_MEAN, "expr": f"rate({step_sum}[5m]) / rate({step_count}[5m])"},
         {"record": STEP_MEDIAN, "expr": f"quantile by ({_RUN}) (0.5, {STEP_MEAN})"},
@@ -561,7 +571,9 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
         },
         {
             "record": STEP_BUCKET_RATE,
-            "expr": f"sum by ({_RUN}, le) (rate({s.trainer(c.TRAIN_STEP_SECONDS.name + '_bucket')}[2m]))",
+            # local rank 0 of each node: synchronous ranks share one step time (the collectives
+            # line them up), so the other ranks add 7 times the series and no information
+            "expr": f"sum by ({_RUN}, le) (rate({node_leaders_buckets}[2m]))",
         },
         {"record": RUN_GPUS, "expr": _run_gpus(s)},
         {

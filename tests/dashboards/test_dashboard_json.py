@@ -222,7 +222,7 @@ def test_the_training_dashboard_has_every_asked_for_panel() -> None:
         "Loss",
         "Global tokens/s",
         "Tokens/s: the 10 slowest ranks and the median",
-        "Step-time distribution (all ranks)",
+        "Step-time distribution (local rank 0 of each node)",
         "Mean step time of the 10 slowest ranks, by rank",
         "Worst 10 ranks",
         "Compute per step vs the run's median rank",
@@ -253,7 +253,10 @@ def test_runs_never_share_a_stack_or_a_heatmap_and_rank_rows_sort_naturally() ->
     assert 'run=~"$run"' in phase["targets"][0]["expr"] and "/ on (run) group_left" in phase["targets"][0]["expr"]
     (share,) = [r for g in rules.rule_file()["groups"] for r in g["rules"] if r.get("record") == rules.PHASE_SHARE]
     assert share["expr"].startswith("label_join(") and '"run", "/", "namespace", "run_id"' in share["expr"]
-    for title in ("Step-time distribution (all ranks)", "Mean step time of the 10 slowest ranks, by rank"):
+    for title in (
+        "Step-time distribution (local rank 0 of each node)",
+        "Mean step time of the 10 slowest ranks, by rank",
+    ):
         assert panel("training-run.json", title)["repeat"] == "run_id"
     rows = panel("training-run.json", "Mean step time of the 10 slowest ranks, by rank")["targets"][0]
     assert rows["legendFormat"] == "{{rank}}"  # a number alone: Grafana's heatmap sorts such rows numerically
