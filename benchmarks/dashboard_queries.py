@@ -29,6 +29,7 @@ would not fit on the disk.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -53,6 +54,7 @@ from observe.ports import free_port
 REPO = Path(__file__).resolve().parents[1]
 PANEL_P95_MS, PANEL_SERIES, RULE_P95_MS = 500.0, 50, 200.0
 BYTES_PER_SAMPLE = 312  # measured on the generator's output
+HISTORY_END = "history_end"  # in each size's workdir: where its history ends (Unix seconds)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -78,6 +80,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--keep", action="store_true", help="keep the workdir (reuse it with --reuse)")
     p.add_argument("--reuse", action="store_true", help="skip building: open the TSDBs already in --workdir")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another revision's JSON from this benchmark: time its queries and this revision's alternately "
+        "on the same TSDB and print the ratios (benchmarks/query_compare.py)",
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -173,19 +182,25 @@ def queries(range_s: float, step: float, scrape: float, one_node: str) -> list[d
     return out
 
 
-def time_query(client: httpx.Client, q: dict, end: float, range_s: float, step: float, repeat: int) -> dict:
-    """p50/p95 wall latency (ms) over ``repeat`` runs, and the series the last one returned."""
+def run_once(client: httpx.Client, q: dict, end: float, range_s: float, step: float) -> tuple[float, dict]:
+    """One run of ``q`` (instant at ``end``, or over ``range_s`` before it): wall ms and the reply."""
     params = (
         {"query": q["expr"], "time": f"{end:.3f}"}
         if q["instant"]
         else {"query": q["expr"], "start": f"{end - range_s:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
     )
     path = "/api/v1/query" if q["instant"] else "/api/v1/query_range"
+    began = time.perf_counter()
+    body = client.get(path, params=params).json()
+    return (time.perf_counter() - began) * 1000, body
+
+
+def time_query(client: httpx.Client, q: dict, end: float, range_s: float, step: float, repeat: int) -> dict:
+    """p50/p95 wall latency (ms) over ``repeat`` runs, and the series the last one returned."""
     latencies, body = [], {}
     for _ in range(repeat):
-        began = time.perf_counter()
-        body = client.get(path, params=params).json()
-        latencies.append((time.perf_counter() - began) * 1000)
+        ms, body = run_once(client, q, end, range_s, step)
+        latencies.append(ms)
     latencies.sort()
     p95 = latencies[min(len(latencies) - 1, math.ceil(0.95 * len(latencies)) - 1)]
     ok = body.get("status") == "success"
@@ -244,6 +259,11 @@ def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict | None:
     load_before = os.getloadavg()
     tsdb = work / "prometheus" / "tsdb"
     built = {} if args.reuse else build(cluster, tsdb, work, args.chunk_minutes * 60)
+    if args.reuse:  # the history ends where it was built, not now
+        end = history_end(work)
+        cluster = dataclasses.replace(cluster, start=end - args.hours * 3600, end=end)
+    else:
+        (work / HISTORY_END).write_text(f"{end:.0f}\n")
     rule_file = work / "rules.yaml"
     rule_file.write_text(rules.render())
     config = {
@@ -276,10 +296,12 @@ def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict | None:
                 shutil.move(str(block), tsdb / block.name)
             prometheus = prometheus_local.start(work / "prometheus", config, free_port(), timeout=600)
             built["rules_backfill_s"] = round(time.perf_counter() - began, 1)
-        range_s, results = seconds(args.range_), []
+        range_s, results, compared = seconds(args.range_), [], None
         with httpx.Client(base_url=prometheus.url, timeout=120) as client:
             for q in queries(range_s, args.step, args.scrape, cluster.node(0)):
                 results.append(time_query(client, q, end, range_s, args.step, args.repeat))
+            if args.baseline is not None:
+                compared = side_by_side(args, client, nodes, results, end, range_s)
     finally:
         prometheus.stop()
         if not args.keep:
@@ -318,7 +340,36 @@ def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict | None:
         },
         "targets": {"panel_p95_ms": PANEL_P95_MS, "panel_series": PANEL_SERIES, "rule_p95_ms": RULE_P95_MS},
         "results": [{**r, "verdict": verdict(r)} for r in results],
+        **({"compared": compared} if compared is not None else {}),
     }
+
+
+def history_end(work: Path) -> float:
+    """The Unix time (s) the history built in ``work`` ends at (written there by the build)."""
+    try:
+        return float((work / HISTORY_END).read_text())
+    except FileNotFoundError:
+        raise SystemExit(
+            f"error: --reuse: nothing built in {work}; build it first (without --reuse, with --keep)"
+        ) from None
+
+
+def side_by_side(
+    args: argparse.Namespace, client: httpx.Client, nodes: int, results: list[dict], end: float, range_s: float
+) -> dict:
+    """The baseline revision's queries against these, alternately (``query_compare``)."""
+    from benchmarks import query_compare
+
+    runs = [r for r in json.loads(args.baseline.read_text())["runs"] if r["cluster"]["nodes"] == nodes]
+    if not runs:
+        raise SystemExit(f"error: --baseline {args.baseline}: no run at {nodes} nodes; run it with --nodes {nodes}")
+
+    def once(c: httpx.Client, q: dict) -> tuple[float, int | None]:
+        ms, body = run_once(c, q, end, range_s, args.step)
+        return ms, len(body["data"]["result"]) if body.get("status") == "success" else None
+
+    rows = query_compare.compare(once, client, runs[0]["results"], results, args.repeat)
+    return {"baseline": str(args.baseline), "band": query_compare.report(rows), "rows": rows}
 
 
 def growth(runs: list[dict]) -> None:

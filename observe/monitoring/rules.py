@@ -474,11 +474,13 @@ def _run_gpus(s: Settings) -> str:
 
 def gpu_recording_rules(s: Settings) -> list[dict[str, Any]]:
     """What the GPU-health dashboard reads of the clock event reasons: the (GPU, reason) pairs held
-    now (value 1; absent when free) and, from them, the count of GPUs per reason."""
+    now (value 1; absent when free) and the count of GPUs per reason. The count repeats the
+    expression instead of reading the record, so each rule stands alone (``promtool tsdb
+    create-blocks-from rules`` cannot backfill a rule that reads another's record)."""
     held = f"max by (node, gpu, gpu_uuid, reason) ({s.agent(c.GPU_CLOCK_THROTTLE.name)} == 1)"
     return [
         {"record": THROTTLE_HELD, "expr": held},
-        {"record": THROTTLED, "expr": f"count by (reason) ({THROTTLE_HELD})"},
+        {"record": THROTTLED, "expr": f"count by (reason) ({held})"},
     ]
 
 

@@ -43,18 +43,38 @@ def test_the_simulated_cluster_is_what_the_estimate_says_and_promtool_reads_it(t
 
 
 @pytest.mark.e2e  # starts a real Prometheus
-def test_a_tiny_run_times_every_panel_and_rule(tmp_path: Path, subprocess_env) -> None:
+def test_a_tiny_run_times_every_panel_and_rule_and_compares_with_a_baseline(tmp_path: Path, subprocess_env) -> None:
     out = tmp_path / "result.json"
-    done = run_benchmark(
-        "dashboard_queries",
-        *("--nodes", "1", "--hours", "0.25", "--cores", "4", "--repeat", "1"),
-        *("--out", str(out), "--workdir", str(tmp_path / "work")),
-        env=subprocess_env,
-        timeout=600,
-    )
+    tiny = ("--nodes", "1", "--hours", "0.25", "--cores", "4", "--repeat", "1", "--workdir", str(tmp_path / "work"))
+    done = run_benchmark("dashboard_queries", *tiny, "--keep", "--out", str(out), env=subprocess_env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     (run,) = json.loads(out.read_text())["runs"]
     kinds = {r["kind"] for r in run["results"]}
     assert kinds == {"panel", "variable", "rule"}
     assert [r["where"] for r in run["results"] if r["verdict"] == "ERROR"] == []
     assert re.search(r"\d+ queries, \d+ miss a target", done.stdout)
+
+    # The same TSDB again (its history ends where it was built), against a baseline revision whose
+    # "Lost GPUs" panel was one constant series: that row alone is "changed", with both answers.
+    baseline = json.loads(out.read_text())
+    (lost,) = [r for r in baseline["runs"][0]["results"] if r["where"] == "fsdp-gpu-health / Lost GPUs / A"]
+    lost["expr"] = "vector(1)"
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    again = tmp_path / "again.json"
+    done = run_benchmark(
+        "dashboard_queries",
+        *tiny,
+        *("--reuse", "--baseline", str(tmp_path / "baseline.json"), "--out", str(again)),
+        env=subprocess_env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (rerun,) = json.loads(again.read_text())["runs"]
+    assert {r["where"]: r["series"] for r in rerun["results"]} == {r["where"]: r["series"] for r in run["results"]}
+    rows = {r["where"]: r for r in rerun["compared"]["rows"]}
+    assert set(rows) == {r["where"] for r in run["results"]}
+    assert [w for w, r in rows.items() if r["changed"]] == ["fsdp-gpu-health / Lost GPUs / A"]
+    assert rows["fsdp-gpu-health / Lost GPUs / A"]["base_series"] == 1
+    assert all(r["base_series"] == r["new_series"] for w, r in rows.items() if not r["changed"])
+    assert rerun["compared"]["band"]["unchanged_queries"] == len(rows) - 1
+    assert "the noise band" in done.stdout
