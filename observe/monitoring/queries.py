@@ -19,7 +19,9 @@ the builder writes the shared sub-expressions out in full. Every result series i
 labelled ``run_id``, ``model``, ``sharding_strategy`` and ``world_size``.
 
 - ranks of a run: distinct ``rank`` labels of ``fsdp_train_info`` (a number, unlike the
-  ``world_size`` label, which PromQL cannot compute with).
+  ``world_size`` label, which PromQL cannot compute with). The dashboard reads them from the
+  recording rule ``rules.RUN_RANKS`` (the most seen at once over the range): the expression
+  repeats the count six times, each a pass over every rank's info series (8,192 at scale).
 - throughput of a run: the ``quantile``-th value (median by default) of rank 0's
   ``fsdp_train_global_tokens_per_second`` over the range. A median of the per-window figure is
   robust to warm-up windows, so it is close to, but not the same estimator as, the report's
@@ -62,7 +64,11 @@ class ScalingQueries:
 
 
 def scaling_queries(
-    matchers: str = "", info_matchers: str = "", range_: str = "$__range", quantile: float = 0.5
+    matchers: str = "",
+    info_matchers: str = "",
+    range_: str = "$__range",
+    quantile: float = 0.5,
+    ranks_record: str | None = None,
 ) -> ScalingQueries:
     """Build the expressions.
 
@@ -74,6 +80,10 @@ def scaling_queries(
             ``'model=~"$model",sharding_strategy=~"$strategy"'``; runs they exclude drop out.
         range_: the range to read runs from: ``$__range`` in a dashboard, or a duration (``6h``).
         quantile: which quantile over the range stands for a run's throughput (0 < q <= 1).
+        ranks_record: the name of ``rules.RUN_RANKS`` where Prometheus evaluates the generated
+            rules: the ranks (and the run's model, strategy and world size) are read from it,
+            not counted from every rank's ``fsdp_train_info``; ``None`` (the CLI, against any
+            Prometheus) counts them.
 
     Raises:
         ValueError: braces in the matchers, a malformed range, a quantile out of range.
@@ -91,8 +101,12 @@ def scaling_queries(
         return f"{name}{{{inner}}}"
 
     keys = "run_id, model, sharding_strategy, world_size"
-    info = f"last_over_time({sel(c.TRAIN_INFO.name, info_matchers)}[{range_}])"
-    ranks = f"count by ({keys}) (count by ({keys}, rank) ({info}))"
+    if ranks_record is None:
+        info = f"last_over_time({sel(c.TRAIN_INFO.name, info_matchers)}[{range_}])"
+        ranks = f"count by ({keys}) (count by ({keys}, rank) ({info}))"
+    else:
+        info = f"max_over_time({sel(ranks_record, info_matchers)}[{range_}])"
+        ranks = f"max by ({keys}) ({info})"
     rank0 = sel(c.TRAIN_GLOBAL_TOKENS_PER_SECOND.name, 'rank="0"')
     tps = f"max by (run_id) (quantile_over_time({quantile:g}, {rank0}[{range_}]))"
     throughput = f"{tps} * on (run_id) group_left (model, sharding_strategy, world_size) group by ({keys}) ({info})"
@@ -166,7 +180,10 @@ class TrainingQueries:
         save = c.TRAIN_CHECKPOINT_SAVE_SECONDS.name
         self.checkpoint_save = f"max by ({RUN}) ({t(save + '_sum')}\n/\n({t(save + '_count')} > 0))"
         self.checkpoint_age = f"time() - max by ({RUN}) ({t(c.TRAIN_LAST_CHECKPOINT_TIMESTAMP)})"
-        self.scaling = scaling_queries(matchers=",".join(filter(None, (s.trainer_selector, 'namespace=~"$namespace"'))))
+        self.scaling = scaling_queries(
+            matchers=",".join(filter(None, (s.trainer_selector, 'namespace=~"$namespace"'))),
+            ranks_record=rules.RUN_RANKS,
+        )
         self.window_step_slowest = self.slowest(t(c.TRAIN_WINDOW_STEP_SECONDS))
         run_gpus = self.run_gpus = t(rules.RUN_GPUS)  # recorded: the CUDA ranks' GPUs
         self.run_engine = self.worst_of_run(d.GRAPHICS_ENGINE_ACTIVE, bottom=True)

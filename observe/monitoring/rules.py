@@ -81,6 +81,9 @@ STEP_BUCKET_RATE = f"namespace_run_id_le:{c.TRAIN_STEP_SECONDS.name}_bucket:rate
 #: DCGM records to runs through it.
 RUN_GPUS = f"node_gpu:{c.TRAIN_INFO.name}:ranks"
 PHASE_SHARE = f"namespace_run_id_phase:{c.TRAIN_PHASE_SECONDS.name}:rate2m"
+#: Each run's ranks, with its model, sharding strategy and world size: the scaling-efficiency
+#: table reads these few series instead of counting every rank's info series six times.
+RUN_RANKS = f"namespace_run_id:{c.TRAIN_INFO.name}:ranks"
 PHASE_RANKS = f"namespace_run_id_phase:{c.TRAIN_PHASE.name}:ranks"
 #: Alerts that mean a GPU fault a run cannot survive (the stall alert's likely causes).
 FATAL_GPU_ALERTS = (*CRITICAL_XID_CLASSES.values(), "FsdpDcgmXidCritical", "FsdpGpuLost")
@@ -103,6 +106,7 @@ RECORDED = (
     DATA_WAIT_SHARE,
     STEP_BUCKET_RATE,
     RUN_GPUS,
+    RUN_RANKS,
     PHASE_SHARE,
     PHASE_RANKS,
     RUN_GPU_FAULTS,
@@ -472,6 +476,12 @@ def _run_gpus(s: Settings) -> str:
     return f"group by ({_RUN}, rank, node, gpu_uuid) ({info})"
 
 
+def _run_ranks(s: Settings) -> str:
+    """Each run's number of distinct ranks, by run and the facts scaling efficiency groups on."""
+    run = f"{_RUN}, model, sharding_strategy, world_size"
+    return f"count by ({run}) (count by ({run}, rank) ({s.trainer(c.TRAIN_INFO.name)}))"
+
+
 def gpu_recording_rules(s: Settings) -> list[dict[str, Any]]:
     """What the GPU-health dashboard reads of the clock event reasons: the (GPU, reason) pairs held
     now (value 1; absent when free) and the count of GPUs per reason. The count repeats the
@@ -578,6 +588,7 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
             "expr": f"sum by ({_RUN}, le) (rate({node_leaders_buckets}[2m]))",
         },
         {"record": RUN_GPUS, "expr": _run_gpus(s)},
+        {"record": RUN_RANKS, "expr": _run_ranks(s)},
         {
             # ``run`` (namespace/run_id) names one run: the phase stack repeats per value of it
             "record": PHASE_SHARE,
