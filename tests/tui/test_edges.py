@@ -23,7 +23,7 @@ from observe.sources.verdicts import run_verdict
 from observe.sources.view import ClusterSnapshot, NodeStatus, RankStatus, RunStatus, node_figures
 from observe.tui.app import make_app
 from observe.tui.screens.base import SortMenu, error_lines, status_line
-from observe.tui.screens.cluster import COLUMNS
+from observe.tui.screens.cluster import COLUMNS, columns_for
 from observe.tui.screens.gpus import _note as gpu_note
 from observe.tui.screens.gpus import uuid_tails
 from observe.tui.screens.help import KEYS, HelpScreen, MessagesScreen
@@ -110,6 +110,22 @@ async def test_every_gpu_of_a_node_is_on_screen_with_the_command_column(node, gp
         assert "…" in drawn[0]  # UUIDs by their tail
     else:  # at 80 columns (and the 79 of the side-by-side pane) the UUID tail gives way to the whole NOTE
         assert drawn[0].rstrip().endswith("XID gpu_reset; throttle sw_power_cap"), drawn[0]
+    await ctx.__aexit__(None, None, None)
+
+
+async def test_a_mixed_fleet_keeps_cpu_and_mem_at_120_columns() -> None:
+    # GPU nodes and a node without GPUs: the GPU columns stay, and CPU% and MEM% (one pair: a
+    # host's load) both show; less telling GPU figures give way first
+    snapshot = fleet_snapshot()
+    figures = [n.figures for n in snapshot.nodes if n.figures is not None]
+    assert any(f.gpus for f in figures) and any(not f.gpus for f in figures)
+    assert columns_for(snapshot.nodes) == COLUMNS
+    app, pilot, ctx = await shown(snapshot, (120, 40))
+    lines = table_text(app.screen.query_one(VirtualTable))
+    header = lines[0].replace("▲", " ").split()
+    assert {"CPU%", "MEM%", "GPUS", "LOST", "XID/1h", "NOTE"} <= set(header), header
+    (cpu_node,) = [line for line in lines[1:] if line.startswith("cpu-node-3")]
+    assert cpu_node.count("%") >= 2, cpu_node  # its CPU% and MEM% figures
     await ctx.__aexit__(None, None, None)
 
 

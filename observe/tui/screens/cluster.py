@@ -89,11 +89,14 @@ def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str 
 
 
 #: Priorities (``observe.tui.widgets.table.column_layout``): NODE, STATE, XID/1h and NOTE never
-#: drop; then, first to last, K8S, CPU% and MEM%, MAX UTIL and GPU POWER, AGE and GPU MEM, GPUS
+#: drop; then, first to last, K8S, UTIL MAX and GPU POWER, CPU% and MEM%, AGE and GPU MEM, GPUS
 #: and HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first, cut in the middle so its
 #: end (a port, a node number) shows. K8S (the node's taint or condition from the agent's node
 #: health, a sortable column) goes first because NOTE says the same in words, first
-#: (``tainted NodeReboot ...``), so it shows at any width.
+#: (``tainted NodeReboot ...``), so it shows at any width. UTIL MAX (UTIL AVG's spread) and GPU
+#: POWER (a sum that says little alone) give way before the host's CPU% and MEM%, which say
+#: whether input loading or host memory holds the GPUs back: at 120 columns a fleet with GPUs keeps
+#: both.
 COLUMNS = (
     Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14, cut_middle=True),
     Column("state", "STATE", 11, lambda n: n.state, style=lambda n: fmt.STATE_STYLE.get(n.state)),
@@ -115,7 +118,7 @@ COLUMNS = (
         text=lambda n: fmt.pct(_f(n).cpu_ratio),
         right=True,
         style=lambda n: _level(_f(n).cpu_ratio),
-        priority=5,
+        priority=4,
     ),
     Column(
         "mem",
@@ -125,7 +128,7 @@ COLUMNS = (
         text=lambda n: fmt.pct(_f(n).memory_ratio),
         right=True,
         style=lambda n: _level(_f(n).memory_ratio),
-        priority=5,
+        priority=4,
     ),
     Column(
         "gpus",
@@ -166,7 +169,7 @@ COLUMNS = (
         right=True,
         text=lambda n: _gpu_figure(n, fmt.pct(_f(n).gpu_util_max), _f(n).util_gpus),
         style=lambda n: _partial_style(n, _f(n).util_gpus),
-        priority=4,
+        priority=5,
     ),
     Column(
         "gpu_mem",
@@ -196,7 +199,7 @@ COLUMNS = (
         right=True,
         text=lambda n: _gpu_figure(n, fmt.num(_f(n).power_watts, 0, " W"), _f(n).power_gpus),
         style=lambda n: _partial_style(n, _f(n).power_gpus),
-        priority=4,
+        priority=5,
     ),
     Column(
         "xid",
