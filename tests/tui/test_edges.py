@@ -113,6 +113,17 @@ async def test_every_gpu_of_a_node_is_on_screen_with_the_command_column(node, gp
     await ctx.__aexit__(None, None, None)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_an_unreachable_agents_reason_is_whole_on_the_cluster_screen(size) -> None:
+    # the GPU columns are there (the fleet has GPU nodes): NOTE must still say why in full
+    app, pilot, ctx = await shown(fleet_snapshot(), size)
+    table = app.screen.query_one(VirtualTable)
+    assert "UTIL AVG" in table_text(table)[0]
+    (row,) = [line for line in table_text(table)[1:] if line.startswith("10.0.0.9:9401")]
+    assert " unreachable " in row and row.endswith(" connection refused"), row
+    await ctx.__aexit__(None, None, None)
+
+
 async def test_a_mixed_fleet_keeps_cpu_and_mem_at_120_columns() -> None:
     # GPU nodes and a node without GPUs: the GPU columns stay, and CPU% and MEM% (one pair: a
     # host's load) both show; less telling GPU figures give way first

@@ -96,7 +96,9 @@ def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str 
 #: (``tainted NodeReboot ...``), so it shows at any width. UTIL MAX (UTIL AVG's spread) and GPU
 #: POWER (a sum that says little alone) give way before the host's CPU% and MEM%, which say
 #: whether input loading or host memory holds the GPUs back: at 120 columns a fleet with GPUs keeps
-#: both.
+#: both. NOTE keeps 24 characters before columns drop, so a pull's reason (``connection refused``,
+#: ``no answer within 2.0 s``, ``host name not found``) shows whole at 80 columns beside STATE's
+#: ``unreachable`` or ``slow``: HOT GPU gives way for it there (Enter opens the node in full).
 COLUMNS = (
     Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14, cut_middle=True),
     Column("state", "STATE", 11, lambda n: n.state, style=lambda n: fmt.STATE_STYLE.get(n.state)),
@@ -210,7 +212,7 @@ COLUMNS = (
         text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
         style=lambda n: fmt.SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim",
     ),
-    Column("note", "NOTE", 0, _note, style=_note_style, min_width=14),
+    Column("note", "NOTE", 0, _note, style=_note_style, min_width=24),
 )
 #: The GPU columns, left out while no node shown reports a GPU (a CPU-only cluster, the demo): their
 #: room goes to MEM% and NOTE, as the Node screen leaves out its GPU columns on a node without GPUs.
