@@ -70,15 +70,17 @@ TAINTED = NodeHealth(
 def faulted(base: NodeSnapshot, name: str) -> NodeSnapshot:
     """``many_gpus`` with 8 GPUs, tainted by the agent (``TAINTED``), GPU 3's NVML reading stale."""
     snap = many_gpus(base, name, 8)
+    # a stale GPU as the agent sends it (observe/agent/gpu.py): who it is and how old its reading
+    # is, no figures
     gpus = tuple(
-        replace(
-            g,
-            stale=True,
+        GpuInfo(
+            index=g.index,
+            uuid=g.uuid,
+            name=g.name,
+            pci_bus=g.pci_bus,
+            driver_version=g.driver_version,
             reading_age_seconds=14.0,
-            utilization_ratio=None,
-            memory_used_bytes=None,
-            temperature_celsius=None,
-            power_watts=None,
+            stale=True,
         )
         if g.index == 3
         else g

@@ -62,7 +62,7 @@ def test_the_cluster_note_says_the_most_urgent_first() -> None:
 def test_a_stale_gpu_in_the_gpu_table() -> None:
     row = GpuRow(gpu=GpuInfo(index=3, stale=True, reading_age_seconds=14.0), uuid_text="", xid_severity=None)
     assert _util(row) == "STALE"
-    assert _note(row) == "NVML reading stale for 14s: a driver call hangs"
+    assert _note(row) == "stale for 14s: a driver call hangs"
 
 
 def test_an_unreadable_gpu_is_marked_in_the_gpu_table_and_the_cluster_note() -> None:

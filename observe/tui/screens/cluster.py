@@ -89,11 +89,16 @@ def _partial_style(node: NodeStatus, over: int, base: str | None = None) -> str 
 
 
 #: Priorities (``observe.tui.widgets.table.column_layout``): NODE, STATE, XID/1h and NOTE never
-#: drop; then, first to last, K8S, CPU% and MEM%, MAX UTIL and GPU POWER, AGE and GPU MEM, GPUS
+#: drop; then, first to last, K8S, UTIL MAX and GPU POWER, CPU% and MEM%, AGE and GPU MEM, GPUS
 #: and HOT GPU, LOST and UTIL AVG. NODE shrinks to 14 characters first, cut in the middle so its
 #: end (a port, a node number) shows. K8S (the node's taint or condition from the agent's node
 #: health, a sortable column) goes first because NOTE says the same in words, first
-#: (``tainted NodeReboot ...``), so it shows at any width.
+#: (``tainted NodeReboot ...``), so it shows at any width. UTIL MAX (UTIL AVG's spread) and GPU
+#: POWER (a sum that says little alone) give way before the host's CPU% and MEM%, which say
+#: whether input loading or host memory holds the GPUs back: at 120 columns a fleet with GPUs keeps
+#: both. NOTE keeps 24 characters before columns drop, so a pull's reason (``connection refused``,
+#: ``no answer within 2.0 s``, ``host name not found``) shows whole at 80 columns beside STATE's
+#: ``unreachable`` or ``slow``: HOT GPU gives way for it there (Enter opens the node in full).
 COLUMNS = (
     Column("node", "NODE", 22, lambda n: n.name, style=lambda n: "accent", min_width=14, cut_middle=True),
     Column("state", "STATE", 11, lambda n: n.state, style=lambda n: fmt.STATE_STYLE.get(n.state)),
@@ -115,7 +120,7 @@ COLUMNS = (
         text=lambda n: fmt.pct(_f(n).cpu_ratio),
         right=True,
         style=lambda n: _level(_f(n).cpu_ratio),
-        priority=5,
+        priority=4,
     ),
     Column(
         "mem",
@@ -125,7 +130,7 @@ COLUMNS = (
         text=lambda n: fmt.pct(_f(n).memory_ratio),
         right=True,
         style=lambda n: _level(_f(n).memory_ratio),
-        priority=5,
+        priority=4,
     ),
     Column(
         "gpus",
@@ -166,7 +171,7 @@ COLUMNS = (
         right=True,
         text=lambda n: _gpu_figure(n, fmt.pct(_f(n).gpu_util_max), _f(n).util_gpus),
         style=lambda n: _partial_style(n, _f(n).util_gpus),
-        priority=4,
+        priority=5,
     ),
     Column(
         "gpu_mem",
@@ -196,7 +201,7 @@ COLUMNS = (
         right=True,
         text=lambda n: _gpu_figure(n, fmt.num(_f(n).power_watts, 0, " W"), _f(n).power_gpus),
         style=lambda n: _partial_style(n, _f(n).power_gpus),
-        priority=4,
+        priority=5,
     ),
     Column(
         "xid",
@@ -207,7 +212,7 @@ COLUMNS = (
         text=lambda n: str(_f(n).xids_recent) if n.figures else fmt.NA,
         style=lambda n: fmt.SEVERITY_STYLE.get(_f(n).xid_severity or "") if _f(n).xids_recent else "dim",
     ),
-    Column("note", "NOTE", 0, _note, style=_note_style, min_width=14),
+    Column("note", "NOTE", 0, _note, style=_note_style, min_width=24),
 )
 #: The GPU columns, left out while no node shown reports a GPU (a CPU-only cluster, the demo): their
 #: room goes to MEM% and NOTE, as the Node screen leaves out its GPU columns on a node without GPUs.

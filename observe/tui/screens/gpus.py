@@ -95,15 +95,17 @@ def _util(row: GpuRow) -> str:
 
 
 def _note(row: GpuRow) -> str:
+    """Why the GPU needs a look, in a few words (whole in ``GPU_COLUMNS``' 36 characters, one thing at
+    a time): ``fell off the bus: reset or reboot``, ``stale for 14s: a driver call hangs``, ..."""
     g = row.gpu
     if g.lost:
-        return "fell off the bus: reset the GPU or reboot"
+        return "fell off the bus: reset or reboot"
     if g.unreadable:
         return f"no NVML reading ({g.unreadable}): a failing board; drain and reset it"
     notes = []
     if g.stale:
         age = f" for {fmt.age(g.reading_age_seconds)}" if g.reading_age_seconds is not None else ""
-        notes.append(f"NVML reading stale{age}: a driver call hangs")
+        notes.append(f"stale{age}: a driver call hangs")
     if row.xid_severity:
         notes.append(f"XID {row.xid_severity}")
     if g.ecc_uncorrected_total:
@@ -133,8 +135,11 @@ def _na(row: GpuRow, text: str) -> str:
 
 #: The compact GPU table, most important first to keep: GPU, UTIL, MEM and NOTE never drop; the
 #: utilisation bar goes first, then FAN, SM clock and UUID, then MEM%, then TEMP and POWER. NOTE (why
-#: the GPU needs a look) keeps 30 characters before it shrinks, so at 80 columns it says
-#: ``XID gpu_reset; throttle sw_power_cap`` whole, and FAN, UUID and SM clock give way for it.
+#: the GPU needs a look) keeps 36 characters before it shrinks, so at 80 columns it says
+#: ``XID gpu_reset; throttle sw_power_cap`` whole, and FAN, UUID and SM clock give way for it; in
+#: the side-by-side pane (79 wide at 200 columns) MEM% gives way too (MEMORY says it in bytes).
+#: Its wordings (``_note``) are kept within those 36 characters: the UTIL column already says
+#: ``LOST`` or ``STALE``, and Enter opens the GPU in full.
 GPU_COLUMNS = (
     Column("gpu", "GPU", 4, lambda r: r.gpu.index, right=True, style=lambda r: "lost" if r.gpu.lost else "accent"),
     Column(
@@ -220,7 +225,7 @@ GPU_COLUMNS = (
         priority=4,
         min_width=8,
     ),
-    Column("note", "NOTE", 0, _note, style=_note_style, min_width=30),
+    Column("note", "NOTE", 0, _note, style=_note_style, min_width=36),
 )
 
 
