@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import ssl
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -229,4 +230,8 @@ def _describe(exc: BaseException) -> str:
     text = str(exc)
     if "Name or service not known" in text or "nodename nor servname" in text or "No address" in text:
         return "host name not found"
+    if isinstance(exc, OSError) and exc.errno:
+        # asyncio words a failed connect "[Errno 113] Connect call failed ('10.0.0.9', 9401)": the
+        # address is on screen already, the errno's own words (no route to host) are the reason
+        return os.strerror(exc.errno).lower()
     return text.splitlines()[0][:120] if text else type(exc).__name__

@@ -76,3 +76,15 @@ def test_json_nested_too_deeply_is_malformed_with_a_reason() -> None:
     assert status.checked_unix == 5.0
     deep_object = json.dumps({"node": "n1"})[:-1].encode() + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     assert decode_node(previous, deep_object, now=6.0, keep=False).state == "malformed"
+
+
+def test_a_failed_connect_says_the_errors_own_words() -> None:
+    """asyncio raises ``OSError(errno, "Connect call failed (address)")`` for a connect the kernel
+    refuses other than ECONNREFUSED (its selector loop's exact wording): the reason shown is the
+    errno's words, not the call and the address the row already names."""
+    from observe.sources.http import _describe
+
+    assert _describe(OSError(113, "Connect call failed ('10.0.0.9', 9401)")) == "no route to host"
+    assert _describe(OSError(101, "Connect call failed ('10.0.0.9', 9401)")) == "network is unreachable"
+    assert _describe(ConnectionRefusedError(111, "Connect call failed")) == "connection refused"
+    assert _describe(TimeoutError()) == "TimeoutError"
