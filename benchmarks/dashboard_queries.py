@@ -404,6 +404,24 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("promtool") is None or prometheus_local.binary() is None:
         print("error: needs promtool and prometheus on PATH (apt-get install prometheus)", file=sys.stderr)
         return 2
+    if args.reuse and args.workdir is None:
+        print("error: --reuse: give the --workdir a run with --keep built", file=sys.stderr)
+        return 2
+    if args.baseline is not None:  # before any building: a wrong file is said at once
+        try:
+            sizes = {r["cluster"]["nodes"] for r in json.loads(args.baseline.read_text())["runs"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(
+                f"error: --baseline {args.baseline}: not this benchmark's JSON ({exc}); give its --out file",
+                file=sys.stderr,
+            )
+            return 2
+        if missing := sorted(set(args.nodes) - sizes):
+            print(
+                f"error: --baseline {args.baseline} has no run at {missing} nodes (it has {sorted(sizes)})",
+                file=sys.stderr,
+            )
+            return 2
     base = args.workdir or Path(tempfile.mkdtemp(prefix="fsdp-dash-bench-"))
     runs = []
     for nodes in args.nodes:

@@ -78,3 +78,15 @@ def test_a_tiny_run_times_every_panel_and_rule_and_compares_with_a_baseline(tmp_
     assert all(r["base_series"] == r["new_series"] for w, r in rows.items() if not r["changed"])
     assert rerun["compared"]["band"]["unchanged_queries"] == len(rows) - 1
     assert "the noise band" in done.stdout
+
+
+def test_a_wrong_baseline_or_reuse_is_one_line_before_any_building(tmp_path: Path, subprocess_env) -> None:
+    (tmp_path / "other.json").write_text(json.dumps({"runs": [{"cluster": {"nodes": 64}}]}))
+    for args, message in (
+        (["--baseline", str(tmp_path / "none.json")], "not this benchmark's JSON"),
+        (["--baseline", str(tmp_path / "other.json")], "has no run at [16] nodes (it has [64])"),
+        (["--reuse"], "--reuse: give the --workdir a run with --keep built"),
+    ):
+        done = run_benchmark("dashboard_queries", "--nodes", "16", *args, env=subprocess_env, timeout=60)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""
