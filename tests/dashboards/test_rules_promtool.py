@@ -726,6 +726,20 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
+def assert_promtool_passes(tmp_path: Path, input_series: list[dict], **checks: list[dict]) -> None:
+    """One promtool test of the default rules at a 1-minute interval over ``input_series``;
+    ``checks`` is ``alert_rule_test=[...]`` and/or ``promql_expr_test=[...]``."""
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": input_series, **checks}],
+    }
+    (tmp_path / "rules.yaml").write_text(rules.render())
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_the_cases_assume_the_default_settings() -> None:
     assert (S.xid_window, S.xid_for, S.xid_application_burst, S.gpu_lost_for) == ("10m", "1m", 3, "1m")
     assert S.gpu_stale_for == "5m"
@@ -789,7 +803,6 @@ def test_promtool_test_rules_with_dcgm_xid_count(tmp_path: Path) -> None:
 
 def test_a_steady_last_xid_never_fires_and_a_change_fires_once(tmp_path: Path) -> None:
     """FsdpDcgmXidCritical over two hours: one change of the last XID, one alert episode."""
-    (tmp_path / "rules.yaml").write_text(rules.render())
     series = [
         {"series": last_xid(DCGM_ONLY, 0, 0), "values": "0x29"},
         {"series": last_xid(DCGM_ONLY, 0, 48), "values": "_x30 48x90"},
@@ -813,14 +826,7 @@ def test_a_steady_last_xid_never_fires_and_a_change_fires_once(tmp_path: Path) -
         {"eval_time": f"{t}m", "alertname": "FsdpDcgmXidCritical", "exp_alerts": firing if 31 <= t < 41 else []}
         for t in range(0, 120, 1)
     ]
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": [*AGENT_SERIES, *series], "alert_rule_test": checks}],
-    }
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
-    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert_promtool_passes(tmp_path, [*AGENT_SERIES, *series], alert_rule_test=checks)
 
 
 def test_promtool_sees_a_missed_alert(tmp_path: Path) -> None:
@@ -873,15 +879,7 @@ def test_one_run_id_in_two_namespaces_is_two_phase_stacks_each_summing_to_one(tm
             for run in ("team-a/llama-ft", "team-b/llama-ft")
         ),
     ]
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}],
-    }
-    (tmp_path / "rules.yaml").write_text(rules.render())
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
-    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert_promtool_passes(tmp_path, series, promql_expr_test=checks)
 
 
 def test_a_reboot_xid_keeps_firing_until_the_burst_it_mutes_is_over(tmp_path: Path) -> None:
@@ -892,7 +890,6 @@ def test_a_reboot_xid_keeps_firing_until_the_burst_it_mutes_is_over(tmp_path: Pa
     at 25m both fire, at 26m neither (without the margin the reboot alert resolved at 25m alone and
     the muted burst paged)."""
     assert S.xid_reboot_keep_firing_for == "1m"
-    (tmp_path / "rules.yaml").write_text(rules.render())
     expected = {name: want for name, _, _, _, want in CASES}
     series = [
         {"series": xid_series(GPU_B, 79, "node_reboot"), "values": "_x15 1x60"},
@@ -912,11 +909,4 @@ def test_a_reboot_xid_keeps_firing_until_the_burst_it_mutes_is_over(tmp_path: Pa
         for t in (24, 25, 26, 27)
         for name in ("FsdpGpuXidNodeReboot", "FsdpGpuXidApplicationBurst")
     ]
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": [*AGENT_SERIES, *series], "alert_rule_test": checks}],
-    }
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
-    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert_promtool_passes(tmp_path, [*AGENT_SERIES, *series], alert_rule_test=checks)
