@@ -357,18 +357,15 @@ def history_end(work: Path) -> float:
 def side_by_side(
     args: argparse.Namespace, client: httpx.Client, nodes: int, results: list[dict], end: float, range_s: float
 ) -> dict:
-    """The baseline revision's queries against these, alternately (``query_compare``)."""
+    """The baseline revision's queries (``args.baseline_runs``, read and checked by ``main``)
+    against these, alternately (``query_compare``)."""
     from benchmarks import query_compare
-
-    runs = [r for r in json.loads(args.baseline.read_text())["runs"] if r["cluster"]["nodes"] == nodes]
-    if not runs:
-        raise SystemExit(f"error: --baseline {args.baseline}: no run at {nodes} nodes; run it with --nodes {nodes}")
 
     def once(c: httpx.Client, q: dict) -> tuple[float, int | None]:
         ms, body = run_once(c, q, end, range_s, args.step)
         return ms, len(body["data"]["result"]) if body.get("status") == "success" else None
 
-    rows = query_compare.compare(once, client, runs[0]["results"], results, args.repeat)
+    rows = query_compare.compare(once, client, args.baseline_runs[nodes], results, args.repeat)
     return {"baseline": str(args.baseline), "band": query_compare.report(rows), "rows": rows}
 
 
@@ -409,16 +406,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.baseline is not None:  # before any building: a wrong file is said at once
         try:
-            sizes = {r["cluster"]["nodes"] for r in json.loads(args.baseline.read_text())["runs"]}
+            args.baseline_runs = {
+                r["cluster"]["nodes"]: r["results"] for r in json.loads(args.baseline.read_text())["runs"]
+            }
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(
                 f"error: --baseline {args.baseline}: not this benchmark's JSON ({exc}); give its --out file",
                 file=sys.stderr,
             )
             return 2
-        if missing := sorted(set(args.nodes) - sizes):
+        if missing := sorted(set(args.nodes) - set(args.baseline_runs)):
             print(
-                f"error: --baseline {args.baseline} has no run at {missing} nodes (it has {sorted(sizes)})",
+                f"error: --baseline {args.baseline} has no run at {missing} nodes "
+                f"(it has {sorted(args.baseline_runs)})",
                 file=sys.stderr,
             )
             return 2

@@ -81,7 +81,7 @@ def test_a_tiny_run_times_every_panel_and_rule_and_compares_with_a_baseline(tmp_
 
 
 def test_a_wrong_baseline_or_reuse_is_one_line_before_any_building(tmp_path: Path, subprocess_env) -> None:
-    (tmp_path / "other.json").write_text(json.dumps({"runs": [{"cluster": {"nodes": 64}}]}))
+    (tmp_path / "other.json").write_text(json.dumps({"runs": [{"cluster": {"nodes": 64}, "results": []}]}))
     for args, message in (
         (["--baseline", str(tmp_path / "none.json")], "not this benchmark's JSON"),
         (["--baseline", str(tmp_path / "other.json")], "has no run at [16] nodes (it has [64])"),
