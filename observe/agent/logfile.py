@@ -12,7 +12,8 @@ still there and readable; it reopens the path when the file was replaced:
 - truncated (``copytruncate``, or rewritten shorter: size below the read position): read again
   from the start;
 - truncated and refilled past the read position before this check (``copytruncate`` of a busy
-  log): the first bytes of the file (up to ``HEAD_BYTES``, remembered when first read), or the
+  log), or between a check and the next read (each read carries the ``TAIL_BYTES`` before the
+  position and compares them): the first bytes of the file (up to ``HEAD_BYTES``, remembered when first read), or the
   ``TAIL_BYTES`` just before the read position (remembered as read), differ, so read again from
   the start. A refill whose bytes at both places are the same as before is taken for the same
   file grown (it is, when the content up to there is unchanged, e.g. ``dmesg > file`` run again);
@@ -75,7 +76,6 @@ class FollowedFile:
             return
         self._head = os.pread(self._fd, min(HEAD_BYTES, offset), 0)  # _split adds the rest as it reads
         self._tail = os.pread(self._fd, min(TAIL_BYTES, offset), max(0, offset - TAIL_BYTES))
-        os.lseek(self._fd, offset, os.SEEK_SET)
         self._position = offset
         self._pending.clear()
         self._skipping = False
@@ -108,29 +108,47 @@ class FollowedFile:
         lines: list[bytes] = []
         self.line_ends = []
         while self._fd is not None and not lines:
-            chunk = os.read(self._fd, _READ_BYTES)
-            if not chunk:
+            data, start = self._read_on(self._fd)
+            if len(data) == start:
                 break
-            lines = self._split(chunk)
+            lines = self._split(data, start)
         return lines
 
-    def _split(self, chunk: bytes) -> list[bytes]:
-        """The lines ``chunk`` completes; its tail joins the line being read."""
+    def _read_on(self, fd: int) -> tuple[bytes, int]:
+        """The next bytes past the read position, as ``(data, start)``: they are ``data[start:]``.
+
+        They are read in one ``pread`` with the ``TAIL_BYTES`` before the position (``data[:start]``):
+        when those are no longer the bytes read there, the file was truncated (and maybe refilled)
+        since, even between a ``check`` and this read, so reading starts again at the file's start
+        instead of taking the refill's later lines alone.
+        """
+        keep = len(self._tail)
+        data = os.pread(fd, keep + _READ_BYTES, self._position - keep)
+        if data[:keep] == self._tail:
+            return data, keep
+        self._position, self._head, self._tail = 0, b"", b""
+        self._pending.clear()
+        self._skipping = False
+        self.reopened += 1
+        return os.pread(fd, _READ_BYTES, 0), 0
+
+    def _split(self, data: bytes, start: int) -> list[bytes]:
+        """The lines that ``data[start:]``, the bytes at the read position, completes; its tail
+        joins the line being read. ``data[:start]`` are the bytes just before the position."""
         if len(self._head) < HEAD_BYTES and self._position < HEAD_BYTES:
-            self._head += chunk[: HEAD_BYTES - self._position]
-        base = self._position
-        self._position += len(chunk)
-        self._tail = chunk[-TAIL_BYTES:] if len(chunk) >= TAIL_BYTES else (self._tail + chunk)[-TAIL_BYTES:]
+            self._head += data[start : start + HEAD_BYTES - self._position]
+        base = self._position - start  # the file offset of data[0]
+        self._position += len(data) - start
+        self._tail = data[-TAIL_BYTES:]  # data starts with the previous tail, so this is the last TAIL_BYTES read
         lines: list[bytes] = []
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            self._take(chunk, start, end)
+        while (end := data.find(b"\n", start)) >= 0:
+            self._take(data, start, end)
             lines.append(bytes(self._pending))
             self.line_ends.append(base + end + 1)
             self._pending.clear()
             self._skipping = False
             start = end + 1
-        self._take(chunk, start, len(chunk))
+        self._take(data, start, len(data))
         return lines
 
     def _take(self, chunk: bytes, start: int, end: int) -> None:

@@ -117,6 +117,28 @@ def test_a_refill_with_the_same_first_bytes_is_read_again_from_its_start(tmp_pat
     assert codes(store) == [13] * 10 + [31] * 20
 
 
+def test_a_refill_between_a_check_and_the_next_read_is_read_from_its_start(tmp_path: Path) -> None:
+    """The same refill as above, landing after the watcher's check and before its read (the order
+    of one poll). Before: the read went on at the old position and took only the refill's last 10
+    lines; the next check compared the bytes that read had just taken and saw nothing wrong."""
+    banner = "".join(f"kernel: Linux version 6.8.0 banner line {i}\n" for i in range(10))
+    log = tmp_path / "kern.log"
+    log.write_text(banner + "".join(XID.format(code=13).replace("pid=1", f"pid={i}") for i in range(10)))
+    followed = FollowedFile(str(log))
+    followed.open()
+    try:
+        first = [line for chunk in iter(followed.read_lines, []) for line in chunk]
+        assert followed.check() is None and len(first) == 20
+        with open(log, "r+") as f:
+            f.truncate(0)
+            f.write(banner + "".join(XID.format(code=31).replace("pid=1", f"pid={i}") for i in range(20)))
+        again = [line for chunk in iter(followed.read_lines, []) for line in chunk]
+    finally:
+        followed.close()
+    assert [KernelLogParser().feed(line.decode()).xid for line in again[10:]] == [31] * 20
+    assert len(again) == 30 and followed.reopened == 1
+
+
 def test_a_file_grown_with_the_same_content_is_not_read_twice(tmp_path: Path) -> None:
     """``dmesg > file`` run again: the same lines and more. Read on from where it was, not again."""
     lines = "".join(XID.format(code=13).replace("pid=1", f"pid={i}") for i in range(5))
