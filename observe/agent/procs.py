@@ -15,7 +15,9 @@ one system call:
   over the time since its previous read (the agent's CPU per collection is measured by
   ``benchmarks/agent_cost.py``, figures in ``benchmarks/results/agent_cost.json``);
 - command line, owner and cgroup are read only for the processes a snapshot shows, and cached
-  until the process's name (``comm``) changes, which it does on ``exec``.
+  until the process's name (``comm``) changes, which it does on ``exec``. An empty command line is
+  cached only for a kernel thread: a process read between ``exec``'s new name and its new
+  arguments (a real window) shows ``[name]`` until its arguments are there, not for its life.
 
 Field positions follow proc(5) (``/proc/pid/stat``: state 3, ppid 4, utime 14, stime 15,
 num_threads 20, starttime 22, rss 24). A process that exits while it is read is skipped; an entry
@@ -71,6 +73,7 @@ class _Static:
     command: str | None
     pod_uid: str | None
     container_id: str | None
+    final: bool = True  # False: read mid-exec (no arguments yet, not a kernel thread); read again
 
 
 class _Proc:
@@ -321,7 +324,8 @@ class ProcessTable:
         proc = self._procs.get(pid)
         if proc is None:
             return None
-        static = proc.static = proc.static or self._static(proc)
+        static = proc.static or self._static(proc)
+        proc.static = static if static.final else None
         rss = proc.rss_pages * self.page_size
         return ProcessInfo(
             pid=pid,
@@ -342,9 +346,11 @@ class ProcessTable:
     def _static(self, proc: _Proc) -> _Static:
         base = f"{self.root}/{proc.pid}"
         command = user = pod = container = None
+        final = True
         try:
             cmdline = _read_bytes(f"{base}/cmdline")
             command = safe_command(cmdline) or f"[{safe_text(proc.comm, MAX_NAME_CHARS)}]"
+            final = bool(cmdline) or _kernel_thread(proc.raw)
             user = self._user(os.stat(base).st_uid)
             pod, container = parse_cgroup(_read_bytes(f"{base}/cgroup").decode("utf-8", "replace"))
         except OSError as exc:
@@ -352,7 +358,7 @@ class ProcessTable:
                 self._vanished(proc.pid)
             else:
                 self._error("proc_unreadable", base, exc)
-        return _Static(proc.comm, safe_text(proc.comm, MAX_NAME_CHARS), user, command, pod, container)
+        return _Static(proc.comm, safe_text(proc.comm, MAX_NAME_CHARS), user, command, pod, container, final)
 
     def _user(self, uid: int) -> str:
         if uid not in self._users:
@@ -382,6 +388,18 @@ class ProcessTable:
             exc,
             kind,
         )
+
+
+#: ``PF_KTHREAD`` in the ``flags`` field (9) of ``/proc/pid/stat`` (include/linux/sched.h).
+PF_KTHREAD = 0x00200000
+
+
+def _kernel_thread(stat: bytes) -> bool:
+    """Whether a ``/proc/pid/stat`` line is a kernel thread's (``PF_KTHREAD`` set; ``False`` if unreadable)."""
+    try:
+        return bool(int(stat[stat.rindex(b")") + 2 :].split()[6]) & PF_KTHREAD)
+    except (ValueError, IndexError):
+        return False
 
 
 def _read_bytes(path: str) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from observe.agent.procs import ProcessTable, parse_cgroup
+from observe.agent.procs import PF_KTHREAD, ProcessTable, parse_cgroup
 from tests.support.processes import wait_for
 
 
@@ -27,11 +27,13 @@ def make_proc(
     rss_pages: int = 256,
     cmdline: bytes = b"worker\0--flag\0",
     cgroup: str = "0::/\n",
+    flags: int = 0,
 ) -> Path:
     """A ``/proc/<pid>`` directory with the files the table reads (fields at their proc(5) positions)."""
     d = root / str(pid)
     d.mkdir(parents=True, exist_ok=True)
-    fields = [state, ppid, 0, 0, 0, -1, 0, 0, 0, 0, 0, utime, stime, 0, 0, 20, 0, threads, 0, 12345, 1 << 20, rss_pages]
+    fields = [state, ppid, 0, 0, 0, -1, flags, 0, 0, 0, 0, utime, stime, 0, 0, 20, 0, threads, 0, 12345]
+    fields += [1 << 20, rss_pages]  # vsize 23, rss 24
     (d / "stat").write_text(f"{pid} ({comm}) " + " ".join(map(str, fields)) + " 0 0 0\n")
     (d / "cmdline").write_bytes(cmdline)
     (d / "cgroup").write_text(cgroup)
@@ -187,10 +189,25 @@ def test_exec_refreshes_the_command_line(tmp_path: Path) -> None:
 
 
 def test_kernel_threads_show_their_name_in_brackets(tmp_path: Path) -> None:
-    make_proc(tmp_path, 2, comm="kthreadd", cmdline=b"")
+    make_proc(tmp_path, 2, comm="kthreadd", cmdline=b"", flags=PF_KTHREAD | 0x40)
     table = ProcessTable(str(tmp_path))
     table.refresh(0.0)
     assert table.info(2, None).command == "[kthreadd]"
+    (tmp_path / "2" / "cmdline").write_bytes(b"never\0read\0")  # a kernel thread's is cached
+    table.refresh(1.0)
+    assert table.info(2, None).command == "[kthreadd]"
+
+
+def test_a_process_read_mid_exec_shows_its_arguments_once_they_are_there(tmp_path: Path) -> None:
+    """Between exec's new name and its new arguments, ``/proc/pid/cmdline`` reads empty. Before: the
+    agent cached ``[sleeper]`` for the process's life (seen once in the test suite, on a real exec)."""
+    make_proc(tmp_path, 42, comm="sleeper", cmdline=b"")
+    table = ProcessTable(str(tmp_path))
+    table.refresh(0.0)
+    assert table.info(42, None).command == "[sleeper]"
+    (tmp_path / "42" / "cmdline").write_bytes(b"sleeper\0--for\0ever\0")
+    table.refresh(1.0)
+    assert table.info(42, None).command == "sleeper --for ever"
 
 
 def test_processes_show_their_pod_and_container(tmp_path: Path) -> None:

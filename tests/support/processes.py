@@ -21,10 +21,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def spawn_sleeper(sleeper: Path, argv: list[str | bytes]) -> subprocess.Popen:
-    """Start the sleeper with exactly ``argv`` as its ``/proc/<pid>/cmdline`` (bytes allowed)."""
-    return subprocess.Popen(
+    """Start the sleeper with exactly ``argv`` as its ``/proc/<pid>/cmdline`` (bytes allowed).
+
+    Returns once that command line is readable: ``Popen`` returns when exec has closed its
+    descriptors, a moment before the kernel sets up the new arguments (read then, they are empty).
+    """
+    proc = subprocess.Popen(
         argv, executable=str(sleeper), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes(), timeout=10, what=f"pid {proc.pid}'s arguments")
+    return proc
 
 
 def wait_for(check: Callable[[], T], timeout: float = 15.0, what: str = "condition", interval: float = 0.05) -> T:
