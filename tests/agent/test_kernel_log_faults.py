@@ -89,7 +89,7 @@ def test_copytruncate_refilled_past_the_old_position_before_a_poll_loses_nothing
             f.truncate(0)
             f.write(XID.format(code=79) + "".join(f"[{i}.5] refill {i}\n" for i in range(400)))
         assert log.stat().st_size > size and log.stat().st_ino == os.stat(log).st_ino
-        wait_for(lambda: codes(store) == [13, 79], timeout=5, what="the XID at the start of the refilled file")
+        wait_for(lambda: codes(store) == [13, 79], timeout=10, what="the XID at the start of the refilled file")
     finally:
         watcher.stop()
 
@@ -167,10 +167,10 @@ def test_a_deleted_log_reports_not_ok_and_a_recreated_one_is_read(tmp_path: Path
     try:
         wait_for(lambda: codes(store) == [13], what="the first XID")
         log.unlink()
-        wait_for(lambda: not watcher.up, timeout=3, what="the source to report the deleted log")
+        wait_for(lambda: not watcher.up, timeout=10, what="the source to report the deleted log")
         assert "is gone" in watcher.status and str(log) in watcher.status
         log.write_text(XID.format(code=48))
-        wait_for(lambda: watcher.up and codes(store) == [13, 48], timeout=3, what="the recreated log")
+        wait_for(lambda: watcher.up and codes(store) == [13, 48], timeout=10, what="the recreated log")
     finally:
         watcher.stop()
 
@@ -186,11 +186,11 @@ def test_an_unreadable_log_reports_not_ok(tmp_path: Path) -> None:
         wait_for(lambda: codes(store) == [13], what="the first XID")
         log.unlink()
         log.mkdir()
-        wait_for(lambda: "Is a directory" in watcher.status, timeout=3, what="the unreadable log")
+        wait_for(lambda: "Is a directory" in watcher.status, timeout=10, what="the unreadable log")
         assert not watcher.up
         log.rmdir()
         log.write_text(XID.format(code=31))
-        wait_for(lambda: watcher.up and codes(store) == [13, 31], timeout=3, what="a readable log again")
+        wait_for(lambda: watcher.up and codes(store) == [13, 31], timeout=10, what="a readable log again")
     finally:
         watcher.stop()
 
@@ -207,7 +207,7 @@ def test_the_sampler_shows_a_broken_log_as_a_source_that_is_down(tmp_path: Path)
     try:
         assert sampler.sample().agent.sources["kernel_log"] == "ok"
         log.unlink()
-        wait_for(lambda: not sampler.watcher.up, timeout=3, what="the watcher to notice")
+        wait_for(lambda: not sampler.watcher.up, timeout=10, what="the watcher to notice")
         snapshot = sampler.sample()
         assert "is gone" in snapshot.agent.sources["kernel_log"]
         assert 'fsdp_node_agent_source_up{node="n",source="kernel_log"} 0.0' in render(snapshot).decode()
