@@ -48,6 +48,7 @@
  * Build: gcc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c
  * Leave a function out with -DOMIT_<function name>, as an old driver would.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,19 +78,37 @@ typedef void *nvmlEventSet_t;
 
 static struct fake_device devices[MAX_GPUS];
 static struct fake_device mig_devices[MAX_GPUS][MAX_MIG];
-static char keys[MAX_LINES][32];
-static char values[MAX_LINES][96];
-static int n_lines;
+/* The scenario, parsed. A table is never changed once published: the agent calls the library from
+ * several threads at once (the collection and the NVML XID event watcher; ctypes drops the GIL), so
+ * a reload builds a new table and swaps the pointer, and a call that is reading the old table goes
+ * on reading a whole one. Replaced tables are not freed (a call may still hold one); a test process
+ * reloads at most a few hundred times, 32 KiB each. Before: a reload emptied the one shared table
+ * before refilling it, and a call in another thread that read it in between saw no settings at all
+ * (status@1 unknown read as a healthy GPU on a loaded CI machine). */
+struct table {
+    int n_lines;
+    char keys[MAX_LINES][32];
+    char values[MAX_LINES][96];
+};
+static struct table empty_table;
+static struct table *current = &empty_table;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct stat loaded;
 static int xid_queue[MAX_LINES][2];
 static int xid_head, xid_tail;
 static int event_set_token;
 
-static void load(void) {
+/* The table in force now (a whole one, never one being filled). */
+static const struct table *scenario(void) { return __atomic_load_n(&current, __ATOMIC_ACQUIRE); }
+
+static void publish(struct table *t) { __atomic_store_n(&current, t, __ATOMIC_RELEASE); }
+
+/* Read the scenario file again if it changed since the last read (one thread at a time). */
+static void reload_locked(void) {
     const char *path = getenv("FAKE_NVML_CONFIG");
     struct stat st;
     if (!path || stat(path, &st) != 0) {
-        if (loaded.st_ino) { n_lines = 0; memset(&loaded, 0, sizeof loaded); }
+        if (loaded.st_ino) { publish(&empty_table); memset(&loaded, 0, sizeof loaded); }
         return;
     }
     if (st.st_ino == loaded.st_ino && st.st_mtim.tv_nsec == loaded.st_mtim.tv_nsec &&
@@ -97,29 +116,38 @@ static void load(void) {
         return;
     FILE *f = fopen(path, "r");
     if (!f) return;
+    struct table *t = calloc(1, sizeof *t);
+    if (!t) { fclose(f); return; }
     loaded = st;
-    n_lines = 0;
     char line[160];
-    while (n_lines < MAX_LINES && fgets(line, sizeof line, f)) {
+    while (t->n_lines < MAX_LINES && fgets(line, sizeof line, f)) {
         char key[32], value[96] = "";
         if (line[0] == '#' || sscanf(line, "%31s %95[^\n]", key, value) < 1) continue;
-        strcpy(keys[n_lines], key);
-        strcpy(values[n_lines], value);
+        strcpy(t->keys[t->n_lines], key);
+        strcpy(t->values[t->n_lines], value);
         if (strcmp(key, "xid") == 0 && xid_tail < MAX_LINES) {
             sscanf(value, "%d %d", &xid_queue[xid_tail][0], &xid_queue[xid_tail][1]);
             xid_tail++;
         }
-        n_lines++;
+        t->n_lines++;
     }
     fclose(f);
+    publish(t);
+}
+
+static void load(void) {
+    pthread_mutex_lock(&load_lock);
+    reload_locked();
+    pthread_mutex_unlock(&load_lock);
 }
 
 /* The value of key for GPU gpu ("key@gpu" first, then "key"), or NULL. */
 static const char *setting(const char *key, int gpu) {
     char scoped[48];
     snprintf(scoped, sizeof scoped, "%s@%d", key, gpu);
-    for (int i = 0; i < n_lines; i++) if (strcmp(keys[i], scoped) == 0) return values[i];
-    for (int i = 0; i < n_lines; i++) if (strcmp(keys[i], key) == 0) return values[i];
+    const struct table *t = scenario();
+    for (int i = 0; i < t->n_lines; i++) if (strcmp(t->keys[i], scoped) == 0) return t->values[i];
+    for (int i = 0; i < t->n_lines; i++) if (strcmp(t->keys[i], key) == 0) return t->values[i];
     return NULL;
 }
 
@@ -478,9 +506,10 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned *id) {
 static nvmlReturn_t processes(nvmlDevice_t dev, const char *key, unsigned *count, nvmlProcessInfo_t *infos) {
     DEVICE(dev);
     unsigned n = 0;
-    for (int i = 0; i < n_lines; i++) {
+    const struct table *t = scenario();
+    for (int i = 0; i < t->n_lines; i++) {
         int g; unsigned pid; unsigned long long bytes;
-        if (strcmp(keys[i], key) || sscanf(values[i], "%d %u %llu", &g, &pid, &bytes) != 3 || g != gpu) continue;
+        if (strcmp(t->keys[i], key) || sscanf(t->values[i], "%d %u %llu", &g, &pid, &bytes) != 3 || g != gpu) continue;
         if (infos && n < *count) {
             infos[n].pid = pid; infos[n].usedGpuMemory = bytes;
             infos[n].gpuInstanceId = 0xFFFFFFFF; infos[n].computeInstanceId = 0xFFFFFFFF;
@@ -506,9 +535,10 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dev, nvmlProcessUtiliz
     DEVICE(dev);
     (void)last_seen;  /* like the drivers in scenario 5: old samples may come back */
     unsigned n = 0;
-    for (int i = 0; i < n_lines; i++) {
+    const struct table *t = scenario();
+    for (int i = 0; i < t->n_lines; i++) {
         int g; unsigned pid, sm, mem; unsigned long long ts;
-        if (strcmp(keys[i], "sample") || sscanf(values[i], "%d %u %llu %u %u", &g, &pid, &ts, &sm, &mem) != 5 || g != gpu) continue;
+        if (strcmp(t->keys[i], "sample") || sscanf(t->values[i], "%d %u %llu %u %u", &g, &pid, &ts, &sm, &mem) != 5 || g != gpu) continue;
         if (samples && n < *count) {
             samples[n].pid = pid; samples[n].timeStamp = ts; samples[n].smUtil = sm; samples[n].memUtil = mem;
             samples[n].encUtil = samples[n].decUtil = 0;
@@ -532,10 +562,12 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types
 
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned timeout_ms) {
     (void)set; (void)timeout_ms;
-    load();
-    if (xid_head >= xid_tail) return TIMEOUT;
-    int g = xid_queue[xid_head][0], code = xid_queue[xid_head][1];
-    xid_head++;
+    pthread_mutex_lock(&load_lock);
+    reload_locked();
+    int queued = xid_head < xid_tail, g = 0, code = 0;
+    if (queued) { g = xid_queue[xid_head][0]; code = xid_queue[xid_head][1]; xid_head++; }
+    pthread_mutex_unlock(&load_lock);
+    if (!queued) return TIMEOUT;
     memset(data, 0, sizeof *data);
     data->device = &devices[g < 0 || g >= MAX_GPUS ? 0 : g];
     data->eventType = 0x8;  /* nvmlEventTypeXidCriticalError */
