@@ -92,7 +92,8 @@ def watched(tmp_path: Path, subprocess_env) -> Iterator[Callable[..., Watched]]:
         evaluation_interval: str = "1s",
         **kwargs,
     ) -> Watched:
-        run = start_faulty(tmp_path, subprocess_env, fault, nproc, *script_args, **kwargs)
+        go = tmp_path / "go"
+        run = start_faulty(tmp_path, subprocess_env, fault, nproc, *script_args, "--go-file", str(go), **kwargs)
         started.append(run)
         (tmp_path / "rules.yaml").write_text(rules.render(settings))
         cfg = prometheus_local.config(
@@ -104,7 +105,21 @@ def watched(tmp_path: Path, subprocess_env) -> Iterator[Callable[..., Watched]]:
         cfg["scrape_configs"][0]["static_configs"][0]["labels"] = {"namespace": NAMESPACE, "pod": POD}
         prom = prometheus_local.start(tmp_path / "prometheus", cfg, free_port())
         started.append(prom)
-        return Watched(run, prom)
+        watched = Watched(run, prom)
+        # The ranks wait before their first step until Prometheus has every rank's series: an alert
+        # about a rank needs Prometheus to have seen it (before: on a loaded machine the GIL-holding
+        # rank reached its fault before its first scrape, and FsdpRankGone had no rank to name).
+        wait_for(
+            lambda: (
+                len({r["metric"]["rank"] for r in watched.query(f"fsdp_train_info{{namespace={NAMESPACE!r}}}")})
+                == nproc
+            ),
+            timeout=120,
+            interval=0.5,
+            what=f"Prometheus to scrape all {nproc} ranks",
+        )
+        go.touch()
+        return watched
 
     yield start
     for thing in reversed(started):

@@ -1,6 +1,8 @@
 """A user's FSDP2 loop (torchrun, gloo) that knows nothing of fsdp-observe, with one fault of a kind a
 real run meets, on one rank, at one step. It prints ``FAULT <kind> rank <r> step <k> at <unix time>``
-when the fault starts, so a test can time how long the verdict took.
+when the fault starts, so a test can time how long the verdict took. With --go-file every rank
+waits for that file before its first step, so a watcher (Prometheus) has seen every rank before
+any fault.
 
 --fault none       a healthy run
 --fault hang       the culprit stops before its forward (a stuck data source, a deadlock of its own)
@@ -41,6 +43,7 @@ ap.add_argument("--pause", type=float, default=12.0)
 ap.add_argument("--width", type=int, default=256)
 ap.add_argument("--keeper-file", default="keeper.pid")
 ap.add_argument("--backend", default="gloo", help="nccl on a GPU (benchmarks/gpu_check.py --hang)")
+ap.add_argument("--go-file", help="every rank waits for this file before its first step (a watcher's cue)")
 args = ap.parse_args()
 
 dist.init_process_group(args.backend)
@@ -90,6 +93,10 @@ def validation(seconds: float) -> float:
     dist.all_reduce(total)
     return float(total)
 
+
+if args.go_file:
+    while not os.path.exists(args.go_file):
+        time.sleep(0.1)
 
 step = 0
 for x, y in loader:
