@@ -50,8 +50,8 @@ class RankEvidence:
         groups: counts per process group name. last_issued: its last collective per group.
         blocked: the collective its training thread is blocked in, and for how many seconds.
         stalled: its watchdog sees no progress; stalled_seconds: for how long (``None``: unknown).
-        compute_seconds, wait_seconds: per step, means over its last 64 steps (or, from metrics, its
-            last log window; ``None``: unknown).
+        compute_seconds, wait_seconds: per step, medians over its last 64 steps (or, from metrics,
+            means over its last log window; ``None``: unknown).
         step_seconds: its median step time. stack: its training thread's stack, innermost last,
             as ``(file, line, function, code)``. peers: what it knows of its pod's other ranks
             (rank -> ``alive``, ``port``, ``gil_stacks``...).

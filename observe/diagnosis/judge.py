@@ -37,6 +37,12 @@ STRAGGLER_RATIO = 1.5
 #: ... and the excess is above this share of the median step time (so noise on a tiny compute
 #: share, a few ms on a 400 ms step, never names one).
 STRAGGLER_SHARE = 0.1
+#: ... and the excess is over this many seconds per step: below it lies what a shared host's
+#: scheduler adds to one rank's compute for a while (a CFS time slice is 3-24 ms; seen: a healthy
+#: rank's median compute 14 ms against its peer's 9 ms, for a minute, on a loaded 2-core machine
+#: with 30 ms steps). A fine-tuning step of a Llama-family model takes seconds, where
+#: ``STRAGGLER_SHARE`` is the larger bar and this one changes nothing.
+STRAGGLER_MIN_EXCESS_SECONDS = 0.05
 #: Phases in which a rank that others wait for is pausing them, not hanging them.
 PAUSING_PHASES = ("checkpointing", "validating")
 _LIBRARY = re.compile(r"/(site-packages|dist-packages|lib/python3\.\d+)/|^<")
@@ -91,10 +97,14 @@ def judge(
     unreached: Sequence[Unreached] = (),
     straggler_ratio: float = STRAGGLER_RATIO,
     straggler_share: float = STRAGGLER_SHARE,
+    straggler_min_excess: float = STRAGGLER_MIN_EXCESS_SECONDS,
 ) -> Verdict:
     """The run's verdict from the ranks that answered (``ranks``) and those that did not (``unreached``).
 
-    All ranks should belong to one run (``observe.diagnosis.by_run`` splits several).
+    All ranks should belong to one run (``observe.diagnosis.by_run`` splits several). A rank that
+    is not stalled is a straggler when its compute per step is over ``straggler_ratio`` x the run's
+    lower median rank's, by more than ``straggler_share`` of the run's median step time and more
+    than ``straggler_min_excess`` seconds.
     """
     ranks = sorted(ranks, key=lambda r: r.rank)
     run_id = Counter(r.run_id for r in ranks).most_common(1)[0][0] if ranks else ""
@@ -116,7 +126,7 @@ def judge(
         return Verdict("healthy", f"healthy: the training loop has ended (step {step}) on all {seen} rank(s)", **base)  # type: ignore[arg-type]
     stalled = [r for r in ranks if r.stalled]
     if not stalled:
-        verdict = _straggler(ranks, straggler_ratio, straggler_share, base)
+        verdict = _straggler(ranks, straggler_ratio, straggler_share, straggler_min_excess, base)
         if unreached:
             verdict.details.append(
                 f"not answering: {', '.join(u.address for u in unreached)} (the others still make progress)"
@@ -435,7 +445,7 @@ def _stopped(ranks: list[RankEvidence], unreached: list[Unreached], seconds: flo
     return Verdict("stopped", summary, details=details, **base)
 
 
-def _straggler(ranks: list[RankEvidence], ratio: float, share: float, base: dict) -> Verdict:
+def _straggler(ranks: list[RankEvidence], ratio: float, share: float, min_excess: float, base: dict) -> Verdict:
     timed = [r for r in ranks if r.compute_seconds is not None]
     steps = [r.step_seconds for r in ranks if r.step_seconds]
     step = max(r.step for r in ranks)
@@ -453,7 +463,7 @@ def _straggler(ranks: list[RankEvidence], ratio: float, share: float, base: dict
     for r in timed:
         compute = r.compute_seconds or 0.0
         excess = compute - median
-        if compute > ratio * median and excess > share * step_median:
+        if compute > ratio * median and excess > max(share * step_median, min_excess):
             found.append(
                 Culprit(
                     rank=r.rank,

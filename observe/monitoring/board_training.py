@@ -152,7 +152,8 @@ def training_run(s: Settings) -> tuple[str, list[g.Template], list[g.Panel]]:
                         f"lower median rank's, for the {k} ranks furthest above it. Step time cannot show a "
                         f"straggler: synchronous FSDP ranks share one step time, the fast ones waiting in "
                         f"collectives. FsdpStragglerRank fires above {s.straggler_ratio:g} when the excess is "
-                        f"also over {s.straggler_share:.0%} of the median step time, for {s.straggler_for}.",
+                        f"also over {s.straggler_share:.0%} of the median step time and {s.straggler_min_excess}, "
+                        f"for {s.straggler_for}.",
                         thresholds=threshold_steps((s.straggler_ratio, "orange")),
                         soft_min=0.5,
                         soft_max=max(2.0, s.straggler_ratio * 1.25),

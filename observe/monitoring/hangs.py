@@ -29,7 +29,8 @@ and judge as ``observe.diagnosis.judge`` does from the same evidence:
   the run wait. Ranks of another world size (an elastic resize) are not counted.
 - **Straggler**: a rank whose compute time per step (5 minutes) exceeds ``straggler_ratio`` x the
   run's lower median rank's and the excess is over ``straggler_share`` of the run's median step
-  time (``observe.diagnosis.judge.STRAGGLER_RATIO`` and ``STRAGGLER_SHARE``). The lower median
+  time and over ``straggler_min_excess`` (``observe.diagnosis.judge.STRAGGLER_RATIO``,
+  ``STRAGGLER_SHARE`` and ``STRAGGLER_MIN_EXCESS_SECONDS``). The lower median
   (the middle value, or the lower of the middle two) is the judge's: with two ranks it is the
   faster rank, where ``quantile(0.5)`` would be their mean.
 
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 from observe import catalog as c
 from observe.monitoring.settings import Settings
+from observe.promql import duration_seconds
 
 RUN = "namespace, run_id"
 RANK = "namespace, run_id, rank"
@@ -158,13 +160,15 @@ def compute_rules(s: Settings) -> list[dict[str, str]]:
 
 def straggler(s: Settings, step_median: str) -> str:
     """FsdpStragglerRank: compute per step over ``straggler_ratio`` x the run's lower median, and
-    the excess over ``straggler_share`` x ``step_median`` (the run's median step time record)."""
+    the excess over ``straggler_share`` x ``step_median`` (the run's median step time record) and
+    over ``straggler_min_excess``."""
+    floor = duration_seconds(s.straggler_min_excess)
     return (
         f"{COMPUTE_PER_STEP}\n"
         f"> on ({RUN}) group_left () ({s.straggler_ratio:g} * {COMPUTE_MEDIAN})\n"
         f"and\n"
         f"{COMPUTE_PER_STEP} - on ({RUN}) group_left () {COMPUTE_MEDIAN}\n"
-        f"> on ({RUN}) group_left () ({s.straggler_share:g} * {step_median})"
+        f"> on ({RUN}) group_left () clamp_min({s.straggler_share:g} * {step_median}, {floor:g})"
     )
 
 

@@ -622,7 +622,8 @@ def training_rules(s: Settings) -> list[dict[str, Any]]:
             f"(step time less data wait and collective wait, mean over 5m) against {hangs.compute_median()} on "
             f"the run's median rank: {hangs.compute_excess()} more per step, in a step of "
             f"{hangs.step_median(STEP_MEDIAN)} (alert above {s.straggler_ratio:g} times the median and "
-            f"{s.straggler_share:.0%} of the step, for {s.straggler_for}). Every other rank waits that long for it "
+            f"{s.straggler_share:.0%} of the step and {s.straggler_min_excess}, for {s.straggler_for}). "
+            f"Every other rank waits that long for it "
             f'in the collectives each step. Compare its GPU in "FSDP training run › SM clock of the run\'s GPUs" '
             f'and "FSDP training run › XIDs on the run\'s GPUs", and its node\'s CPU in "FSDP nodes › CPU busy".',
             s,

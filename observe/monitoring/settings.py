@@ -91,10 +91,14 @@ class Settings:
             collective wait, ``fsdp_train_compute_seconds_total``) exceeds this many times the
             run's median rank's ...
         straggler_share: ... by more than this share of the run's median step time is a
-            straggler (both as ``observe.diagnosis.judge``'s ``STRAGGLER_RATIO`` and
-            ``STRAGGLER_SHARE``, so the alert and ``fsdp-observe diagnose`` agree; a test checks
-            the defaults are equal). Step time cannot name a straggler: synchronous FSDP ranks
-            share one step time.
+            straggler ...
+        straggler_min_excess: ... and by more than this duration per step: below it lies what a
+            shared host's scheduler adds to one rank's compute for a while; a step of seconds
+            (any Llama-family fine-tuning) never meets it. (All three as
+            ``observe.diagnosis.judge``'s ``STRAGGLER_RATIO``, ``STRAGGLER_SHARE`` and
+            ``STRAGGLER_MIN_EXCESS_SECONDS``, so the alert and ``fsdp-observe diagnose`` agree; a
+            test checks the defaults are equal.) Step time cannot name a straggler: synchronous
+            FSDP ranks share one step time.
         straggler_for: ``for`` of the straggler alert.
         hang_interval: evaluation interval of the hang alerts' rule group
             (``fsdp-observe.hang``). With the trainer PodMonitor's 15 s scrape and the rank's stall
@@ -145,6 +149,7 @@ class Settings:
     stall_for: str = "2m"
     straggler_ratio: float = 1.5
     straggler_share: float = 0.1
+    straggler_min_excess: str = "50ms"
     straggler_for: str = "10m"
     hang_interval: str = "10s"
     hang_for: str = "0s"
@@ -185,6 +190,7 @@ class Settings:
             "gpu_stale_for",
             "stall_time",
             "stall_for",
+            "straggler_min_excess",
             "straggler_for",
             "hang_interval",
             "hang_for",

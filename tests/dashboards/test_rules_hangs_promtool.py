@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from observe import catalog as c
-from observe.diagnosis.judge import PAUSING_PHASES, STRAGGLER_RATIO, STRAGGLER_SHARE
+from observe.diagnosis.judge import PAUSING_PHASES, STRAGGLER_MIN_EXCESS_SECONDS, STRAGGLER_RATIO, STRAGGLER_SHARE
 from observe.monitoring import hangs, rules
 from observe.monitoring.settings import Settings
+from observe.promql import duration_seconds
 from tests.dashboards.test_rules_promtool import BOOK, PROMTOOL, promtool
 
 pytestmark = pytest.mark.skipif(
@@ -313,7 +314,7 @@ def run_promtool(tmp: Path, scenes: list, interval: str = "15s", settings: Setti
 
 def test_the_scenes_assume_the_default_settings() -> None:
     assert (S.hang_for, S.hang_interval, S.stall_time) == ("0s", "10s", "15m")
-    assert (S.straggler_ratio, S.straggler_share, S.straggler_for) == (1.5, 0.1, "10m")
+    assert (S.straggler_ratio, S.straggler_share, S.straggler_min_excess, S.straggler_for) == (1.5, 0.1, "50ms", "10m")
 
 
 @pytest.mark.parametrize("scene", SCENES, ids=[s[0] for s in SCENES])
@@ -353,7 +354,7 @@ def straggler_alert(rank: int, run_id: str, compute: str, median: str, excess: s
             "description": f"Rank {rank} of run {run_id} (pod {p['pod']}, node {p['node']}, GPU {p['gpu_uuid']}) "
             f"computes {compute} per step (step time less data wait and collective wait, mean over 5m) against "
             f"{median} on the run's median rank: {excess} more per step, in a step of 1s (alert above 1.5 times "
-            "the median and 10% of the step, for 10m). Every other rank waits that long for it in the collectives "
+            "the median and 10% of the step and 50ms, for 10m). Every other rank waits that long for it in the collectives "
             'each step. Compare its GPU in "FSDP training run › SM clock of the run\'s GPUs" and "FSDP training '
             'run › XIDs on the run\'s GPUs", and its node\'s CPU in "FSDP nodes › CPU busy".',
             "runbook_url": f"{BOOK}#fsdpstragglerrank",
@@ -388,14 +389,18 @@ STRAGGLERS = [
     ),
     (
         # Rank 2 computes 130 ms against 100 ms: 1.3 x, below the ratio. Rank 3 computes 40 ms
-        # against 20 ms on a 1 s step: 2 x, but 20 ms is 2 % of the step, below the share.
-        "below the ratio or the share",
+        # against 20 ms on a 1 s step: 2 x, but 20 ms is 2 % of the step, below the share. In run
+        # tiny-steps (200 ms steps) rank 1 computes 70 ms against 30 ms: 2.3 x and 20 % of the step,
+        # but 40 ms is below the 50 ms floor (a shared host's scheduler, not a straggler).
+        "below the ratio, the share or the floor",
         [
             *stepping(0, 0.1),
             *stepping(1, 0.1),
             *stepping(2, 0.13),
             *stepping(0, 0.02, run_id="pair-ft"),
             *stepping(1, 0.04, run_id="pair-ft"),
+            *stepping(0, 0.03, step=0.2, run_id="tiny-steps"),
+            *stepping(1, 0.07, step=0.2, run_id="tiny-steps"),
         ],
         {"FsdpStragglerRank": {"615s": [], "900s": []}},
     ),
@@ -409,6 +414,7 @@ def test_straggler_by_compute_time(tmp_path: Path, scene) -> None:
 
 def test_the_straggler_rule_and_the_verdict_share_their_thresholds() -> None:
     assert (S.straggler_ratio, S.straggler_share) == (STRAGGLER_RATIO, STRAGGLER_SHARE)
+    assert duration_seconds(S.straggler_min_excess) == STRAGGLER_MIN_EXCESS_SECONDS
     assert hangs.PAUSING_PHASES == PAUSING_PHASES
 
 

@@ -196,6 +196,17 @@ def test_small_compute_differences_are_not_a_straggler() -> None:
     assert judge(ranks).verdict == "healthy"
 
 
+def test_a_small_excess_on_tiny_steps_is_not_a_straggler() -> None:
+    """Seen on a loaded 2-core CI machine: a healthy rank's compute 20 ms against its peer's 12 ms
+    on a 38 ms step (1.7 x, 21 % of the step) was named a straggler. Under the 50 ms floor it is
+    not; the same ratio and share at the scale of a real step still are."""
+    tiny = [rank(r, stalled=False, step_seconds=0.038, compute_seconds=0.020 if r == 0 else 0.012) for r in range(2)]
+    assert judge(tiny).verdict == "healthy"
+    real = [rank(r, stalled=False, step_seconds=3.8, compute_seconds=2.0 if r == 0 else 1.2) for r in range(2)]
+    assert (judge(real).verdict, judge(real).culprit_ranks) == ("straggler", [0])
+    assert judge(tiny, straggler_min_excess=0.0).verdict == "straggler"
+
+
 def test_a_healthy_run_is_healthy_and_names_nobody() -> None:
     ranks = [rank(r, stalled=False, compute_seconds=0.1, wait_seconds=0.3) for r in range(4)]
     v = judge(ranks)
