@@ -25,7 +25,7 @@ def test_windows_close_every_log_every_steps_whatever_lightnings_interval(tmp_pa
     env = instrument_env({**subprocess_env, "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}, base, log_every=4)
     record = tmp_path / "record.json"
     run = start([sys.executable, str(SCRIPT), "--steps", "12", "--record", str(record)], env, tmp_path / "out.log")
-    seen: dict[int, float] = {}  # step -> the loss shown while it was the last step
+    seen: dict[int, set[float]] = {}  # step -> the losses shown while it was the last step
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -37,7 +37,7 @@ def test_windows_close_every_log_every_steps_whatever_lightnings_interval(tmp_pa
                 continue
             step, loss = s.value(c.TRAIN_STEP.name), s.value(c.TRAIN_LOSS.name)
             if step is not None and loss is not None:
-                seen.setdefault(int(step), loss)
+                seen.setdefault(int(step), set()).add(loss)
             if s.phase == "finished":
                 break
             time.sleep(0.05)
@@ -47,11 +47,16 @@ def test_windows_close_every_log_every_steps_whatever_lightnings_interval(tmp_pa
         run.stop()
     losses = json.loads(record.read_text())["step_loss"]
     assert len(losses) == 12
-    # windows end at steps 1, 4, 8, 12; while the last step is s, the window ending at s // 4 * 4 shows
-    live = {s: loss for s, loss in seen.items() if 4 <= s < 12}
+    # Windows end at steps 1, 4, 8 and 12 (Lightning's own interval, 50, would give none): while the
+    # last step is s, the window ending at s // 4 * 4 shows. On a window's last step a scrape can
+    # also come after the step is counted and before its window closes (the log step reads the
+    # device, and with a global loss all-reduces, in between): then the window before it shows.
+    means = {1: statistics.fmean(losses[0:1]), 4: statistics.fmean(losses[1:4]), 8: statistics.fmean(losses[4:8])}
+    live = {s: shown for s, shown in seen.items() if 4 <= s < 12}
     assert live, f"no scrape between steps 4 and 11: {seen}"
-    for s, loss in live.items():
+    for s, shown in live.items():
         end = s // 4 * 4
-        window = losses[max(1, end - 4) : end]  # steps 2-4, then 5-8, 9-12 (0-based slices)
-        assert loss == pytest.approx(statistics.fmean(window), rel=1e-5), (s, loss, losses)
+        allowed = [means[end]] + ([means[1 if end == 4 else end - 4]] if s == end else [])
+        for loss in shown:
+            assert any(loss == pytest.approx(m, rel=1e-5) for m in allowed), (s, loss, allowed, losses)
     assert "fsdp-observe" not in run.output()  # a valid setting: nothing to say
