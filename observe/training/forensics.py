@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from statistics import median_high
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -172,7 +173,7 @@ class RankForensics:
 
     def median_step_seconds(self) -> float | None:
         """Median of the last ``MEDIAN_STEPS`` step times, or ``None`` before a step."""
-        return _median(list(self.step_times)) if self.step_times else None
+        return median_high(self.step_times) if self.step_times else None
 
     def groups(self) -> dict[str, dict[str, Any]]:
         """Per process group: ``enqueued``, ``completed`` (and ``started`` where recorded), with
@@ -249,8 +250,8 @@ class RankForensics:
             return {}
         return {
             "recent_steps": len(recent),
-            "recent_compute_seconds": _median([c for c, _ in recent]),
-            "recent_collective_wait_seconds": _median([w for _, w in recent]),
+            "recent_compute_seconds": median_high(c for c, _ in recent),
+            "recent_collective_wait_seconds": median_high(w for _, w in recent),
         }
 
     def families(self, labels: dict[str, str]) -> Iterator[Any]:
@@ -323,9 +324,3 @@ def gpu_index(environ: dict[str, str] | None = None) -> int | None:
         return int(listed[device])
     except (IndexError, ValueError):
         return None
-
-
-def _median(values: list[float]) -> float:
-    """The upper median of a non-empty list (one of its values; the median step time has always
-    been this one)."""
-    return sorted(values)[len(values) // 2]

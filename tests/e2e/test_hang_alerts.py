@@ -30,6 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from observe import catalog as c
 from observe import prometheus_local
 from observe.monitoring import hangs, rules
 from observe.monitoring.settings import Settings
@@ -111,7 +112,7 @@ def watched(tmp_path: Path, subprocess_env) -> Iterator[Callable[..., Watched]]:
         # rank reached its fault before its first scrape, and FsdpRankGone had no rank to name).
         wait_for(
             lambda: (
-                len({r["metric"]["rank"] for r in watched.query(f"fsdp_train_info{{namespace={NAMESPACE!r}}}")})
+                len({r["metric"]["rank"] for r in watched.query(f"{c.TRAIN_INFO.name}{{namespace={NAMESPACE!r}}}")})
                 == nproc
             ),
             timeout=120,
@@ -137,7 +138,7 @@ def active_at(alert: dict) -> float:
 
 def rank_labels(port: int) -> dict[str, str]:
     """The identity labels a rank exports (``fsdp_train_info``'s), read from its own ``/metrics``."""
-    info = scrape(port).labels("fsdp_train_info")
+    info = scrape(port).labels(c.TRAIN_INFO.name)
     return {k: info[k] for k in ("run_id", "rank", "local_rank", "node")}
 
 
